@@ -1,0 +1,9 @@
+from statestore_cli.cli.app import app
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""What a task sees: ``TaskStateStoreAccessor`` and ``AssetStateStoreAccessor`` (SPEC sections 3 and 6).
+
+Accessors encode values to JSON, compute ``expires_at`` on the writer's side, route values through a
+worker-side backend's hooks when one is configured, and enforce ``max_value_storage_bytes``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, JsonValue
+from statestore_cli.errors import InvalidInputError
+from statestore_cli.retention import Retention, compute_expires_at, utcnow
+from statestore_cli.scopes import AssetScope, StoreScope, TaskScope, check_key
+
+
+class StateValueTooLargeWarning(UserWarning):
+    """A value larger than ``[state_store] max_value_storage_bytes`` was written."""
+
+
+def encode_value(value: JsonValue) -> str:
+    if value is None:
+        raise InvalidInputError("a state value cannot be None (JSON null); delete the key instead")
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"the value is not JSON-serialisable: {exc}") from None
+
+
+class _Accessor:
+    def __init__(
+        self,
+        scope: StoreScope,
+        backend: BaseStoreBackend,
+        *,
+        worker_backend: BaseStoreBackend | None = None,
+        max_value_storage_bytes: int = 65535,
+        oversize: str = "warn",
+        session: Any = None,
+    ) -> None:
+        if oversize not in ("warn", "error"):
+            raise ValueError("oversize must be 'warn' or 'error'")
+        self.scope = scope
+        self.backend = backend
+        self.worker_backend = worker_backend
+        self.max_value_storage_bytes = max_value_storage_bytes
+        self.oversize = oversize
+        self.session = session
+
+    def _to_ref(self, value: JsonValue, key: str) -> str:
+        raise NotImplementedError
+
+    def _from_ref(self, ref: str) -> JsonValue:
+        raise NotImplementedError
+
+    def _stored_form(self, key: str, value: JsonValue) -> str:
+        encode_value(value)  # reject None and non-JSON before any hook writes anywhere
+        if self.worker_backend is None:
+            stored = encode_value(value)
+        else:
+            stored = json.dumps({REF_MARKER: self._to_ref(value, key)})
+        size = len(stored.encode("utf-8"))
+        limit = self.max_value_storage_bytes
+        if limit and size > limit:
+            message = f"value of key {key!r} is {size} bytes, over [state_store] max_value_storage_bytes = {limit}"
+            if self.oversize == "error":
+                raise InvalidInputError(f"{message}; raise the limit or store a smaller value")
+            warnings.warn(message, StateValueTooLargeWarning, stacklevel=3)
+        return stored
+
+    def _decode(self, stored: str) -> JsonValue:
+        decoded = json.loads(stored)
+        if self.worker_backend is not None and isinstance(decoded, dict) and set(decoded) == {REF_MARKER}:
+            return self._from_ref(decoded[REF_MARKER])
+        return decoded
+
+    def get(self, key: str, default: JsonValue = None) -> JsonValue:
+        stored = self.backend.get(self.scope, check_key(key), session=self.session)
+        return default if stored is None else self._decode(stored)
+
+    def delete(self, key: str) -> None:
+        # The database reference goes first; a failing external delete leaves an orphan that the
+        # next set of the same key overwrites (references are deterministic).
+        self.backend.delete(self.scope, check_key(key), session=self.session)
+        if self.worker_backend is not None:
+            self.worker_backend.delete(self.scope, key)
+
+
+class TaskStateStoreAccessor(_Accessor):
+    """Keys of one task instance; they expire per ``retention`` or ``default_retention_days``."""
+
+    scope: TaskScope
+
+    def __init__(
+        self,
+        scope: TaskScope,
+        backend: BaseStoreBackend,
+        *,
+        default_retention_days: int = 30,
+        clock: Callable[[], datetime] = utcnow,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(scope, TaskScope):
+            raise InvalidInputError("TaskStateStoreAccessor needs a TaskScope")
+        super().__init__(scope, backend, **kwargs)
+        self.default_retention_days = default_retention_days
+        self.clock = clock
+
+    def _to_ref(self, value: JsonValue, key: str) -> str:
+        assert self.worker_backend is not None
+        return self.worker_backend.serialize_task_state_store_to_ref(value=value, key=key, scope=self.scope)
+
+    def _from_ref(self, ref: str) -> JsonValue:
+        assert self.worker_backend is not None
+        return self.worker_backend.deserialize_task_state_store_from_ref(ref)
+
+    def set(self, key: str, value: JsonValue, retention: Retention = None) -> datetime | None:
+        """Write the key; returns the ``expires_at`` stored (None: never expires)."""
+        expires_at = compute_expires_at(retention, self.default_retention_days, self.clock())
+        stored = self._stored_form(check_key(key), value)
+        self.backend.set(self.scope, key, stored, expires_at=expires_at, session=self.session)
+        return expires_at
+
+    def clear(self, all_map_indices: bool = False) -> None:
+        self.backend.clear(self.scope, all_map_indices=all_map_indices, session=self.session)
+        if self.worker_backend is not None:
+            self.worker_backend.clear(self.scope, all_map_indices=all_map_indices)
+
+
+class AssetStateStoreAccessor(_Accessor):
+    """Keys of one asset; they never expire."""
+
+    scope: AssetScope
+
+    def __init__(self, scope: AssetScope, backend: BaseStoreBackend, **kwargs: Any) -> None:
+        if not isinstance(scope, AssetScope):
+            raise InvalidInputError("AssetStateStoreAccessor needs an AssetScope")
+        super().__init__(scope, backend, **kwargs)
+
+    def _to_ref(self, value: JsonValue, key: str) -> str:
+        assert self.worker_backend is not None
+        return self.worker_backend.serialize_asset_state_store_to_ref(value=value, key=key, scope=self.scope)
+
+    def _from_ref(self, ref: str) -> JsonValue:
+        assert self.worker_backend is not None
+        return self.worker_backend.deserialize_asset_state_store_from_ref(ref)
+
+    def set(self, key: str, value: JsonValue) -> None:
+        stored = self._stored_form(check_key(key), value)
+        self.backend.set(self.scope, key, stored, expires_at=None, session=self.session)
+
+    def clear(self) -> None:
+        self.backend.clear(self.scope, session=self.session)
+        if self.worker_backend is not None:
+            self.worker_backend.clear(self.scope)

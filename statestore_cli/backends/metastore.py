@@ -1,0 +1,274 @@
+"""The built-in backend: both stores in the metadata database, over SQLAlchemy Core."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, func, select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import ColumnElement
+
+from statestore_cli.backends.base import BaseStoreBackend, ThreadOffloadMixin
+from statestore_cli.database import translate_errors
+from statestore_cli.dialects import insert_if_missing, upsert
+from statestore_cli.entries import Entry, KeyFilter
+from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError
+from statestore_cli.retention import utcnow
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+
+_task = task_state_store
+_asset_kv = asset_state_store
+
+
+@dataclass(frozen=True)
+class UpdatedBy:
+    """Who wrote an asset key (``last_updated_by_*``): kind is ``task``, ``watcher`` or ``api``."""
+
+    kind: str
+    task: TaskScope | None = None
+
+
+class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
+    """Task and asset state in the ``task_state_store`` and ``asset_state_store`` tables.
+
+    ``session`` may be a SQLAlchemy ``Connection`` inside the caller's transaction; without one each
+    call is its own transaction. A task scope's ``region_id`` is not stored: each region keeps its
+    own metadata database, and Airflow 3.3.2's table has no region column.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._airflow_mode: bool | None = None
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    @contextmanager
+    def connection(self, session: Any = None) -> Iterator[Connection]:
+        with translate_errors(self.engine):
+            if session is not None:
+                yield session
+            else:
+                with self.engine.begin() as conn:
+                    yield conn
+
+    def _is_airflow_db(self, conn: Connection) -> bool:
+        # Airflow's database is managed by its alembic migrations; ours has no alembic_version.
+        if self._airflow_mode is None:
+            self._airflow_mode = conn.dialect.has_table(conn, "alembic_version")
+        return self._airflow_mode
+
+    @staticmethod
+    def _task_where(scope: TaskScope, key: str | None = None, all_map_indices: bool = False) -> ColumnElement[bool]:
+        parts = [_task.c.dag_id == scope.dag_id, _task.c.run_id == scope.run_id, _task.c.task_id == scope.task_id]
+        if not all_map_indices:
+            parts.append(_task.c.map_index == scope.map_index)
+        if key is not None:
+            parts.append(_task.c.key == key)
+        return and_(*parts)
+
+    def _dag_run_id(self, conn: Connection, scope: TaskScope) -> int:
+        query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
+        found = conn.execute(query).scalar()
+        if found is None:
+            if self._is_airflow_db(conn):
+                raise NotFoundError(
+                    f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} in this Airflow database; "
+                    "task keys can only be written for runs Airflow created"
+                )
+            insert_if_missing(conn, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
+            found = conn.execute(query).scalar_one()
+        return int(found)
+
+    def _asset_id(self, conn: Connection, scope: AssetScope, *, create: bool) -> int | None:
+        if scope.asset_id is not None:
+            exists = conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).scalar()
+            if exists is None and create:
+                raise NotFoundError(f"no asset with asset_id={scope.asset_id}")
+            return scope.asset_id
+        conds = [asset.c.name == scope.name] if scope.name else []
+        conds += [asset.c.uri == scope.uri] if scope.uri else []
+        active = select(asset.c.id).join(
+            asset_active, and_(asset_active.c.name == asset.c.name, asset_active.c.uri == asset.c.uri)
+        )
+        # Active assets are unique by name and by uri; inactive ones may repeat, so prefer active.
+        ids = conn.execute(active.where(*conds).limit(2)).scalars().all()
+        if not ids:
+            ids = conn.execute(select(asset.c.id).where(*conds).limit(2)).scalars().all()
+        if len(ids) > 1:
+            raise InvalidInputError(f"several assets match {scope.describe()}; give both name and uri, or asset_id")
+        if ids:
+            return int(ids[0])
+        if not create:
+            return None
+        if self._is_airflow_db(conn):
+            raise NotFoundError(f"no asset {scope.describe()} in this Airflow database; assets are created by Airflow")
+        name, uri = scope.name or scope.uri, scope.uri or scope.name
+        insert_if_missing(conn, asset, {"name": name, "uri": uri})
+        insert_if_missing(conn, asset_active, {"name": name, "uri": uri})
+        return int(conn.execute(select(asset.c.id).where(asset.c.name == name, asset.c.uri == uri)).scalar_one())
+
+    # -- BaseStoreBackend -------------------------------------------------------------------------
+    def get(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:
+        entry = self.describe(scope, key, session=session)
+        return None if entry is None else entry.value
+
+    def set(
+        self,
+        scope: StoreScope,
+        key: str,
+        value: str,
+        *,
+        expires_at: datetime | None = None,
+        session: Any = None,
+        updated_by: UpdatedBy | None = None,
+    ) -> None:
+        now = utcnow()
+        with self.connection(session) as conn:
+            if isinstance(scope, TaskScope):
+                row = {
+                    "dag_run_id": self._dag_run_id(conn, scope),
+                    "task_id": scope.task_id,
+                    "map_index": scope.map_index,
+                    "key": key,
+                    "dag_id": scope.dag_id,
+                    "run_id": scope.run_id,
+                    "value": value,
+                    "updated_at": now,
+                    "expires_at": expires_at,
+                }
+                conflict = ("dag_run_id", "task_id", "map_index", "key")
+                result = upsert(conn, _task, row, conflict, ("value", "updated_at", "expires_at"))
+            else:
+                if expires_at is not None:
+                    raise InvalidInputError("asset keys never expire; expires_at must be None for an asset scope")
+                asset_id = self._asset_id(conn, scope, create=True)
+                writer = updated_by or UpdatedBy(kind="api")
+                row = {
+                    "asset_id": asset_id,
+                    "key": key,
+                    "value": value,
+                    "updated_at": now,
+                    "last_updated_by_kind": writer.kind,
+                    "last_updated_by_dag_id": writer.task.dag_id if writer.task else None,
+                    "last_updated_by_run_id": writer.task.run_id if writer.task else None,
+                    "last_updated_by_task_id": writer.task.task_id if writer.task else None,
+                    "last_updated_by_map_index": writer.task.map_index if writer.task else None,
+                }
+                result = upsert(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"))
+            if result.rowcount == 0:
+                raise BackendError(f"writing key {key!r} for {scope.describe()} changed no row")
+
+    def delete(self, scope: StoreScope, key: str, *, session: Any = None) -> int:
+        return self._delete(scope, key, all_map_indices=False, session=session)
+
+    def clear(self, scope: StoreScope, *, all_map_indices: bool = False, session: Any = None) -> int:
+        return self._delete(scope, None, all_map_indices=all_map_indices, session=session)
+
+    def _delete(self, scope: StoreScope, key: str | None, *, all_map_indices: bool, session: Any) -> int:
+        with self.connection(session) as conn:
+            if isinstance(scope, TaskScope):
+                return int(conn.execute(delete(_task).where(self._task_where(scope, key, all_map_indices))).rowcount)
+            asset_id = self._asset_id(conn, scope, create=False)
+            if asset_id is None:
+                return 0
+            stmt = delete(_asset_kv).where(_asset_kv.c.asset_id == asset_id)
+            if key is not None:
+                stmt = stmt.where(_asset_kv.c.key == key)
+            return int(conn.execute(stmt).rowcount)
+
+    # -- beyond the base interface: what the CLI shows ------------------------------------------
+    def describe(self, scope: StoreScope, key: str, *, session: Any = None) -> Entry | None:
+        """The stored entry (value still JSON-encoded) with its timestamps, or None."""
+        filt = _filter_for(scope, key)
+        with self.connection(session) as conn:
+            if isinstance(scope, AssetScope):
+                asset_id = self._asset_id(conn, scope, create=False)
+                if asset_id is None:
+                    return None
+                filt = KeyFilter(store="asset", asset_id=asset_id, key=key)
+            return next(iter(self._entries(conn, filt, with_values=True)), None)
+
+    def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int:
+        with self.connection() as conn:
+            if isinstance(scope, TaskScope):
+                query = select(func.count()).select_from(_task).where(self._task_where(scope, None, all_map_indices))
+                return int(conn.execute(query).scalar_one())
+            asset_id = self._asset_id(conn, scope, create=False)
+            if asset_id is None:
+                return 0
+            query = select(func.count()).select_from(_asset_kv).where(_asset_kv.c.asset_id == asset_id)
+            return int(conn.execute(query).scalar_one())
+
+    def entries(self, filt: KeyFilter) -> Iterator[Entry]:
+        """Every key matching ``filt``, task keys first, each store in scope order; streamed."""
+        with self.connection() as conn:
+            yield from self._entries(conn, filt, with_values=False)
+
+    def _entries(self, conn: Connection, filt: KeyFilter, *, with_values: bool) -> Iterator[Entry]:
+        if filt.store in (None, "task") and not filt.has_asset_fields:
+            yield from self._task_entries(conn, filt, with_values)
+        if filt.store in (None, "asset") and not filt.has_task_fields:
+            yield from self._asset_entries(conn, filt, with_values)
+
+    @staticmethod
+    def _task_entries(conn: Connection, filt: KeyFilter, with_values: bool) -> Iterator[Entry]:
+        cols = [_task.c.dag_id, _task.c.run_id, _task.c.task_id, _task.c.map_index, _task.c.key]
+        query = select(*cols, _task.c.updated_at, _task.c.expires_at, *([_task.c.value] if with_values else []))
+        for name in ("dag_id", "run_id", "task_id", "map_index", "key"):
+            wanted = getattr(filt, name)
+            if wanted is not None:
+                query = query.where(_task.c[name] == wanted)
+        for row in conn.execution_options(yield_per=1000).execute(query.order_by(*cols)):
+            yield Entry(
+                store="task",
+                key=row.key,
+                updated_at=row.updated_at,
+                expires_at=row.expires_at,
+                dag_id=row.dag_id,
+                run_id=row.run_id,
+                task_id=row.task_id,
+                map_index=row.map_index,
+                value=row.value if with_values else None,
+            )
+
+    @staticmethod
+    def _asset_entries(conn: Connection, filt: KeyFilter, with_values: bool) -> Iterator[Entry]:
+        cols = [asset.c.id, asset.c.name, asset.c.uri, _asset_kv.c.key, _asset_kv.c.updated_at]
+        query = select(*cols, *([_asset_kv.c.value] if with_values else [])).join(
+            asset, asset.c.id == _asset_kv.c.asset_id
+        )
+        for column, wanted in ((asset.c.id, filt.asset_id), (asset.c.name, filt.name), (asset.c.uri, filt.uri)):
+            if wanted is not None:
+                query = query.where(column == wanted)
+        if filt.key is not None:
+            query = query.where(_asset_kv.c.key == filt.key)
+        for row in conn.execution_options(yield_per=1000).execute(
+            query.order_by(asset.c.name, asset.c.uri, _asset_kv.c.key)
+        ):
+            yield Entry(
+                store="asset",
+                key=row.key,
+                updated_at=row.updated_at,
+                expires_at=None,
+                asset_id=row.id,
+                name=row.name,
+                uri=row.uri,
+                value=row.value if with_values else None,
+            )
+
+
+def _filter_for(scope: StoreScope, key: str) -> KeyFilter:
+    if isinstance(scope, TaskScope):
+        return KeyFilter(
+            store="task",
+            dag_id=scope.dag_id,
+            run_id=scope.run_id,
+            task_id=scope.task_id,
+            map_index=scope.map_index,
+            key=key,
+        )
+    return KeyFilter(store="asset", asset_id=scope.asset_id, name=scope.name, uri=scope.uri, key=key)

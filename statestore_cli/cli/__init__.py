@@ -1,0 +1,1 @@
+"""The ``statestore`` command line (typer and rich); the library never imports this package."""

@@ -1,0 +1,325 @@
+"""The ``statestore`` command line: each command resolves the settings, calls one library function
+and hands the result to the render layer. Errors become a message and an exit code in one place,
+``StateStoreGroup``."""
+
+import sys
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from statestore_cli import __version__, commands
+from statestore_cli.cli.render import Output
+from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.scope_options import ScopeArgs, with_scope_options
+from statestore_cli.cli.values import read_value
+from statestore_cli.config import Settings, load_settings
+from statestore_cli.errors import EXIT_OPERATIONAL, EXIT_USAGE, InvalidInputError, StateStoreError, first_line
+from statestore_cli.retention import parse_retention
+
+try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as click_exceptions  # type: ignore[no-redef, import-not-found, unused-ignore]
+
+_NoArgsIsHelp = getattr(click_exceptions, "NoArgsIsHelpError", None)
+
+
+class StateStoreGroup(TyperGroup):
+    """Turns every error into one line on stderr and a documented exit code (see the README)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except StateStoreError as exc:
+            if ctx.params.get("debug"):
+                raise
+            raise _Reported(str(exc), exc.exit_code) from None
+        except (click_exceptions.ClickException, typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:  # a bug of ours: still no traceback unless --debug asks for it
+            if ctx.params.get("debug"):
+                raise
+            message = f"unexpected {type(exc).__name__}: {first_line(exc)} (rerun with --debug for the traceback)"
+            raise _Reported(message, EXIT_OPERATIONAL) from None
+
+    def main(  # type: ignore[override]  # same parameters, but standalone handling is ours
+        self,
+        args: Any = None,
+        prog_name: Any = None,
+        complete_var: Any = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _Reported as exc:
+            _fail(exc.message, exc.exit_code)
+        except click_exceptions.UsageError as exc:
+            if _NoArgsIsHelp is not None and isinstance(exc, _NoArgsIsHelp):
+                sys.stdout.write(exc.format_message())  # rich help is printed already; plain help is here
+                sys.exit(0)
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            _fail(f"{exc.format_message()}{hint}", EXIT_USAGE)
+        except click_exceptions.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except typer.Abort:
+            _fail("aborted", 1)
+        code = result if isinstance(result, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+class _Reported(click_exceptions.ClickException):
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _fail(message: str, code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"statestore: error: {safe_text(message)}\n")
+    sys.exit(code)
+
+
+app = typer.Typer(
+    cls=StateStoreGroup,
+    name="statestore",
+    help="Manage Apache Airflow's task and asset state store: read, write and garbage-collect keys.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+db_app = typer.Typer(help="Create and check the state store schema.", no_args_is_help=True)
+config_app = typer.Typer(help="Show the effective configuration.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(config_app, name="config")
+
+
+@dataclass
+class CliState:
+    config_path: Optional[Path] = None
+    conn: Optional[str] = None
+    debug: bool = False
+    _settings: Optional[Settings] = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings(self.config_path, self.conn)
+        return self._settings
+
+
+class OutputMode(StrEnum):
+    auto = "auto"
+    table = "table"
+    plain = "plain"
+    json = "json"
+
+
+OutputOpt = Annotated[
+    OutputMode,
+    typer.Option("--output", "-o", help="auto (tables on a terminal, plain lines otherwise), table, plain or json."),
+]
+
+
+def _output(requested: OutputMode) -> Output:
+    return Output.choose(requested.value)
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    state: CliState = ctx.find_root().obj
+    return state.settings
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"statestore {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--config", help="airflow.cfg-style file (default: $AIRFLOW_CONFIG, else $AIRFLOW_HOME/airflow.cfg)."
+        ),
+    ] = None,
+    conn: Annotated[
+        Optional[str],
+        typer.Option("--conn", help="SQLAlchemy URL of the database; overrides \\[database] sql_alchemy_conn."),
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the Python traceback of an error.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    ctx.obj = CliState(config_path=config, conn=conn, debug=debug)
+
+
+# -- db ---------------------------------------------------------------------------------------------
+@db_app.command("init")
+def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+    """Create the state store schema on the configured database (idempotent)."""
+    out = _output(output)
+    report = commands.db_init(_settings(ctx))
+    out.db_report(report, created=True)
+
+
+@db_app.command("check")
+def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+    """Connect and report engine, schema state and mode; exit 0 only when the store is usable."""
+    out = _output(output)
+    report = commands.db_check(_settings(ctx))
+    out.db_report(report)
+    if not report.usable:
+        missing = ", ".join(report.schema.missing)
+        reason = report.error or f"the state store is not usable: missing tables {missing}; run `statestore db init`"
+        raise _Reported(reason, EXIT_OPERATIONAL)
+
+
+# -- keys -------------------------------------------------------------------------------------------
+@app.command("get")
+@with_scope_options
+def get(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(help="The key.")],
+    scope_args: ScopeArgs,
+    output: OutputOpt = OutputMode.auto,
+) -> None:
+    """Print a key's value as JSON; a missing key exits 1."""
+    out = _output(output)
+    entry = commands.get_entry(_settings(ctx), scope_args.scope(), key)
+    out.value(entry)
+
+
+@app.command("set")
+@with_scope_options
+def set_(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(help="The key.")],
+    value: Annotated[str, typer.Argument(help="A JSON value, or - to read it from stdin.")],
+    scope_args: ScopeArgs,
+    retention: Annotated[
+        Optional[str],
+        typer.Option("--retention", help="never, or a duration: 90s, 15m, 6h, 7d, 1d12h, P7D (task keys only)."),
+    ] = None,
+    string: Annotated[
+        bool, typer.Option("--string", help="Store VALUE as a JSON string instead of parsing it.")
+    ] = False,
+) -> None:
+    """Write a key (insert or replace)."""
+    scope = scope_args.scope()
+    parsed_retention = parse_retention(retention) if retention is not None else None
+    document = read_value(value, as_string=string)
+    expires_at = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
+    expiry = "never expires" if expires_at is None else f"expires {expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    Output.choose().line(f"set {safe_text(key)!r} for {safe_text(scope.describe())} ({expiry})")
+
+
+@app.command("delete")
+@with_scope_options
+def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.")], scope_args: ScopeArgs) -> None:
+    """Delete one key; a key that is not there is not an error."""
+    scope = scope_args.scope()
+    removed = commands.delete_key(_settings(ctx), scope, key)
+    what = "deleted" if removed != 0 else "no such key, nothing deleted:"
+    Output.choose().line(f"{what} {safe_text(key)!r} for {safe_text(scope.describe())}")
+
+
+@app.command("clear")
+@with_scope_options
+def clear(
+    ctx: typer.Context,
+    scope_args: ScopeArgs,
+    all_map_indices: Annotated[
+        bool, typer.Option("--all-map-indices", help="Clear every map index of the task.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete every key of a scope; asks first on a terminal, needs --yes otherwise."""
+    scope = scope_args.scope()
+    settings = _settings(ctx)
+    where = safe_text(scope.describe()) + (" (all map indices)" if all_map_indices else "")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidInputError("clear deletes keys and stdin is not a terminal to confirm on; pass --yes")
+        count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)
+        what = "all keys" if count is None else f"{count} key{'s' if count != 1 else ''}"
+        if not typer.confirm(f"Delete {what} of {where}?", default=False):
+            Output.choose().line("nothing deleted")
+            raise typer.Exit(1)
+    removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
+    what = "keys" if removed is None else f"{removed} key{'s' if removed != 1 else ''}"
+    Output.choose().line(f"deleted {what} of {where}")
+
+
+@app.command("list")
+@with_scope_options
+def list_(
+    ctx: typer.Context,
+    scope_args: ScopeArgs,
+    key: Annotated[Optional[str], typer.Option("--key", help="Only this key.")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")] = None,
+    output: OutputOpt = OutputMode.auto,
+) -> None:
+    """List keys with their scope, updated_at and expires_at; scope options filter."""
+    out = _output(output)
+    if store not in (None, "task", "asset"):
+        raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
+    filt = scope_args.key_filter(store)
+    if key is not None:
+        filt = replace(filt, key=key)
+    out.entries(commands.list_entries(_settings(ctx), filt))
+
+
+# -- clean ------------------------------------------------------------------------------------------
+@app.command("clean")
+def clean(
+    ctx: typer.Context,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")] = False,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--batch-size",
+            min=0,
+            help="Rows per committed batch; 0 = one statement (default: state_cleanup_batch_size).",
+        ),
+    ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="With --dry-run on a terminal: list every row, not the first 100.")
+    ] = False,
+    output: OutputOpt = OutputMode.auto,
+) -> None:
+    """Delete expired task keys (expires_at before now); asset keys and keys that never expire stay."""
+    out = _output(output)
+    settings = _settings(ctx)
+    if dry_run:
+        plan = commands.plan_clean(settings)
+        if plan.skipped_reason:
+            out.clean_skipped(plan.skipped_reason, dry_run=True)
+        else:
+            out.clean_plan(plan, limit=None if show_all else 100)
+        return
+    result = commands.clean(settings, batch_size)
+    if isinstance(result, str):
+        out.clean_skipped(result, dry_run=False)
+    else:
+        out.clean_report(result)
+
+
+# -- config -----------------------------------------------------------------------------------------
+@config_app.command("show")
+def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+    """Show every effective setting and where it came from (secrets masked)."""
+    out = _output(output)
+    settings = _settings(ctx)
+    config_file = str(settings.config_file) if settings.config_file else None
+    out.config(commands.config_rows(settings), config_file, str(settings.airflow_home))

@@ -1,0 +1,248 @@
+"""The one render layer: every command's result goes out as a rich table, plain lines or JSON.
+
+The mode is decided once per command (``Output.choose``): ``json`` when asked for, else rich tables
+on a terminal and plain tab-separated lines when stdout is a pipe or a file. Stored text is always
+passed through ``safe_text``/``safe_json`` and into rich only as ``Text`` objects, never as markup.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from statestore_cli.cleanup import CleanReport
+from statestore_cli.cli.dry_run import DryRunView
+from statestore_cli.cli.safe_text import safe_json, safe_text
+from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
+from statestore_cli.entries import Entry
+
+MODES = ("auto", "table", "plain", "json")
+
+
+def iso(moment: datetime | None) -> str | None:
+    """Timestamps for scripts: ISO 8601 in UTC with an explicit offset."""
+    return None if moment is None else moment.isoformat()
+
+
+def human(moment: datetime | None, never: str = "never") -> str:
+    return never if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def entry_json(entry: Entry, with_value: bool = False) -> dict[str, Any]:
+    doc: dict[str, Any] = {"store": entry.store}
+    if entry.store == "task":
+        doc.update(dag_id=entry.dag_id, run_id=entry.run_id, task_id=entry.task_id, map_index=entry.map_index)
+    else:
+        doc.update(asset_id=entry.asset_id, name=entry.name, uri=entry.uri)
+    doc.update(key=entry.key, updated_at=iso(entry.updated_at), expires_at=iso(entry.expires_at))
+    if with_value:
+        doc["value"] = entry.value
+    return doc
+
+
+def _cell(value: object) -> Text:
+    return Text("" if value is None else safe_text(value))
+
+
+class Output:
+    """Where and how one command writes: ``mode`` is table, plain or json."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.console = Console(highlight=False, soft_wrap=False)
+        self.stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @classmethod
+    def choose(cls, requested: str = "auto") -> Output:
+        if requested == "auto":
+            requested = "table" if sys.stdout.isatty() else "plain"
+        return cls(requested)
+
+    @property
+    def json(self) -> bool:
+        return self.mode == "json"
+
+    def line(self, text: str) -> None:
+        """A message for people, already safe: on stdout except in json mode, where it goes to stderr."""
+        (self.stderr if self.json else self.console).print(Text(text), soft_wrap=True)
+
+    def write_json(self, document: Any) -> None:
+        sys.stdout.write(safe_json(document) + "\n")
+
+    def plain_row(self, *cells: object) -> None:
+        sys.stdout.write("\t".join("" if c is None else safe_text(c) for c in cells) + "\n")
+
+    # -- keys ---------------------------------------------------------------------------------------
+    def value(self, entry: Entry) -> None:
+        if self.json:
+            self.write_json(entry_json(entry, with_value=True))
+        else:
+            sys.stdout.write(safe_json(entry.value, indent=2 if self.mode == "table" else None) + "\n")
+
+    def entries(self, entries: Iterable[Entry]) -> int:
+        if self.json:
+            return self._stream_json_array(entry_json(e) for e in entries)
+        count = 0
+        table: Table | None = None
+        for entry in entries:
+            count += 1
+            cells = _entry_cells(entry)
+            if self.mode == "plain":
+                self.plain_row(*cells)
+                continue
+            if table is None or table.title != _entry_title(entry.store):
+                if table is not None:
+                    self.console.print(table)
+                table = _entry_table(entry.store)
+            table.add_row(*(_cell(c) for c in cells[1:]))  # the table title names the store
+        if table is not None:
+            self.console.print(table)
+        if self.mode == "table":
+            self.line(f"{count} key{'s' if count != 1 else ''}")
+        return count
+
+    def _stream_json_array(self, documents: Iterator[dict[str, Any]]) -> int:
+        count = 0
+        sys.stdout.write("[")
+        for doc in documents:
+            sys.stdout.write(("," if count else "") + "\n  " + safe_json(doc))
+            count += 1
+        sys.stdout.write("\n]\n" if count else "]\n")
+        return count
+
+    # -- clean --------------------------------------------------------------------------------------
+    def clean_plan(self, plan: CleanPlan, *, limit: int | None) -> int:
+        if self.json:
+            return self._clean_plan_json(plan)
+        if self.mode == "plain":
+            count = 0
+            for row in plan.rows:
+                count += 1
+                self.plain_row(row.dag_id, row.run_id, row.task_id, row.map_index, row.key, human(row.expires_at))
+            self.line(
+                f"dry run: {count} expired task key{'s' if count != 1 else ''} would be deleted "
+                f"(expired before {human(plan.cutoff)})"
+            )
+            return count
+        return DryRunView(self.console, limit).render(plan)
+
+    def _clean_plan_json(self, plan: CleanPlan) -> int:
+        # Streamed: rows first, the count last, so memory stays flat however many rows there are.
+        sys.stdout.write('{"dry_run": true, "cutoff": ' + safe_json(iso(plan.cutoff)) + ', "rows": [')
+        count = 0
+        for row in plan.rows:
+            doc = {
+                "dag_id": row.dag_id,
+                "run_id": row.run_id,
+                "task_id": row.task_id,
+                "map_index": row.map_index,
+                "key": row.key,
+                "expires_at": iso(row.expires_at),
+            }
+            sys.stdout.write(("," if count else "") + "\n  " + safe_json(doc))
+            count += 1
+        sys.stdout.write(("\n" if count else "") + '], "would_delete": ' + str(count) + "}\n")
+        return count
+
+    def clean_skipped(self, reason: str, dry_run: bool) -> None:
+        if self.json:
+            self.write_json({"dry_run": dry_run, "skipped": True, "reason": reason})
+        else:
+            self.line(f"skipped: {reason}")
+
+    def clean_report(self, report: CleanReport) -> None:
+        if self.json:
+            self.write_json(
+                {
+                    "dry_run": False,
+                    "deleted": report.deleted,
+                    "batches": report.batches,
+                    "batch_size": report.batch_size,
+                    "cutoff": iso(report.cutoff),
+                }
+            )
+            return
+        batches = (
+            f"in {report.batches} batch{'es' if report.batches != 1 else ''} of up to {report.batch_size}"
+            if report.batch_size
+            else "in one statement"
+        )
+        self.line(
+            f"deleted {report.deleted} expired task key{'s' if report.deleted != 1 else ''} {batches} "
+            f"(expired before {human(report.cutoff)})"
+        )
+
+    # -- db and config ------------------------------------------------------------------------------
+    def db_report(self, report: DbReport, *, created: bool = False) -> None:
+        schema = report.schema
+        doc = {
+            "ok": report.usable,
+            "database": report.database,
+            "engine": report.engine,
+            "mode": schema.mode,
+            "alembic_revision": schema.alembic_revision,
+            "tables_present": list(schema.present),
+            "tables_missing": list(schema.missing),
+            "backend": report.backend,
+        }
+        if created:
+            doc["tables_created"] = list(report.created)
+        if self.json:
+            self.write_json(doc)
+            return
+        for name, value in doc.items():
+            shown = ", ".join(value) if isinstance(value, list) else value
+            if self.mode == "plain":
+                self.plain_row(name, "-" if shown in (None, "") else shown)
+            else:
+                self.console.print(Text(f"{name:<17}") + _cell("-" if shown in (None, "") else shown))
+
+    def config(self, rows: list[ConfigRow], config_file: str | None, airflow_home: str) -> None:
+        if self.json:
+            options: dict[str, dict[str, Any]] = {}
+            for row in rows:
+                options.setdefault(row.section, {})[row.option] = {"value": row.value, "source": row.source}
+            self.write_json({"config_file": config_file, "airflow_home": airflow_home, "options": options})
+            return
+        if self.mode == "plain":
+            for row in rows:
+                self.plain_row(f"{row.section}.{row.option}", row.value, row.source)
+            return
+        table = Table(title=Text(f"config file: {safe_text(config_file or 'none found')}"), title_justify="left")
+        for column in ("section", "option", "value", "source"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(row.source))
+        self.console.print(table)
+
+
+def _entry_title(store: str) -> str:
+    return "task state keys" if store == "task" else "asset state keys"
+
+
+def _entry_table(store: str) -> Table:
+    table = Table(title=_entry_title(store), title_justify="left")
+    scope = ("dag_id", "run_id", "task_id", "map_index") if store == "task" else ("asset_id", "name", "uri")
+    for column in (*scope, "key", "updated_at", "expires_at"):
+        if column in ("updated_at", "expires_at"):
+            table.add_column(column, no_wrap=True)
+        else:
+            table.add_column(
+                column, overflow="fold", justify="right" if column in ("map_index", "asset_id") else "left"
+            )
+    return table
+
+
+def _entry_cells(entry: Entry) -> tuple[object, ...]:
+    if entry.store == "task":
+        scope: tuple[object, ...] = ("task", entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
+    else:
+        scope = ("asset", entry.asset_id, entry.name, entry.uri)
+    times = (human(entry.updated_at, never="-"), human(entry.expires_at) if entry.store == "task" else "never")
+    return (*scope, entry.key, *times)

@@ -1,0 +1,25 @@
+"""Reading a VALUE argument: JSON unless ``--string``; ``-`` reads standard input."""
+
+import json
+import sys
+from typing import Any
+
+from statestore_cli.errors import InvalidInputError
+
+
+def read_value(raw: str, *, as_string: bool) -> Any:
+    text = sys.stdin.read() if raw == "-" else raw
+    if raw == "-" and text.endswith("\n"):
+        text = text[:-1]  # `echo` and here-docs add one; it is not part of the value
+    if as_string:
+        return text
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(
+            f"VALUE is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            "quote it as JSON or pass --string to store it as a string"
+        ) from None
+    if value is None:
+        raise InvalidInputError("VALUE is JSON null, which cannot be stored; delete the key instead")
+    return value

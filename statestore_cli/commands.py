@@ -1,0 +1,242 @@
+"""The operations behind every CLI command, as public functions that take the settings first.
+
+Each returns plain records (``statestore_cli.entries``, ``statestore_cli.cleanup``) or iterators of
+them; rendering is the caller's business.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from statestore_cli.accessors import AssetStateStoreAccessor, TaskStateStoreAccessor
+from statestore_cli.backends.base import BaseStoreBackend, JsonValue
+from statestore_cli.backends.loader import load_backend_class
+from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.cleanup import CleanReport, ExpiredRow, delete_expired, iter_expired
+from statestore_cli.config import Settings, describe_source
+from statestore_cli.database import (
+    SchemaState,
+    describe_engine,
+    init_schema,
+    inspect_schema,
+    make_engine,
+    translate_errors,
+)
+from statestore_cli.entries import Entry, KeyFilter
+from statestore_cli.errors import BackendError, NotFoundError, first_line
+from statestore_cli.retention import Retention, utcnow
+from statestore_cli.scopes import StoreScope, TaskScope, check_key
+
+
+# -- opening backends ---------------------------------------------------------------------------------
+def open_metastore(settings: Settings, *, create_file: bool = False) -> MetastoreBackend:
+    return MetastoreBackend(make_engine(settings.sql_alchemy_conn, create_file=create_file))
+
+
+def open_backend(settings: Settings) -> BaseStoreBackend:
+    """The configured ``[state_store] backend``, ready to use."""
+    if settings.uses_builtin_backend:
+        return open_metastore(settings)
+    return _instantiate(settings, "state_store", "backend")
+
+
+def open_worker_backend(settings: Settings) -> BaseStoreBackend | None:
+    if not settings.worker_backend:
+        return None
+    return _instantiate(settings, "workers", "state_store_backend")
+
+
+def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBackend:
+    cls = load_backend_class(settings.setting(section, option))
+    try:
+        return cls()
+    except Exception as exc:  # user code: any failure is the backend's
+        raise BackendError(f"cannot create [{section}] {option} {cls.__qualname__}: {first_line(exc)}") from None
+
+
+def accessor(
+    settings: Settings, scope: StoreScope, *, oversize: str = "warn"
+) -> TaskStateStoreAccessor | AssetStateStoreAccessor:
+    """An accessor for ``scope`` wired as the settings say."""
+    common: dict[str, Any] = {
+        "worker_backend": open_worker_backend(settings),
+        "max_value_storage_bytes": settings.max_value_storage_bytes,
+        "oversize": oversize,
+    }
+    backend = open_backend(settings)
+    if isinstance(scope, TaskScope):
+        return TaskStateStoreAccessor(scope, backend, default_retention_days=settings.default_retention_days, **common)
+    return AssetStateStoreAccessor(scope, backend, **common)
+
+
+# -- db ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DbReport:
+    database: str
+    engine: str
+    schema: SchemaState
+    backend: str
+    created: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.error is None and self.schema.usable
+
+
+def db_init(settings: Settings) -> DbReport:
+    store = open_metastore(settings, create_file=True)
+    state, created = init_schema(store.engine)
+    return DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, created)
+
+
+def db_check(settings: Settings) -> DbReport:
+    """Connect and report; a missing schema is reported, not raised, so ``db check`` can show it."""
+    store = open_metastore(settings)
+    with translate_errors(store.engine), store.engine.connect() as conn:
+        state = inspect_schema(conn)
+    if not settings.uses_builtin_backend:
+        open_backend(settings)  # a custom backend that cannot load makes the store unusable
+    return DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend)
+
+
+# -- keys ----------------------------------------------------------------------------------------------
+def get_entry(settings: Settings, scope: StoreScope, key: str) -> Entry:
+    """The key's decoded value with its scope and, on the metastore, its timestamps."""
+    check_key(key)
+    acc = accessor(settings, scope)
+    if isinstance(acc.backend, MetastoreBackend):
+        entry = acc.backend.describe(scope, key)
+        if entry is not None:
+            return replace(entry, value=acc._decode(entry.value))
+    else:
+        missing = object()
+        value = acc.get(key, default=missing)
+        if value is not missing:
+            return _bare_entry(scope, key, value)
+    raise NotFoundError(f"no key {key!r} for {scope.describe()}")
+
+
+def _bare_entry(scope: StoreScope, key: str, value: JsonValue) -> Entry:
+    if isinstance(scope, TaskScope):
+        return Entry("task", key, None, None, scope.dag_id, scope.run_id, scope.task_id, scope.map_index, value=value)
+    return Entry("asset", key, None, None, asset_id=scope.asset_id, name=scope.name, uri=scope.uri, value=value)
+
+
+def set_value(
+    settings: Settings, scope: StoreScope, key: str, value: JsonValue, retention: Retention = None
+) -> datetime | None:
+    """Write through the accessor (refusing oversized values); returns the stored ``expires_at``."""
+    acc = accessor(settings, scope, oversize="error")
+    if isinstance(acc, TaskStateStoreAccessor):
+        return acc.set(key, value, retention)
+    if retention is not None:
+        from statestore_cli.errors import InvalidInputError
+
+        raise InvalidInputError("--retention applies to task keys only; asset keys never expire")
+    acc.set(key, value)
+    return None
+
+
+def delete_key(settings: Settings, scope: StoreScope, key: str) -> int | None:
+    """Delete one key; returns how many rows went (0: it was not there) when the backend says."""
+    acc = accessor(settings, scope)
+    removed = acc.backend.delete(scope, check_key(key))
+    if acc.worker_backend is not None:
+        acc.worker_backend.delete(scope, key)
+    return removed
+
+
+def count_keys(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
+    backend = open_backend(settings)
+    return backend.count(scope, all_map_indices=all_map_indices) if isinstance(backend, MetastoreBackend) else None
+
+
+def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
+    acc = accessor(settings, scope)
+    removed = acc.backend.clear(scope, all_map_indices=all_map_indices)
+    if acc.worker_backend is not None:
+        acc.worker_backend.clear(scope, all_map_indices=all_map_indices)
+    return removed
+
+
+def list_entries(settings: Settings, filt: KeyFilter) -> Iterator[Entry]:
+    backend = open_backend(settings)
+    if not isinstance(backend, MetastoreBackend):
+        raise BackendError(f"`list` needs the metastore backend; [state_store] backend is {settings.backend}")
+    return backend.entries(filt)
+
+
+# -- clean ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CleanPlan:
+    """What a clean at ``cutoff`` deletes, or why nothing is cleaned (a custom backend)."""
+
+    cutoff: datetime
+    rows: Iterator[ExpiredRow]
+    skipped_reason: str | None = None
+
+
+def _skip_reason(settings: Settings) -> str | None:
+    if settings.uses_builtin_backend:
+        return None
+    return (
+        f"[state_store] backend is {settings.backend}, not the metastore backend: nothing to clean here; "
+        "a custom backend runs its own BaseStoreBackend.cleanup()"
+    )
+
+
+def plan_clean(settings: Settings, now: datetime | None = None) -> CleanPlan:
+    cutoff = now or utcnow()
+    reason = _skip_reason(settings)
+    if reason:
+        return CleanPlan(cutoff, iter(()), reason)
+    return CleanPlan(cutoff, iter_expired(open_metastore(settings).engine, cutoff))
+
+
+def clean(settings: Settings, batch_size: int | None = None, now: datetime | None = None) -> CleanReport | str:
+    """Delete expired task keys; returns the report, or the reason the clean was skipped."""
+    cutoff = now or utcnow()
+    reason = _skip_reason(settings)
+    if reason:
+        return reason
+    size = settings.state_cleanup_batch_size if batch_size is None else batch_size
+    return delete_expired(open_metastore(settings).engine, cutoff, size)
+
+
+# -- config --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConfigRow:
+    section: str
+    option: str
+    value: Any
+    source: str
+    description: str
+
+
+def config_rows(settings: Settings) -> list[ConfigRow]:
+    rows = []
+    for setting in settings:
+        value = setting.value
+        if setting.spec.secret and isinstance(value, str):
+            value = _mask(value)
+        rows.append(
+            ConfigRow(
+                setting.spec.section, setting.spec.option, value, describe_source(setting), setting.spec.description
+            )
+        )
+    return rows
+
+
+def _mask(conn: str) -> str:
+    from statestore_cli.database import parse_url
+
+    return parse_url(conn).render_as_string(hide_password=True)
+
+
+def encode_for_output(value: JsonValue) -> str:
+    return json.dumps(value, ensure_ascii=False)

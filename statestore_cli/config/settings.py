@@ -1,0 +1,224 @@
+"""Settings: the effective ``[state_store]``, ``[workers]`` and ``[database]`` options.
+
+Lookup order, first match wins, for every option:
+
+1. ``--conn`` (``sql_alchemy_conn`` only), passed as ``conn_override``;
+2. the environment variable ``AIRFLOW__{SECTION}__{OPTION}``;
+3. the INI file: ``--config PATH`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
+   ``$AIRFLOW_HOME/airflow.cfg`` with ``AIRFLOW_HOME`` defaulting to ``~/airflow`` (a discovered
+   file that does not exist is simply skipped, as Airflow does before it writes one);
+4. the default declared in ``options.toml``.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from statestore_cli.errors import ConfigError
+
+BUILTIN_BACKEND = "statestore_cli.backends.metastore.MetastoreBackend"
+_DOTTED = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+")
+_TRUE = {"true", "1", "yes", "on", "t", "y"}
+_FALSE = {"false", "0", "no", "off", "f", "n"}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    section: str
+    option: str
+    type: str
+    default: Any
+    description: str
+    min: int | None = None
+    secret: bool = False
+
+    @property
+    def env_var(self) -> str:
+        return f"AIRFLOW__{self.section.upper()}__{self.option.upper()}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One effective option: its value and where it came from."""
+
+    spec: OptionSpec
+    value: Any
+    source: str  # "default", "env AIRFLOW__...", "file /path/airflow.cfg", "--conn"
+
+
+def load_option_specs() -> tuple[OptionSpec, ...]:
+    """The option schema shipped inside the package as ``options.toml``."""
+    text = resources.files(__package__).joinpath("options.toml").read_text(encoding="utf-8")
+    specs = []
+    for section, options in tomllib.loads(text).items():
+        for option, spec in options.items():
+            specs.append(OptionSpec(section=section, option=option, **spec))
+    return tuple(specs)
+
+
+def _where(source: str) -> str:
+    if source.startswith("env "):
+        return f"environment variable {source[4:]}"
+    if source.startswith("file "):
+        return source[5:]
+    return source
+
+
+def _invalid(spec: OptionSpec, raw: str, source: str, expected: str) -> ConfigError:
+    return ConfigError(
+        f"{_where(source)}: invalid value {raw!r} for [{spec.section}] {spec.option}: expected {expected}"
+    )
+
+
+def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
+    text = raw.strip()
+    if spec.type == "int":
+        floor = spec.min if spec.min is not None else None
+        expected = "a whole number" + (f" >= {floor}" if floor is not None else "")
+        if not re.fullmatch(r"[+-]?\d+", text):
+            raise _invalid(spec, raw, source, expected)
+        number = int(text)
+        if floor is not None and number < floor:
+            raise _invalid(spec, raw, source, expected)
+        return number
+    if spec.type == "bool":
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise _invalid(spec, raw, source, "a boolean (true/false, yes/no, on/off, 1/0)")
+    if spec.type == "class":
+        if text and not _DOTTED.fullmatch(text):
+            raise _invalid(spec, raw, source, "a dotted path such as mypackage.module.ClassName")
+        return text
+    if not text:
+        raise _invalid(spec, raw, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db")
+    return text
+
+
+def airflow_home(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("AIRFLOW_HOME") or "~/airflow").expanduser()
+
+
+def find_config_file(config_path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Path | None:
+    """The INI file to read, or None when the discovered one does not exist."""
+    if config_path is not None:
+        path = Path(config_path).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist; pass an existing file to --config")
+        return path
+    if environ.get("AIRFLOW_CONFIG"):
+        path = Path(environ["AIRFLOW_CONFIG"]).expanduser()
+    else:
+        path = airflow_home(environ) / "airflow.cfg"
+    return path if path.is_file() else None
+
+
+def _read_ini(path: Path) -> configparser.RawConfigParser:
+    # Raw: SQLAlchemy URLs carry percent-encoded passwords that interpolation would mangle.
+    parser = configparser.RawConfigParser(strict=False)
+    try:
+        with path.open(encoding="utf-8") as handle:
+            parser.read_file(handle)
+    except (OSError, UnicodeDecodeError, configparser.Error) as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(f"cannot read config file {path}: {reason}") from None
+    return parser
+
+
+class Settings:
+    """The effective configuration, with the source of every value."""
+
+    def __init__(self, settings: dict[tuple[str, str], Setting], config_file: Path | None, home: Path) -> None:
+        self._settings = settings
+        self.config_file = config_file
+        self.airflow_home = home
+
+    def setting(self, section: str, option: str) -> Setting:
+        return self._settings[(section, option)]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._settings.values())
+
+    def _value(self, section: str, option: str) -> Any:
+        return self._settings[(section, option)].value
+
+    @property
+    def backend(self) -> str:
+        return str(self._value("state_store", "backend"))
+
+    @property
+    def uses_builtin_backend(self) -> bool:
+        return is_builtin_backend(self.backend)
+
+    @property
+    def default_retention_days(self) -> int:
+        return int(self._value("state_store", "default_retention_days"))
+
+    @property
+    def clear_on_success(self) -> bool:
+        return bool(self._value("state_store", "clear_on_success"))
+
+    @property
+    def state_cleanup_batch_size(self) -> int:
+        return int(self._value("state_store", "state_cleanup_batch_size"))
+
+    @property
+    def max_value_storage_bytes(self) -> int:
+        return int(self._value("state_store", "max_value_storage_bytes"))
+
+    @property
+    def worker_backend(self) -> str:
+        return str(self._value("workers", "state_store_backend"))
+
+    @property
+    def sql_alchemy_conn(self) -> str:
+        return str(self._value("database", "sql_alchemy_conn"))
+
+
+def is_builtin_backend(path: str) -> bool:
+    """Ours, or Airflow's own metastore backend named in a config copied from a deployment."""
+    if not path or path == BUILTIN_BACKEND:
+        return True
+    return path.startswith("airflow.") and path.rsplit(".", 1)[-1] == "MetastoreBackend"
+
+
+def load_settings(
+    config_path: str | os.PathLike[str] | None = None,
+    conn_override: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Resolve every option in the documented lookup order (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    home = airflow_home(env)
+    config_file = find_config_file(config_path, env)
+    parser = _read_ini(config_file) if config_file else None
+    resolved: dict[tuple[str, str], Setting] = {}
+    for spec in load_option_specs():
+        if spec.option == "sql_alchemy_conn" and conn_override is not None:
+            raw, source = conn_override, "--conn"
+        elif spec.env_var in env:
+            raw, source = env[spec.env_var], f"env {spec.env_var}"
+        elif parser is not None and parser.has_option(spec.section, spec.option):
+            raw, source = parser.get(spec.section, spec.option), f"file {config_file}"
+        else:
+            default = spec.default
+            if isinstance(default, str):
+                default = default.replace("{AIRFLOW_HOME}", str(home))
+            resolved[(spec.section, spec.option)] = Setting(spec, default, "default")
+            continue
+        resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, raw, source), source)
+    return Settings(resolved, config_file, home)
+
+
+def describe_source(setting: Setting) -> str:
+    """Where a value came from, as a person reads it."""
+    return _where(setting.source)

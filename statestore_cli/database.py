@@ -1,0 +1,148 @@
+"""Engines, error translation and schema management for the metadata database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, inspect
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
+
+from statestore_cli.errors import ConfigError, DatabaseError, SchemaMissingError, first_line
+from statestore_cli.schema import PARENT_TABLES, STATE_TABLES, metadata
+
+# Which optional extra of the package brings the driver a URL names.
+_DRIVER_EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
+
+
+def parse_url(conn: str) -> URL:
+    try:
+        return make_url(conn)
+    except (sa_exc.ArgumentError, ValueError):
+        raise ConfigError(
+            "invalid [database] sql_alchemy_conn: expected a SQLAlchemy URL such as sqlite:////path/airflow.db"
+        ) from None
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file behind a SQLite URL, or None for an in-memory database or another engine."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database)
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Cascades from dag_run and asset only work with foreign keys on, as Airflow runs SQLite.
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+SUPPORTED_BACKENDS = ("sqlite", "postgresql", "mysql", "mariadb")
+
+
+def make_engine(conn: str, *, create_file: bool = False) -> Engine:
+    """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``)."""
+    url = parse_url(conn)
+    if url.get_backend_name() not in SUPPORTED_BACKENDS:
+        raise ConfigError(
+            f"unsupported database {url.get_backend_name()!r} in [database] sql_alchemy_conn: "
+            "use sqlite://, postgresql:// or mysql://"
+        )
+    path = sqlite_path(url)
+    if path is not None:
+        if create_file:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.exists():
+            raise SchemaMissingError(f"no state store at {path}: the file does not exist; run `statestore db init`")
+    try:
+        engine = create_engine(url)
+    except ModuleNotFoundError as exc:
+        extra = _DRIVER_EXTRAS.get(url.get_backend_name())
+        hint = f"; install it with: pip install 'statestore-cli[{extra}]'" if extra else ""
+        raise ConfigError(f"the database driver for {url.drivername!r} is not installed ({exc.name}){hint}") from None
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
+        raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
+    if url.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_on_connect)
+    return engine
+
+
+def describe_engine(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+@contextmanager
+def translate_errors(engine: Engine) -> Iterator[None]:
+    """Turn driver and SQLAlchemy failures into one-line ``DatabaseError``s."""
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        message = first_line(exc.orig) if exc.orig is not None else first_line(exc)
+        if _is_missing_table(message):
+            raise SchemaMissingError(
+                f"the state store tables are missing in {describe_engine(engine)}; run `statestore db init`"
+            ) from None
+        raise DatabaseError(f"database error on {describe_engine(engine)}: {message}") from None
+    except sa_exc.SQLAlchemyError as exc:
+        raise DatabaseError(f"database error on {describe_engine(engine)}: {first_line(exc)}") from None
+
+
+def _is_missing_table(message: str) -> bool:
+    lowered = message.lower()
+    return (
+        "no such table" in lowered
+        or ("relation" in lowered and "does not exist" in lowered)
+        or ("table" in lowered and "doesn't exist" in lowered)
+    )
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """What the database holds: the mode (Airflow's own database, or a standalone store) and tables."""
+
+    mode: str  # "airflow" | "standalone" | "empty"
+    present: tuple[str, ...]
+    missing: tuple[str, ...]
+    alembic_revision: str | None
+
+    @property
+    def usable(self) -> bool:
+        return not self.missing
+
+
+def inspect_schema(connection: Connection) -> SchemaState:
+    inspector = inspect(connection)
+    tables = set(inspector.get_table_names())
+    revision = None
+    if "alembic_version" in tables:
+        revision = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+        mode = "airflow"
+    elif tables & set(STATE_TABLES + PARENT_TABLES):
+        mode = "standalone"
+    else:
+        mode = "empty"
+    wanted = STATE_TABLES + PARENT_TABLES
+    present = tuple(t for t in wanted if t in tables)
+    missing = tuple(t for t in wanted if t not in tables)
+    return SchemaState(mode=mode, present=present, missing=missing, alembic_revision=revision)
+
+
+def init_schema(engine: Engine) -> tuple[SchemaState, tuple[str, ...]]:
+    """Create the missing tables of a standalone store; idempotent. Returns the state and what was created."""
+    with translate_errors(engine), engine.begin() as connection:
+        before = inspect_schema(connection)
+        if before.mode == "airflow" and before.missing:
+            raise DatabaseError(
+                f"{describe_engine(engine)} is an Airflow metadata database (revision "
+                f"{before.alembic_revision}) without the state store tables; upgrade it to Airflow 3.3 "
+                "with `airflow db migrate` instead of creating them here"
+            )
+        metadata.create_all(connection, checkfirst=True)
+        after = inspect_schema(connection)
+    return after, tuple(t for t in before.missing if t in after.present)

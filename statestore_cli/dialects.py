@@ -1,0 +1,35 @@
+"""The one-statement writes whose SQL differs per engine: insert-or-update and insert-if-missing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Connection, CursorResult
+
+
+def upsert(
+    conn: Connection, table: Table, values: Mapping[str, Any], conflict: Sequence[str], update: Sequence[str]
+) -> CursorResult[Any]:
+    """Insert ``values``, or update the ``update`` columns of the row that clashes on ``conflict``."""
+    name = conn.dialect.name
+    if name in ("mysql", "mariadb"):
+        stmt = mysql.insert(table).values(**values)
+        return conn.execute(stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in update}))
+    module = postgresql if name == "postgresql" else sqlite
+    ins = module.insert(table).values(**values)
+    return conn.execute(
+        ins.on_conflict_do_update(index_elements=list(conflict), set_={c: ins.excluded[c] for c in update})
+    )
+
+
+def insert_if_missing(conn: Connection, table: Table, values: Mapping[str, Any]) -> None:
+    """Insert a row unless one with the same unique values exists already."""
+    name = conn.dialect.name
+    if name in ("mysql", "mariadb"):
+        conn.execute(mysql.insert(table).values(**values).prefix_with("IGNORE"))
+        return
+    module = postgresql if name == "postgresql" else sqlite
+    conn.execute(module.insert(table).values(**values).on_conflict_do_nothing())

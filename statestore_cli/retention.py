@@ -1,0 +1,83 @@
+"""Retention: how long a task key lives, and when it expires (SPEC section 3)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Final, Union
+
+from statestore_cli.errors import InvalidInputError
+
+
+class _NeverExpire:
+    """Sentinel type of ``NEVER_EXPIRE``: a key that time-based cleanup never deletes."""
+
+    _instance: _NeverExpire | None = None
+
+    def __new__(cls) -> _NeverExpire:
+        # One instance, so ``retention is NEVER_EXPIRE`` holds even after copy or unpickling.
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NEVER_EXPIRE"
+
+    def __reduce__(self) -> str:
+        return "NEVER_EXPIRE"
+
+
+NEVER_EXPIRE: Final = _NeverExpire()
+
+Retention = Union[timedelta, _NeverExpire, None]
+
+_UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+_COMPACT = re.compile(r"(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_ISO = re.compile(r"P(?:(\d+)W)?(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
+_DURATION_HELP = "use 'never', a duration such as 90s, 15m, 6h, 7d or 1d12h, or ISO 8601 such as P7D or PT6H"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def parse_retention(text: str) -> timedelta | _NeverExpire:
+    """Parse a retention as the CLI takes it: ``never``, ``1d12h`` or ISO 8601 ``P1DT12H``."""
+    raw = text.strip()
+    if raw.lower() == "never":
+        return NEVER_EXPIRE
+    compact = _COMPACT.fullmatch(raw.lower())
+    iso = _ISO.fullmatch(raw.upper())
+    if raw and compact and any(compact.groups()):
+        parts = compact.groups()
+    elif iso and any(iso.groups()):
+        parts = iso.groups()
+    else:
+        raise InvalidInputError(f"invalid retention {text!r}: {_DURATION_HELP}")
+    weeks, days, hours, minutes, seconds = (float(g or 0) for g in parts)
+    try:
+        duration = timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError:
+        raise InvalidInputError(f"retention {text!r} is too long; use 'never' for a key that never expires") from None
+    return check_duration(duration, source=repr(text))
+
+
+def check_duration(duration: timedelta, source: str = "") -> timedelta:
+    if duration <= timedelta(0):
+        label = f"retention {source}" if source else "retention"
+        raise InvalidInputError(f"{label} must be positive; use 'never' for a key that never expires")
+    return duration
+
+
+def compute_expires_at(retention: Retention, default_retention_days: int, now: datetime) -> datetime | None:
+    """The absolute UTC expiry a writer stores, or None for a key that never expires."""
+    if retention is NEVER_EXPIRE:
+        return None
+    if retention is None:
+        return now + timedelta(days=default_retention_days) if default_retention_days > 0 else None
+    if not isinstance(retention, timedelta):
+        raise InvalidInputError(f"retention must be a timedelta or NEVER_EXPIRE, got {retention!r}")
+    try:
+        return now + check_duration(retention)
+    except OverflowError:
+        raise InvalidInputError(f"retention {retention} reaches past the year 9999; use NEVER_EXPIRE") from None

@@ -1,0 +1,151 @@
+"""The state store tables, as Airflow 3.3.2 defines them (SPEC section 7, revision fde9ed84d07b).
+
+Table, column, constraint and index names match Airflow's so the same rows can be read and cleaned
+by either tool. ``dag_run``, ``asset`` and ``asset_active`` are the minimal parents a standalone
+store needs for its foreign keys; in an Airflow database the real (wider) tables are used and only
+the columns declared here are ever read.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    TIMESTAMP,
+    Column,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+# Ids and keys are case-sensitive everywhere; MySQL needs a binary collation for that.
+_BIN = "utf8mb3_bin"
+
+
+def _id(length: int) -> Any:
+    return String(length).with_variant(mysql.VARCHAR(length, collation=_BIN), "mysql", "mariadb")
+
+
+class UtcTimestamp(TypeDecorator[datetime]):
+    """A UTC instant: ``timestamp with time zone`` on PostgreSQL, naive UTC elsewhere.
+
+    On SQLite the value is stored as text ``YYYY-MM-DD HH:MM:SS.ffffff`` (SQLAlchemy's SQLite
+    format, the one Airflow writes), so comparisons as text are comparisons in time.
+    """
+
+    impl = TIMESTAMP(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.TIMESTAMP(fsp=6))
+        return self.impl_instance
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: state store timestamps must be timezone-aware")
+        value = value.astimezone(UTC)
+        if dialect.name != "postgresql":
+            value = value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+dag_run = Table(
+    "dag_run",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("dag_id", _id(250), nullable=False),
+    Column("run_id", _id(250), nullable=False),
+    UniqueConstraint("dag_id", "run_id", name="dag_run_dag_id_run_id_key"),
+)
+dag_run.primary_key.name = "dag_run_pkey"
+
+asset = Table(
+    "asset",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(1500), nullable=False),
+    Column("uri", String(1500), nullable=False),
+    Index("idx_asset_name_uri_unique", "name", "uri", unique=True, mysql_length={"name": 250, "uri": 250}),
+    sqlite_autoincrement=True,
+)
+
+asset_active = Table(
+    "asset_active",
+    metadata,
+    Column("name", String(1500), nullable=False),
+    Column("uri", String(1500), nullable=False),
+    PrimaryKeyConstraint("name", "uri", name="asset_active_pkey"),
+    ForeignKeyConstraint(
+        ["name", "uri"], ["asset.name", "asset.uri"], name="asset_active_asset_name_uri_fkey", ondelete="CASCADE"
+    ),
+)
+
+task_state_store = Table(
+    "task_state_store",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column(
+        "dag_run_id",
+        Integer,
+        ForeignKey("dag_run.id", name="task_state_store_dag_run_fkey", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("task_id", _id(250), nullable=False),
+    Column("map_index", Integer, nullable=False, server_default="-1"),
+    Column("key", _id(512), nullable=False),
+    Column("dag_id", _id(250), nullable=False),
+    Column("run_id", _id(250), nullable=False),
+    Column("value", Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+    Column("updated_at", UtcTimestamp(), nullable=False),
+    Column("expires_at", UtcTimestamp(), nullable=True),
+    UniqueConstraint("dag_run_id", "task_id", "map_index", "key", name="task_state_store_uq"),
+    Index("idx_task_state_store_lookup", "dag_id", "run_id", "task_id", "map_index"),
+    Index("idx_task_state_store_expires_at", "expires_at"),
+)
+task_state_store.primary_key.name = "task_state_store_pkey"
+
+asset_state_store = Table(
+    "asset_state_store",
+    metadata,
+    Column(
+        "asset_id",
+        Integer,
+        ForeignKey("asset.id", name="asset_state_store_asset_fkey", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("key", _id(512), nullable=False),
+    Column("value", Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+    Column("updated_at", UtcTimestamp(), nullable=False),
+    Column("last_updated_by_kind", String(16)),
+    Column("last_updated_by_dag_id", _id(250)),
+    Column("last_updated_by_run_id", _id(250)),
+    Column("last_updated_by_task_id", _id(250)),
+    Column("last_updated_by_map_index", Integer),
+    PrimaryKeyConstraint("asset_id", "key", name="asset_state_store_pkey"),
+)
+
+STATE_TABLES = (task_state_store.name, asset_state_store.name)
+PARENT_TABLES = (dag_run.name, asset.name, asset_active.name)

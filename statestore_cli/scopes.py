@@ -1,0 +1,80 @@
+"""Scopes: whose keys a store operation touches (SPEC section 5)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Union
+
+from statestore_cli.errors import InvalidInputError
+
+NIL_REGION = uuid.UUID(int=0)
+
+# Column widths of Airflow 3.3.2's schema: longer ids could never be stored.
+ID_MAX_LENGTH = 250
+KEY_MAX_LENGTH = 512
+
+
+def _check_text(name: str, value: object, max_length: int) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+    if len(value) > max_length:
+        raise InvalidInputError(f"{name} is {len(value)} characters long; the limit is {max_length}")
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` when it can be stored, else raise ``InvalidInputError``."""
+    _check_text("key", key, KEY_MAX_LENGTH)
+    assert isinstance(key, str)
+    return key
+
+
+@dataclass(frozen=True)
+class TaskScope:
+    """One task instance: ``(dag_id, run_id, task_id, map_index)``; -1 means not mapped."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+    region_id: uuid.UUID = field(default=NIL_REGION)
+
+    def __post_init__(self) -> None:
+        for name in ("dag_id", "run_id", "task_id"):
+            _check_text(name, getattr(self, name), ID_MAX_LENGTH)
+        if isinstance(self.map_index, bool) or not isinstance(self.map_index, int):
+            raise InvalidInputError(f"map_index must be an integer, got {self.map_index!r}")
+        if self.map_index < -1:
+            raise InvalidInputError(f"map_index must be -1 (not mapped) or >= 0, got {self.map_index}")
+
+    def describe(self) -> str:
+        text = f"dag_id={self.dag_id} run_id={self.run_id} task_id={self.task_id} map_index={self.map_index}"
+        if self.region_id.int:
+            text += f" region_id={self.region_id}"
+        return text
+
+
+@dataclass(frozen=True)
+class AssetScope:
+    """One asset: by ``asset_id`` (server side) or by ``name`` and/or ``uri`` (worker side)."""
+
+    asset_id: int | None = None
+    name: str | None = None
+    uri: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.asset_id is None and not self.name and not self.uri:
+            raise InvalidInputError("an asset scope needs at least one of asset_id, name or uri")
+        if self.asset_id is not None and (isinstance(self.asset_id, bool) or not isinstance(self.asset_id, int)):
+            raise InvalidInputError(f"asset_id must be an integer, got {self.asset_id!r}")
+
+    def describe(self) -> str:
+        parts = [
+            f"{n}={v}"
+            for n, v in (("asset_id", self.asset_id), ("name", self.name), ("uri", self.uri))
+            if v is not None
+        ]
+        return " ".join(parts)
+
+
+StoreScope = Union[TaskScope, AssetScope]
