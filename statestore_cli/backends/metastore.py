@@ -16,7 +16,7 @@ from statestore_cli.backends.base import BaseStoreBackend, ThreadOffloadMixin
 from statestore_cli.database import translate_errors
 from statestore_cli.dialects import insert_if_missing, upsert
 from statestore_cli.entries import Entry, KeyFilter
-from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError
+from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.retention import utcnow
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
@@ -75,7 +75,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         found = conn.execute(query).scalar()
         if found is None:
             if self._is_airflow_db(conn):
-                raise NotFoundError(
+                raise InvalidInputError(
                     f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} in this Airflow database; "
                     "task keys can only be written for runs Airflow created"
                 )
@@ -87,7 +87,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if scope.asset_id is not None:
             exists = conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).scalar()
             if exists is None and create:
-                raise NotFoundError(f"no asset with asset_id={scope.asset_id}")
+                raise InvalidInputError(f"no asset with asset_id={scope.asset_id}; give an existing asset")
             return scope.asset_id
         conds = [asset.c.name == scope.name] if scope.name else []
         conds += [asset.c.uri == scope.uri] if scope.uri else []
@@ -105,7 +105,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if not create:
             return None
         if self._is_airflow_db(conn):
-            raise NotFoundError(f"no asset {scope.describe()} in this Airflow database; assets are created by Airflow")
+            raise InvalidInputError(
+                f"no asset {scope.describe()} in this Airflow database; assets are created by Airflow"
+            )
         name, uri = scope.name or scope.uri, scope.uri or scope.name
         insert_if_missing(conn, asset, {"name": name, "uri": uri})
         insert_if_missing(conn, asset_active, {"name": name, "uri": uri})

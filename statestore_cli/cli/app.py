@@ -221,7 +221,7 @@ def set_(
     document = read_value(value, as_string=string)
     expires_at = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
     expiry = "never expires" if expires_at is None else f"expires {expires_at:%Y-%m-%d %H:%M:%S} UTC"
-    Output.choose().line(f"set {safe_text(key)!r} for {safe_text(scope.describe())} ({expiry})")
+    Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
 
 
 @app.command("delete")
@@ -231,7 +231,7 @@ def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.
     scope = scope_args.scope()
     removed = commands.delete_key(_settings(ctx), scope, key)
     what = "deleted" if removed != 0 else "no such key, nothing deleted:"
-    Output.choose().line(f"{what} {safe_text(key)!r} for {safe_text(scope.describe())}")
+    Output.choose().line(f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}")
 
 
 @app.command("clear")

@@ -30,8 +30,8 @@ def iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def human(moment: datetime | None, never: str = "never") -> str:
-    return never if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+def human(moment: datetime | None, never: str = "never", zone: str = " UTC") -> str:
+    return never if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S") + zone
 
 
 def entry_json(entry: Entry, with_value: bool = False) -> dict[str, Any]:
@@ -92,7 +92,7 @@ class Output:
         table: Table | None = None
         for entry in entries:
             count += 1
-            cells = _entry_cells(entry)
+            cells = _entry_cells(entry, zone=" UTC" if self.mode == "plain" else "")
             if self.mode == "plain":
                 self.plain_row(*cells)
                 continue
@@ -229,20 +229,20 @@ def _entry_title(store: str) -> str:
 def _entry_table(store: str) -> Table:
     table = Table(title=_entry_title(store), title_justify="left")
     scope = ("dag_id", "run_id", "task_id", "map_index") if store == "task" else ("asset_id", "name", "uri")
-    for column in (*scope, "key", "updated_at", "expires_at"):
-        if column in ("updated_at", "expires_at"):
-            table.add_column(column, no_wrap=True)
+    for column in (*scope, "key"):
+        if column in ("map_index", "asset_id"):
+            table.add_column(column, no_wrap=True, justify="right")
         else:
-            table.add_column(
-                column, overflow="fold", justify="right" if column in ("map_index", "asset_id") else "left"
-            )
+            table.add_column(column, overflow="fold", min_width=6)
+    table.add_column("updated_at (UTC)", no_wrap=True)
+    table.add_column("expires_at (UTC)", no_wrap=True)
     return table
 
 
-def _entry_cells(entry: Entry) -> tuple[object, ...]:
+def _entry_cells(entry: Entry, zone: str) -> tuple[object, ...]:
     if entry.store == "task":
         scope: tuple[object, ...] = ("task", entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
     else:
         scope = ("asset", entry.asset_id, entry.name, entry.uri)
-    times = (human(entry.updated_at, never="-"), human(entry.expires_at) if entry.store == "task" else "never")
+    times = (human(entry.updated_at, "-", zone), human(entry.expires_at, "never", zone))
     return (*scope, entry.key, *times)
