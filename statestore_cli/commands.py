@@ -184,6 +184,7 @@ class CleanPlan:
 def _skip_reason(settings: Settings) -> str | None:
     if settings.uses_builtin_backend:
         return None
+    load_backend_class(settings.setting("state_store", "backend"))  # a wrong path is an error, not a skip
     return (
         f"[state_store] backend is {settings.backend}, not the metastore backend: nothing to clean here; "
         "a custom backend runs its own BaseStoreBackend.cleanup()"

@@ -22,9 +22,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
 from statestore_cli.errors import ConfigError
 
 BUILTIN_BACKEND = "statestore_cli.backends.metastore.MetastoreBackend"
+_BUILTIN_ALIASES = {BUILTIN_BACKEND, "statestore_cli.MetastoreBackend"}  # the public re-export, same class
+# [scheme://]user:password@ in a URL SQLAlchemy could not parse; over-masks rather than leaks
+_URL_PASSWORD = re.compile(r"^((?:[^:/@]*://)?[^:/@]*:).*@", re.DOTALL)
 _DOTTED = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+")
 _TRUE = {"true", "1", "yes", "on", "t", "y"}
 _FALSE = {"false", "0", "no", "off", "f", "n"}
@@ -101,6 +107,11 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         return text
     if not text:
         raise _invalid(spec, raw, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db")
+    try:
+        make_url(text)
+    except (ArgumentError, ValueError):
+        masked = _URL_PASSWORD.sub(r"\1***@", raw)  # never echo a password into an error message
+        raise _invalid(spec, masked, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db") from None
     return text
 
 
@@ -186,7 +197,7 @@ class Settings:
 
 def is_builtin_backend(path: str) -> bool:
     """Ours, or Airflow's own metastore backend named in a config copied from a deployment."""
-    if not path or path == BUILTIN_BACKEND:
+    if not path or path in _BUILTIN_ALIASES:
         return True
     return path.startswith("airflow.") and path.rsplit(".", 1)[-1] == "MetastoreBackend"
 

@@ -1,0 +1,171 @@
+"""Compatibility with Airflow 3.3.2's metadata database (SPEC section 7), checked against real files.
+
+``../shared/fixtures`` holds databases made by Airflow itself (``airflow db migrate``); the schema we
+create is compared with theirs statement by statement, and rows we write into a copy of Airflow's
+database are checked in the text form Airflow reads and compares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED
+
+FIXTURES = SHARED / "fixtures"
+AIRFLOW_332 = FIXTURES / "airflow-3.3.2.sqlite"
+AIRFLOW_320 = FIXTURES / "airflow-3.2.0.sqlite"
+TIMESTAMP_TEXT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}")
+
+
+def fixture(path: Path, tmp_path: Path) -> Path:
+    if not path.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is missing: CI must run with shared/ beside the checkout")
+        pytest.skip(f"{path} not found: place the project's shared/ folder beside the checkout")
+    copy = tmp_path / path.name
+    shutil.copyfile(path, copy)
+    copy.chmod(0o644)
+    return copy
+
+
+def ddl(path: Path, names: tuple[str, ...]) -> dict[str, str]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            f"SELECT name, sql FROM sqlite_master WHERE tbl_name IN ({','.join('?' * len(names))}) AND sql IS NOT NULL",
+            names,
+        ).fetchall()
+    return {name: " ".join(sql.split()) for name, sql in rows}
+
+
+STATE_TABLES = ("task_state_store", "asset_state_store")
+
+
+def test_state_store_schema_is_airflows_statement_for_statement(db_url, tmp_path):
+    airflow = ddl(fixture(AIRFLOW_332, tmp_path), STATE_TABLES)
+    ours = ddl(Path(db_url.removeprefix("sqlite:///")), STATE_TABLES)
+    assert set(airflow) == {
+        "task_state_store",
+        "asset_state_store",
+        "idx_task_state_store_expires_at",
+        "idx_task_state_store_lookup",
+    }
+    assert ours == airflow
+
+
+def test_schema_matches_spec_section_7(db_url):
+    """Independently of any fixture: the names and types SPEC section 7 lists."""
+    path = db_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        columns = {row[1]: (row[2], row[3], row[4]) for row in conn.execute("PRAGMA table_info(task_state_store)")}
+        indexes = {row[1]: row[2] for row in conn.execute("PRAGMA index_list(task_state_store)")}
+        fks = conn.execute("PRAGMA foreign_key_list(task_state_store)").fetchall()
+        asset_pk = [r[1] for r in conn.execute("PRAGMA table_info(asset_state_store)") if r[5]]
+    assert columns == {
+        "id": ("INTEGER", 1, None),
+        "dag_run_id": ("INTEGER", 1, None),
+        "task_id": ("VARCHAR(250)", 1, None),
+        "map_index": ("INTEGER", 1, "'-1'"),
+        "key": ("VARCHAR(512)", 1, None),
+        "dag_id": ("VARCHAR(250)", 1, None),
+        "run_id": ("VARCHAR(250)", 1, None),
+        "value": ("TEXT", 1, None),
+        "updated_at": ("TIMESTAMP", 1, None),
+        "expires_at": ("TIMESTAMP", 0, None),
+    }
+    assert {"idx_task_state_store_lookup", "idx_task_state_store_expires_at"} <= set(indexes)
+    assert [(fk[2], fk[3], fk[4], fk[6]) for fk in fks] == [("dag_run", "dag_run_id", "id", "CASCADE")]
+    assert asset_pk == ["asset_id", "key"]
+
+
+def test_timestamps_are_stored_in_airflows_text_form(cli, db_url):
+    cli("set", "--dag-id", "d", "--run-id", "r", "--task-id", "t", "k", "1", "--retention", "1d")
+    cli("set", "--asset-name", "a", "k", "1")
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        stamps = conn.execute(
+            "SELECT updated_at, expires_at FROM task_state_store UNION ALL SELECT updated_at, NULL FROM asset_state_store"
+        ).fetchall()
+    for updated, expires in stamps:
+        assert TIMESTAMP_TEXT.fullmatch(updated), updated
+        assert expires is None or TIMESTAMP_TEXT.fullmatch(expires), expires
+
+
+def _add_dag_run(path: Path, dag_id: str, run_id: str) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, clear_number, span_status) "
+            "VALUES (?, ?, 'manual', '2026-11-01 00:00:00.000000', 0, 'not_started')",
+            (dag_id, run_id),
+        )
+
+
+def test_airflow_database_mode(runner, tmp_path):
+    """Our tool on Airflow's own database: reads and cleans it, never invents runs or assets."""
+    from statestore_cli.cli.app import app
+
+    path = fixture(AIRFLOW_332, tmp_path)
+    conn = f"sqlite:///{path}"
+
+    def run(*args: str):
+        return runner.invoke(app, ["--conn", conn, *args])
+
+    check = run("db", "check", "-o", "json")
+    assert check.exit_code == 0, check.output
+    doc = json.loads(check.stdout)
+    assert (doc["ok"], doc["mode"], doc["alembic_revision"]) == (True, "airflow", "d2f4e1b3c5a7")
+    assert run("db", "init").exit_code == 0  # idempotent: the tables are Airflow's and stay as they are
+
+    task = ["--dag-id", "etl", "--run-id", "manual__1", "--task-id", "t"]
+    refused = run("set", *task, "k", "1")
+    assert refused.exit_code == 2
+    assert "no dag run dag_id=etl run_id=manual__1 in this Airflow database" in refused.stderr
+    refused = run("set", "--asset-name", "nope", "k", "1")
+    assert refused.exit_code == 2 and "assets are created by Airflow" in refused.stderr
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM dag_run").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM asset").fetchone() == (0,)
+
+    _add_dag_run(path, "etl", "manual__1")
+    assert run("set", *task, "expired", '"x"', "--retention", "1s").exit_code == 0
+    assert run("set", *task, "alive", '"y"', "--retention", "7d").exit_code == 0
+    assert run("set", *task, "pinned", '"z"', "--retention", "never").exit_code == 0
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE task_state_store SET expires_at = '2020-01-01 00:00:00.000000' WHERE key = 'expired'")
+    assert json.loads(run("get", *task, "alive").stdout) == "y"
+
+    # Airflow compares expires_at as text against now in the same form: it would pick the same rows.
+    now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    with sqlite3.connect(path) as db:
+        airflow_would_delete = {
+            r[0] for r in db.execute(
+                "SELECT key FROM task_state_store WHERE expires_at IS NOT NULL AND expires_at < ?", (now_text,)
+            )
+        }
+    plan = json.loads(run("clean", "--dry-run", "-o", "json").stdout)
+    assert {r["key"] for r in plan["rows"]} == airflow_would_delete == {"expired"}
+    assert json.loads(run("clean", "-o", "json").stdout)["deleted"] == 1
+    assert sorted(d["key"] for d in json.loads(run("list", "-o", "json").stdout)) == ["alive", "pinned"]
+
+
+def test_airflow_3_2_database_without_state_store_is_not_altered(runner, tmp_path):
+    from statestore_cli.cli.app import app
+
+    path = fixture(AIRFLOW_320, tmp_path)
+    before = path.read_bytes()
+    result = runner.invoke(app, ["--conn", f"sqlite:///{path}", "db", "init"])
+    assert result.exit_code == 3
+    assert "is an Airflow metadata database (revision 1d6611b6ab7c) without the state store tables" in result.stderr
+    assert "airflow db migrate" in result.stderr
+    check = runner.invoke(app, ["--conn", f"sqlite:///{path}", "db", "check", "-o", "json"])
+    assert check.exit_code == 3
+    doc = json.loads(check.stdout)
+    assert doc["ok"] is False and doc["mode"] == "airflow"
+    assert set(doc["tables_missing"]) == {"task_state_store", "asset_state_store"}
+    assert path.read_bytes() == before

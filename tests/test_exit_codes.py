@@ -1,0 +1,108 @@
+"""The exit-code table of SPEC section 9, row by row, and the promise of no traceback without --debug."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
+
+
+def assert_one_line_error(result, code: int, text: str) -> None:
+    assert result.exit_code == code, result.output
+    assert result.stderr.startswith("statestore: error: "), result.output
+    assert text in result.stderr, result.output
+    assert result.stderr.count("\n") == 1, result.output
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_0_success(cli):
+    assert cli("set", *TASK, "k", "1").exit_code == 0
+    assert cli("get", *TASK, "k").exit_code == 0
+    assert cli("db", "check").exit_code == 0
+
+
+def test_1_get_did_not_find_the_key(cli):
+    assert_one_line_error(cli("get", *TASK, "missing"), 1, "no key 'missing'")
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (("get", *TASK), "Missing argument 'key'"),
+        (("get", "--bogus", "k"), "No such option: --bogus"),
+        (("nonsense",), "No such command 'nonsense'"),
+        (("get", "--map-index", "x", *TASK, "k"), "Invalid value for '--map-index'"),
+        (("clean", "--output", "yaml"), "'yaml' is not one of"),
+        (("set", *TASK, "k", "{"), "VALUE is not valid JSON"),
+        (("set", "--asset-name", "a", "k", "1", "--retention", "1d"), "task keys only"),
+        (("clear", *TASK), "pass --yes"),
+    ],
+)
+def test_2_bad_usage_or_input(cli, args, text):
+    assert_one_line_error(cli(*args), 2, text)
+
+
+def test_2_bad_configuration(cli, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS", "-3")
+    assert_one_line_error(
+        cli("set", *TASK, "k", "1"),
+        2,
+        "environment variable AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS: invalid value '-3' for "
+        "[state_store] default_retention_days: expected a whole number >= 0",
+    )
+
+
+def test_2_missing_driver_names_the_extra(cli):
+    result = cli("get", *TASK, "k", conn="mysql+mysqldb://root@127.0.0.1/test")
+    assert_one_line_error(result, 2, "pip install 'statestore-cli[mysql]'")
+
+
+def test_3_database_unreachable(cli):
+    result = cli("get", *TASK, "k", conn="postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2")
+    assert_one_line_error(result, 3, "database error on postgresql+psycopg://nobody@127.0.0.1:1/none")
+
+
+def test_3_schema_missing(cli, tmp_path):
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    assert_one_line_error(
+        cli("get", *TASK, "k", conn=f"sqlite:///{empty}"), 3, "the state store tables are missing"
+    )
+    check = cli("db", "check", "-o", "json", conn=f"sqlite:///{empty}")
+    assert check.exit_code == 3 and '"ok": false' in check.stdout
+
+
+def test_3_sqlite_file_that_does_not_exist_is_not_created(cli, tmp_path):
+    ghost = tmp_path / "nowhere" / "airflow.db"
+    assert_one_line_error(cli("list", conn=f"sqlite:///{ghost}"), 3, "the file does not exist; run `statestore db init`")
+    assert not ghost.exists() and not ghost.parent.exists()
+
+
+def test_3_custom_backend_failure(cli, tmp_path, monkeypatch):
+    (tmp_path / "broken_backend.py").write_text(
+        "from statestore_cli import BaseStoreBackend\n"
+        "class Broken(BaseStoreBackend):\n"
+        "    def __init__(self):\n"
+        "        raise OSError('bucket not reachable')\n"
+        "    get = set = delete = clear = aget = aset = adelete = aclear = None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", "broken_backend.Broken")
+    assert_one_line_error(cli("get", *TASK, "k"), 3, "cannot create [state_store] backend Broken: bucket not reachable")
+
+
+def test_debug_shows_the_traceback(cli):
+    result = cli("--debug", "get", *TASK, "missing")
+    assert result.exit_code != 0
+    assert result.exception is not None and type(result.exception).__name__ == "NotFoundError"
+
+
+def test_version_and_help(cli):
+    from statestore_cli import __version__
+
+    assert cli("--version").stdout == f"statestore {__version__}\n"
+    help_text = cli("--help").stdout
+    for command in ("get", "set", "delete", "clear", "list", "clean", "db", "config"):
+        assert f" {command} " in help_text
