@@ -26,7 +26,8 @@ def encode_value(value: JsonValue) -> str:
     if value is None:
         raise InvalidInputError("a state value cannot be None (JSON null); delete the key instead")
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        # Airflow stores json.dumps(value) as is: ASCII-escaped, so the bytes match what it writes.
+        return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"the value is not JSON-serialisable: {exc}") from None
 

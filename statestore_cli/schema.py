@@ -101,6 +101,9 @@ asset_active = Table(
     ForeignKeyConstraint(
         ["name", "uri"], ["asset.name", "asset.uri"], name="asset_active_asset_name_uri_fkey", ondelete="CASCADE"
     ),
+    # Airflow's rule: an active asset is unique by name and by uri on its own.
+    Index("idx_asset_active_name_unique", "name", unique=True, mysql_length={"name": 250}),
+    Index("idx_asset_active_uri_unique", "uri", unique=True, mysql_length={"uri": 250}),
 )
 
 task_state_store = Table(

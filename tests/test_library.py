@@ -268,3 +268,26 @@ def test_session_joins_the_callers_transaction(backend):
 def test_asset_keys_reject_expiry(backend):
     with pytest.raises(InvalidInputError, match="asset keys never expire"):
         backend.set(AssetScope(name="a"), "k", "1", expires_at=datetime.now(UTC))
+
+
+def test_values_are_stored_as_airflow_writes_them(backend, db_url):
+    """json.dumps defaults: ASCII-escaped, ", " and ": " separators - the bytes Airflow 3.3.2 writes."""
+    TaskStateStoreAccessor(SCOPE, backend).set("k", {"word": "h\u00e9llo", "n": [1, 2]})
+    assert raw_rows(db_url, "SELECT value FROM task_state_store") == [('{"word": "h\\u00e9llo", "n": [1, 2]}',)]
+
+
+def test_names_and_uris_resolve_to_active_assets_only(backend, db_url):
+    backend.set(AssetScope(name="orders", uri="s3://lake/orders"), "k", "1")
+    [(asset_id,)] = raw_rows(db_url, "SELECT id FROM asset")
+    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("DELETE FROM asset_active")  # the asset became inactive
+    assert backend.get(AssetScope(name="orders"), "k") is None
+    assert backend.get(AssetScope(uri="s3://lake/orders"), "k") is None
+    assert backend.get(AssetScope(asset_id=asset_id), "k") == "1"  # by id, as the REST API addresses it
+
+
+def test_registering_an_asset_whose_name_or_uri_is_taken_is_refused(backend, db_url):
+    backend.set(AssetScope(name="orders", uri="s3://a"), "k", "1")
+    with pytest.raises(InvalidInputError, match="clashes with the active asset name=orders uri=s3://a"):
+        backend.set(AssetScope(name="orders", uri="s3://b"), "k", "1")
+    assert raw_rows(db_url, "SELECT name, uri FROM asset") == [("orders", "s3://a")]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select
+from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement
 
@@ -91,13 +91,11 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             return scope.asset_id
         conds = [asset.c.name == scope.name] if scope.name else []
         conds += [asset.c.uri == scope.uri] if scope.uri else []
+        # As Airflow's execution API does: a name or uri names an active asset (unique by each).
         active = select(asset.c.id).join(
             asset_active, and_(asset_active.c.name == asset.c.name, asset_active.c.uri == asset.c.uri)
         )
-        # Active assets are unique by name and by uri; inactive ones may repeat, so prefer active.
         ids = conn.execute(active.where(*conds).limit(2)).scalars().all()
-        if not ids:
-            ids = conn.execute(select(asset.c.id).where(*conds).limit(2)).scalars().all()
         if len(ids) > 1:
             raise InvalidInputError(f"several assets match {scope.describe()}; give both name and uri, or asset_id")
         if ids:
@@ -106,9 +104,19 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             return None
         if self._is_airflow_db(conn):
             raise InvalidInputError(
-                f"no asset {scope.describe()} in this Airflow database; assets are created by Airflow"
+                f"no active asset {scope.describe()} in this Airflow database; assets are created by Airflow"
             )
         name, uri = scope.name or scope.uri, scope.uri or scope.name
+        clash = conn.execute(
+            select(asset_active.c.name, asset_active.c.uri).where(
+                or_(asset_active.c.name == name, asset_active.c.uri == uri)
+            )
+        ).first()
+        if clash is not None:
+            raise InvalidInputError(
+                f"asset name={name} uri={uri} clashes with the active asset name={clash.name} uri={clash.uri}: "
+                "an active asset's name and uri are each unique"
+            )
         insert_if_missing(conn, asset, {"name": name, "uri": uri})
         insert_if_missing(conn, asset_active, {"name": name, "uri": uri})
         return int(conn.execute(select(asset.c.id).where(asset.c.name == name, asset.c.uri == uri)).scalar_one())
