@@ -6,7 +6,6 @@ them; rendering is the caller's business.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -24,10 +23,12 @@ from statestore_cli.database import (
     init_schema,
     inspect_schema,
     make_engine,
+    mask_url,
+    parse_url,
     translate_errors,
 )
 from statestore_cli.entries import Entry, KeyFilter
-from statestore_cli.errors import BackendError, NotFoundError, first_line
+from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, first_line
 from statestore_cli.retention import Retention, utcnow
 from statestore_cli.scopes import StoreScope, TaskScope, check_key
 
@@ -135,8 +136,6 @@ def set_value(
     if isinstance(acc, TaskStateStoreAccessor):
         return acc.set(key, value, retention)
     if retention is not None:
-        from statestore_cli.errors import InvalidInputError
-
         raise InvalidInputError("--retention applies to task keys only; asset keys never expire")
     acc.set(key, value)
     return None
@@ -234,10 +233,4 @@ def config_rows(settings: Settings) -> list[ConfigRow]:
 
 
 def _mask(conn: str) -> str:
-    from statestore_cli.database import parse_url
-
-    return parse_url(conn).render_as_string(hide_password=True)
-
-
-def encode_for_output(value: JsonValue) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return mask_url(parse_url(conn))

@@ -73,8 +73,17 @@ def make_engine(conn: str, *, create_file: bool = False) -> Engine:
     return engine
 
 
+_SECRET_PARAMS = ("password", "passwd", "pwd", "secret", "token", "sslpassword")
+
+
+def mask_url(url: URL) -> str:
+    """The URL as it may be shown: the password and password-like query parameters replaced by ***."""
+    secret = {k: "***" for k in url.query if any(word in k.lower() for word in _SECRET_PARAMS)}
+    return url.update_query_dict(secret).render_as_string(hide_password=True)
+
+
 def describe_engine(engine: Engine) -> str:
-    return engine.url.render_as_string(hide_password=True)
+    return mask_url(engine.url)
 
 
 @contextmanager

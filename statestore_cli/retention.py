@@ -74,10 +74,18 @@ def compute_expires_at(retention: Retention, default_retention_days: int, now: d
     if retention is NEVER_EXPIRE:
         return None
     if retention is None:
-        return now + timedelta(days=default_retention_days) if default_retention_days > 0 else None
+        if default_retention_days <= 0:
+            return None
+        try:
+            return now + timedelta(days=default_retention_days)
+        except OverflowError:
+            raise InvalidInputError(
+                f"[state_store] default_retention_days = {default_retention_days} reaches past the year 9999; "
+                "lower it, or use 0 for keys that never expire"
+            ) from None
     if not isinstance(retention, timedelta):
         raise InvalidInputError(f"retention must be a timedelta or NEVER_EXPIRE, got {retention!r}")
     try:
         return now + check_duration(retention)
     except OverflowError:
-        raise InvalidInputError(f"retention {retention} reaches past the year 9999; use NEVER_EXPIRE") from None
+        raise InvalidInputError(f"a retention of {retention} reaches past the year 9999; use NEVER_EXPIRE") from None

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from statestore_cli.cli.app import app
-from statestore_cli.config import load_settings
 from statestore_cli.commands import db_init
+from statestore_cli.config import load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

@@ -12,11 +12,10 @@ import os
 import re
 import shutil
 import sqlite3
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from conftest import SHARED
 
 FIXTURES = SHARED / "fixtures"
@@ -90,7 +89,8 @@ def test_timestamps_are_stored_in_airflows_text_form(cli, db_url):
     cli("set", "--asset-name", "a", "k", "1")
     with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
         stamps = conn.execute(
-            "SELECT updated_at, expires_at FROM task_state_store UNION ALL SELECT updated_at, NULL FROM asset_state_store"
+            "SELECT updated_at, expires_at FROM task_state_store "
+            "UNION ALL SELECT updated_at, NULL FROM asset_state_store"
         ).fetchall()
     for updated, expires in stamps:
         assert TIMESTAMP_TEXT.fullmatch(updated), updated
@@ -144,7 +144,8 @@ def test_airflow_database_mode(runner, tmp_path):
     now_text = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
     with sqlite3.connect(path) as db:
         airflow_would_delete = {
-            r[0] for r in db.execute(
+            r[0]
+            for r in db.execute(
                 "SELECT key FROM task_state_store WHERE expires_at IS NOT NULL AND expires_at < ?", (now_text,)
             )
         }

@@ -199,12 +199,11 @@ def test_dry_run_plain_output_is_one_line_per_row(cli, db_url):
     seed(db_url, [("d", "r", "t", 2, "k", PAST)])
     result = cli("clean", "--dry-run")  # not a terminal: plain
     assert _fixed_cutoff(result.stdout) == (
-        "d\tr\tt\t2\tk\t2020-01-02 03:04:05 UTC\n"
-        "dry run: 1 expired task key would be deleted (expired before <now>)\n"
+        "d\tr\tt\t2\tk\t2020-01-02 03:04:05 UTC\ndry run: 1 expired task key would be deleted (expired before <now>)\n"
     )
 
 
-CUSTOM_BACKEND = '''
+CUSTOM_BACKEND = """
 from statestore_cli import BaseStoreBackend
 from statestore_cli.backends.base import ThreadOffloadMixin
 
@@ -221,7 +220,7 @@ class DictBackend(ThreadOffloadMixin, BaseStoreBackend):
 
     def clear(self, scope, *, all_map_indices=False, session=None):
         return 0
-'''
+"""
 
 
 @pytest.mark.parametrize("dry_run", [True, False])

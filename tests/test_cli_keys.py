@@ -203,9 +203,9 @@ def test_asset_keys_by_name_uri_and_id(cli, db_url):
         result = cli("get", *scope, "watermark")
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout) == "2026-11-01"
-    assert _rows(db_url, "SELECT last_updated_by_kind, expires_at IS NULL FROM asset_state_store, (SELECT NULL AS expires_at)") == [
-        ("api", 1)
-    ]
+    assert _rows(
+        db_url, "SELECT last_updated_by_kind, expires_at IS NULL FROM asset_state_store, (SELECT NULL AS expires_at)"
+    ) == [("api", 1)]
 
 
 def test_unknown_asset_id_on_set_is_refused(cli):

@@ -50,7 +50,7 @@ def test_2_bad_configuration(cli, monkeypatch):
         cli("set", *TASK, "k", "1"),
         2,
         "environment variable AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS: invalid value '-3' for "
-        "[state_store] default_retention_days: expected a whole number >= 0",
+        "[state_store] default_retention_days: expected a whole number from 0 to 2147483647",
     )
 
 
@@ -67,16 +67,16 @@ def test_3_database_unreachable(cli):
 def test_3_schema_missing(cli, tmp_path):
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()
-    assert_one_line_error(
-        cli("get", *TASK, "k", conn=f"sqlite:///{empty}"), 3, "the state store tables are missing"
-    )
+    assert_one_line_error(cli("get", *TASK, "k", conn=f"sqlite:///{empty}"), 3, "the state store tables are missing")
     check = cli("db", "check", "-o", "json", conn=f"sqlite:///{empty}")
     assert check.exit_code == 3 and '"ok": false' in check.stdout
 
 
 def test_3_sqlite_file_that_does_not_exist_is_not_created(cli, tmp_path):
     ghost = tmp_path / "nowhere" / "airflow.db"
-    assert_one_line_error(cli("list", conn=f"sqlite:///{ghost}"), 3, "the file does not exist; run `statestore db init`")
+    assert_one_line_error(
+        cli("list", conn=f"sqlite:///{ghost}"), 3, "the file does not exist; run `statestore db init`"
+    )
     assert not ghost.exists() and not ghost.parent.exists()
 
 

@@ -7,6 +7,7 @@ passed through ``safe_text``/``safe_json`` and into rich only as ``Text`` object
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -55,8 +56,10 @@ class Output:
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        self.console = Console(highlight=False, soft_wrap=False)
-        self.stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+        # NO_COLOR (no-color.org) asks for no ANSI styling at all, not only no colours.
+        plain = bool(os.environ.get("NO_COLOR"))
+        self.console = Console(highlight=False, soft_wrap=False, color_system=None if plain else "auto")
+        self.stderr = Console(stderr=True, highlight=False, soft_wrap=True, color_system=None if plain else "auto")
 
     @classmethod
     def choose(cls, requested: str = "auto") -> Output:

@@ -12,6 +12,7 @@ Lookup order, first match wins, for every option:
 
 from __future__ import annotations
 
+import ast
 import configparser
 import os
 import re
@@ -44,6 +45,7 @@ class OptionSpec:
     default: Any
     description: str
     min: int | None = None
+    max: int = 2_147_483_647  # the widest INTEGER every engine stores
     secret: bool = False
 
     @property
@@ -84,16 +86,20 @@ def _invalid(spec: OptionSpec, raw: str, source: str, expected: str) -> ConfigEr
     )
 
 
+def _int_range(spec: OptionSpec) -> str:
+    if spec.min is None:
+        return f"a whole number <= {spec.max}"
+    return f"a whole number from {spec.min} to {spec.max}"
+
+
 def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
     text = raw.strip()
     if spec.type == "int":
-        floor = spec.min if spec.min is not None else None
-        expected = "a whole number" + (f" >= {floor}" if floor is not None else "")
         if not re.fullmatch(r"[+-]?\d+", text):
-            raise _invalid(spec, raw, source, expected)
+            raise _invalid(spec, raw, source, _int_range(spec))
         number = int(text)
-        if floor is not None and number < floor:
-            raise _invalid(spec, raw, source, expected)
+        if (spec.min is not None and number < spec.min) or number > spec.max:
+            raise _invalid(spec, raw, source, _int_range(spec))
         return number
     if spec.type == "bool":
         if text.lower() in _TRUE:
@@ -123,8 +129,10 @@ def find_config_file(config_path: str | os.PathLike[str] | None, environ: Mappin
     """The INI file to read, or None when the discovered one does not exist."""
     if config_path is not None:
         path = Path(config_path).expanduser()
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"config file {path} does not exist; pass an existing file to --config")
+        if not path.is_file():
+            raise ConfigError(f"config file {path} is not a file; pass an airflow.cfg-style file to --config")
         return path
     if environ.get("AIRFLOW_CONFIG"):
         path = Path(environ["AIRFLOW_CONFIG"]).expanduser()
@@ -139,6 +147,22 @@ def _read_ini(path: Path) -> configparser.RawConfigParser:
     try:
         with path.open(encoding="utf-8") as handle:
             parser.read_file(handle)
+    except configparser.MissingSectionHeaderError as exc:
+        problem = (
+            "is an unclosed [section] header"
+            if exc.line.lstrip().startswith("[")
+            else "comes before any [section] header"
+        )
+        raise ConfigError(
+            f"cannot read config file {path}: line {exc.lineno} {problem}: {exc.line.strip()!r}"
+        ) from None
+    except configparser.ParsingError as exc:
+        lineno, shown = exc.errors[0]
+        line = ast.literal_eval(shown) if shown[:1] in "'\"" else shown  # configparser keeps repr(line)
+        raise ConfigError(
+            f"cannot read config file {path}: line {lineno} is neither '[section]' nor 'option = value': "
+            f"{line.strip()!r}"
+        ) from None
     except (OSError, UnicodeDecodeError, configparser.Error) as exc:
         reason = str(exc).splitlines()[0]
         raise ConfigError(f"cannot read config file {path}: {reason}") from None

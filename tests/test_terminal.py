@@ -1,0 +1,131 @@
+"""Behaviour that needs a real terminal (a pseudo-terminal here) or a real installed wheel."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
+
+
+def run_in_pty(args: list[str], answer: str | None, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``python -m statestore_cli ARGS`` with a terminal on stdin/stdout, typing ``answer``."""
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statestore_cli", *args],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env=env,
+        close_fds=True,
+    )
+    os.close(secondary)
+    seen = b""
+    answered = answer is None
+    while True:
+        ready, _, _ = select.select([primary], [], [], 20)
+        if not ready:
+            proc.kill()
+            pytest.fail(f"no output from the terminal session; so far: {seen!r}")
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if not answered and b"[y/N]" in seen:
+            os.write(primary, answer.encode() + b"\n")
+            answered = True
+    os.close(primary)
+    return proc.wait(timeout=20), seen.decode(errors="replace")
+
+
+def _count(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT count(*) FROM task_state_store").fetchone()[0]
+
+
+@pytest.mark.parametrize("answer, code, remaining", [("y", 0, 0), ("n", 1, 2)])
+def test_clear_asks_on_a_terminal(cli, db_url, answer, code, remaining):
+    cli("set", *TASK, "a", "1")
+    cli("set", *TASK, "b", "1")
+    env = {**os.environ, "COLUMNS": "120", "NO_COLOR": "1"}
+    status, screen = run_in_pty(["--conn", db_url, "clear", *TASK], answer, env)
+    assert status == code, screen
+    assert "Delete 2 keys of dag_id=d run_id=r task_id=t map_index=-1? [y/N]" in screen
+    assert _count(Path(db_url.removeprefix("sqlite:///"))) == remaining
+    assert ("deleted 2 keys of" in screen) is (answer == "y")
+
+
+def test_terminal_output_is_a_table_and_no_color_is_respected(cli, db_url):
+    cli("set", *TASK, "a", "1")
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    _, coloured = run_in_pty(["--conn", db_url, "list"], None, env)
+    assert "┏" in coloured and "\x1b[" in coloured  # a rich table, styled
+    _, plain = run_in_pty(["--conn", db_url, "list"], None, {**env, "NO_COLOR": "1"})
+    assert "┏" in plain and "\x1b[1m" not in plain and "\x1b[3" not in plain
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        check=True,
+    )
+    [built] = out.glob("statestore_cli-*.whl")
+    return built
+
+
+def test_wheel_ships_the_option_schema(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "statestore_cli/config/options.toml" in names
+    assert "statestore_cli/py.typed" in names
+    assert not any(name.startswith("tests/") for name in names)
+
+
+def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
+    """Installed from the wheel, run with no site hooks (so no editable path) and cwd outside the repo."""
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True
+    )
+    deps = sysconfig.get_paths()["purelib"]
+    env = {
+        "PYTHONPATH": f"{site}{os.pathsep}{deps}",
+        "AIRFLOW_HOME": str(tmp_path / "home"),
+        "PATH": os.environ["PATH"],
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-S", "-m", "statestore_cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+
+    where = subprocess.run(
+        [sys.executable, "-S", "-c", "import statestore_cli; print(statestore_cli.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.startswith(str(site)), where.stdout
+    assert run("db", "init").returncode == 0
+    assert run("set", *TASK, "k", '{"x": 1}').returncode == 0
+    got = run("get", *TASK, "k")
+    assert (got.returncode, got.stdout) == (0, '{"x": 1}\n'), got.stderr
+    shown = run("config", "show", "-o", "json")
+    assert shown.returncode == 0 and '"default_retention_days": {"value": 30' in shown.stdout, shown.stderr
