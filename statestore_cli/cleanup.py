@@ -1,11 +1,14 @@
 """Garbage collection of expired task keys (SPEC section 4).
 
 The dry run and the real run share ``expired()``, evaluated against one ``now`` fixed when the
-run starts, so what a dry run lists is exactly what a real run at the same instant deletes.
+run starts, so what a dry run lists is exactly what a real run at the same instant deletes. Each
+delete re-checks the condition on the rows it removes: a key a writer refreshed after it was
+selected survives.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,7 +17,7 @@ from sqlalchemy import and_, delete, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Delete
 
-from statestore_cli.database import translate_errors
+from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.schema import task_state_store as _task
 
@@ -30,11 +33,20 @@ class ExpiredRow:
 
 
 @dataclass(frozen=True)
+class Timeouts:
+    """Per-session limits so a clean never hangs behind another transaction; None = the server's own."""
+
+    lock_seconds: float | None = 30.0
+    statement_seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class CleanReport:
     deleted: int
     batches: int
     batch_size: int
     cutoff: datetime
+    notes: tuple[str, ...] = ()
 
 
 def expired(now: datetime) -> ColumnElement[bool]:
@@ -51,28 +63,66 @@ def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
             yield ExpiredRow(*row)
 
 
-def _batch_statement(conn: Connection, now: datetime, batch_size: int) -> Delete:
-    if conn.dialect.name in ("mysql", "mariadb"):
-        # MySQL refuses LIMIT in an IN sub-select, but has DELETE ... LIMIT.
+def apply_timeouts(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
+    """Set the session's lock and statement timeouts; returns a note for each the engine cannot apply."""
+    dialect = conn.dialect.name
+    lock, statement = timeouts.lock_seconds, timeouts.statement_seconds
+    notes: list[str] = []
+    if dialect == "postgresql":
+        if lock is not None:
+            conn.exec_driver_sql(f"SET lock_timeout = {math.ceil(lock * 1000)}")
+        if statement is not None:
+            conn.exec_driver_sql(f"SET statement_timeout = {math.ceil(statement * 1000)}")
+    elif dialect in ("mysql", "mariadb"):
+        if lock is not None:
+            conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(lock))}")
+        if statement is not None:
+            if getattr(conn.dialect, "is_mariadb", False):
+                conn.exec_driver_sql(f"SET SESSION max_statement_time = {statement:.3f}")
+            else:
+                notes.append("MySQL has no statement timeout for DELETE; --statement-timeout was not applied")
+    else:
+        if lock is not None:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout = {math.ceil(lock * 1000)}")
+        if statement is not None:
+            notes.append("SQLite has no statement timeout; --statement-timeout was not applied")
+    conn.commit()
+    return tuple(notes)
+
+
+def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Delete:
+    if dialect in ("mysql", "mariadb"):
+        # MySQL refuses a LIMIT in an IN sub-select on the table it deletes from, but has DELETE ... LIMIT.
         return delete(_task).where(expired(now)).with_dialect_options(mysql_limit=batch_size)
-    ids = select(_task.c.id).where(expired(now)).limit(batch_size).scalar_subquery()
-    return delete(_task).where(_task.c.id.in_(ids))
+    ids = select(_task.c.id).where(expired(now)).limit(batch_size)
+    if dialect == "postgresql":
+        # Rows another cleaner holds are skipped, not waited for: two cleans share the work.
+        ids = ids.with_for_update(skip_locked=True)
+    return delete(_task).where(_task.c.id.in_(ids.scalar_subquery()), expired(now))
 
 
-def delete_expired(engine: Engine, now: datetime, batch_size: int) -> CleanReport:
+def delete_expired(engine: Engine, now: datetime, batch_size: int, timeouts: Timeouts | None = None) -> CleanReport:
     """Delete what ``iter_expired(now)`` lists: in one statement, or ``batch_size`` rows per commit."""
     if batch_size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
+    stmt = (
+        delete(_task).where(expired(now)) if batch_size == 0 else _batch_statement(engine.dialect.name, now, batch_size)
+    )
     deleted = batches = 0
-    with translate_errors(engine):
-        while True:
-            with engine.begin() as conn:
-                stmt = delete(_task).where(expired(now)) if batch_size == 0 else _batch_statement(conn, now, batch_size)
+    with translate_errors(engine), engine.connect() as conn:
+        notes = apply_timeouts(conn, timeouts or Timeouts())
+
+        def one_batch() -> int:
+            with conn.begin():
                 count = conn.execute(stmt).rowcount
             if count is None or count < 0:
                 raise BackendError("the database did not report how many rows the clean deleted")
+            return int(count)
+
+        while True:
+            count = retry_deadlocks(one_batch)
             deleted += count
             batches += 1 if count else 0
             if batch_size == 0 or count < batch_size:
                 break
-    return CleanReport(deleted=deleted, batches=batches, batch_size=batch_size, cutoff=now)
+    return CleanReport(deleted=deleted, batches=batches, batch_size=batch_size, cutoff=now, notes=notes)

@@ -15,7 +15,7 @@ from statestore_cli.accessors import AssetStateStoreAccessor, TaskStateStoreAcce
 from statestore_cli.backends.base import BaseStoreBackend, JsonValue
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.cleanup import CleanReport, ExpiredRow, delete_expired, iter_expired
+from statestore_cli.cleanup import CleanReport, ExpiredRow, Timeouts, delete_expired, iter_expired
 from statestore_cli.config import Settings, describe_source
 from statestore_cli.database import (
     SchemaState,
@@ -198,14 +198,19 @@ def plan_clean(settings: Settings, now: datetime | None = None) -> CleanPlan:
     return CleanPlan(cutoff, iter_expired(open_metastore(settings).engine, cutoff))
 
 
-def clean(settings: Settings, batch_size: int | None = None, now: datetime | None = None) -> CleanReport | str:
+def clean(
+    settings: Settings,
+    batch_size: int | None = None,
+    now: datetime | None = None,
+    timeouts: Timeouts | None = None,
+) -> CleanReport | str:
     """Delete expired task keys; returns the report, or the reason the clean was skipped."""
     cutoff = now or utcnow()
     reason = _skip_reason(settings)
     if reason:
         return reason
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
-    return delete_expired(open_metastore(settings).engine, cutoff, size)
+    return delete_expired(open_metastore(settings).engine, cutoff, size, timeouts)
 
 
 # -- config --------------------------------------------------------------------------------------------

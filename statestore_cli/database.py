@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib.util
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event, inspect
 from sqlalchemy import exc as sa_exc
@@ -15,8 +17,18 @@ from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 from statestore_cli.errors import ConfigError, DatabaseError, SchemaMissingError, first_line
 from statestore_cli.schema import PARENT_TABLES, STATE_TABLES, metadata
 
-# Which optional extra of the package brings the driver a URL names.
-_DRIVER_EXTRAS = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
+T = TypeVar("T")
+
+# The driver each optional extra of the package brings.
+_EXTRAS = {"postgresql": ("postgres", "psycopg"), "mysql": ("mysql", "pymysql"), "mariadb": ("mysql", "pymysql")}
+
+
+def _driver_hint(url: URL) -> str:
+    extra, driver = _EXTRAS[url.get_backend_name()]
+    install = f"pip install 'statestore-cli[{extra}]'"
+    if url.get_driver_name() == driver:
+        return f"install it with: {install}"
+    return f"install it, or use {url.get_backend_name()}+{driver}:// after {install}"
 
 
 def parse_url(conn: str) -> URL:
@@ -43,16 +55,50 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     cursor.close()
 
 
+def _mysql_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # TIMESTAMP columns convert through the session time zone: pin it to UTC, as Airflow does, so
+    # the server's own setting never shifts what is stored or what counts as expired.
+    cursor = dbapi_conn.cursor()
+    cursor.execute("SET time_zone = '+00:00'")
+    cursor.close()
+
+
+# URL forms Airflow users have, mapped to a driver this package can install when theirs is missing.
+_DRIVER_FALLBACKS = {
+    "postgresql": ("psycopg2", "postgresql+psycopg"),
+    "postgresql+psycopg2": ("psycopg2", "postgresql+psycopg"),
+    "mysql": ("MySQLdb", "mysql+pymysql"),
+    "mysql+mysqldb": ("MySQLdb", "mysql+pymysql"),
+    "mariadb": ("MySQLdb", "mariadb+pymysql"),
+    "mariadb+mysqldb": ("MySQLdb", "mariadb+pymysql"),
+}
+
+
+def _usable_driver(url: URL) -> URL:
+    """``url`` with its driver, or the equivalent driver of our extras when that one is not installed."""
+    fallback = _DRIVER_FALLBACKS.get(url.drivername)
+    if fallback is None or _installed(fallback[0]):
+        return url
+    return url.set(drivername=fallback[1])
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module blocked or half-installed counts as missing
+        return False
+
+
 SUPPORTED_BACKENDS = ("sqlite", "postgresql", "mysql", "mariadb")
 
 
 def make_engine(conn: str, *, create_file: bool = False) -> Engine:
     """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``)."""
     url = parse_url(conn)
-    if url.get_backend_name() not in SUPPORTED_BACKENDS:
+    backend = url.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
         raise ConfigError(
-            f"unsupported database {url.get_backend_name()!r} in [database] sql_alchemy_conn: "
-            "use sqlite://, postgresql:// or mysql://"
+            f"unsupported database {backend!r} in [database] sql_alchemy_conn: use sqlite://, postgresql:// or mysql://"
         )
     path = sqlite_path(url)
     if path is not None:
@@ -60,16 +106,23 @@ def make_engine(conn: str, *, create_file: bool = False) -> Engine:
             path.parent.mkdir(parents=True, exist_ok=True)
         elif not path.exists():
             raise SchemaMissingError(f"no state store at {path}: the file does not exist; run `statestore db init`")
+    url = _usable_driver(url)
+    options: dict[str, Any] = {}
+    if backend in ("mysql", "mariadb"):
+        # Row locks only, no gap locks: concurrent upserts and batched deletes do not deadlock each other.
+        options["isolation_level"] = "READ COMMITTED"
     try:
-        engine = create_engine(url)
+        engine = create_engine(url, **options)
     except ModuleNotFoundError as exc:
-        extra = _DRIVER_EXTRAS.get(url.get_backend_name())
-        hint = f"; install it with: pip install 'statestore-cli[{extra}]'" if extra else ""
-        raise ConfigError(f"the database driver for {url.drivername!r} is not installed ({exc.name}){hint}") from None
+        raise ConfigError(
+            f"the database driver for {url.drivername!r} is not installed ({exc.name}); {_driver_hint(url)}"
+        ) from None
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
-    if url.get_backend_name() == "sqlite":
+    if backend == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect)
+    elif backend in ("mysql", "mariadb"):
+        event.listen(engine, "connect", _mysql_on_connect)
     return engine
 
 
@@ -93,13 +146,45 @@ def translate_errors(engine: Engine) -> Iterator[None]:
         yield
     except sa_exc.DBAPIError as exc:
         message = first_line(exc.orig) if exc.orig is not None else first_line(exc)
+        where = describe_engine(engine)
         if _is_missing_table(message):
             raise SchemaMissingError(
-                f"the state store tables are missing in {describe_engine(engine)}; run `statestore db init`"
+                f"the state store tables are missing in {where}; run `statestore db init`"
             ) from None
-        raise DatabaseError(f"database error on {describe_engine(engine)}: {message}") from None
+        if _is_lock_timeout(message):
+            raise DatabaseError(
+                f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: "
+                "retry later, or raise --lock-timeout"
+            ) from None
+        raise DatabaseError(f"database error on {where}: {message}") from None
     except sa_exc.SQLAlchemyError as exc:
         raise DatabaseError(f"database error on {describe_engine(engine)}: {first_line(exc)}") from None
+
+
+def _is_lock_timeout(message: str) -> bool:
+    lowered = message.lower()
+    return any(m in lowered for m in ("lock timeout", "lock wait timeout", "database is locked"))
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """A transaction the database rolled back to break a deadlock: safe to run again."""
+    orig = getattr(exc, "orig", None)
+    if getattr(orig, "sqlstate", None) in ("40P01", "40001"):  # PostgreSQL
+        return True
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    return bool(args) and args[0] == 1213  # MySQL / MariaDB: ER_LOCK_DEADLOCK
+
+
+def retry_deadlocks(action: Callable[[], T], attempts: int = 5) -> T:
+    """Run ``action`` (a whole transaction), again when the database chose it as a deadlock victim."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except sa_exc.DBAPIError as exc:
+            if attempt == attempts - 1 or not is_deadlock(exc):
+                raise
+            time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _is_missing_table(message: str) -> bool:

@@ -43,9 +43,14 @@ def utcnow() -> datetime:
 
 def parse_retention(text: str) -> timedelta | _NeverExpire:
     """Parse a retention as the CLI takes it: ``never``, ``1d12h`` or ISO 8601 ``P1DT12H``."""
-    raw = text.strip()
-    if raw.lower() == "never":
+    if text.strip().lower() == "never":
         return NEVER_EXPIRE
+    return check_duration(parse_duration(text, "retention"), source=repr(text))
+
+
+def parse_duration(text: str, what: str) -> timedelta:
+    """``90s``, ``15m``, ``6h``, ``7d``, ``1w``, combinations such as ``1d12h``, or ISO 8601 ``P1DT12H``."""
+    raw = text.strip()
     compact = _COMPACT.fullmatch(raw.lower())
     iso = _ISO.fullmatch(raw.upper())
     if raw and compact and any(compact.groups()):
@@ -53,13 +58,13 @@ def parse_retention(text: str) -> timedelta | _NeverExpire:
     elif iso and any(iso.groups()):
         parts = iso.groups()
     else:
-        raise InvalidInputError(f"invalid retention {text!r}: {_DURATION_HELP}")
+        hint = _DURATION_HELP if what == "retention" else "use a duration such as 30s, 5m or 1h"
+        raise InvalidInputError(f"invalid {what} {text!r}: {hint}")
     weeks, days, hours, minutes, seconds = (float(g or 0) for g in parts)
     try:
-        duration = timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
+        return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
     except OverflowError:
-        raise InvalidInputError(f"retention {text!r} is too long; use 'never' for a key that never expires") from None
-    return check_duration(duration, source=repr(text))
+        raise InvalidInputError(f"{what} {text!r} is too long") from None
 
 
 def check_duration(duration: timedelta, source: str = "") -> timedelta:

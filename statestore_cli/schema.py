@@ -29,12 +29,23 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-# Ids and keys are case-sensitive everywhere; MySQL needs a binary collation for that.
-_BIN = "utf8mb3_bin"
+# Ids and keys are case-sensitive everywhere; MySQL needs a binary collation for that. utf8mb4 (not
+# Airflow's utf8mb3) so keys outside the Basic Multilingual Plane fit; the widest index,
+# (dag_run_id, task_id, map_index, key), still stays under InnoDB's 3072-byte key limit.
+_MYSQL = ("mysql", "mariadb")
 
 
 def _id(length: int) -> Any:
-    return String(length).with_variant(mysql.VARCHAR(length, collation=_BIN), "mysql", "mariadb")
+    return String(length).with_variant(mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), *_MYSQL)
+
+
+def _asset_text() -> Any:
+    # As Airflow on MySQL: single-byte case-sensitive text, so the unique (name, uri) index fits.
+    return String(1500).with_variant(mysql.VARCHAR(1500, charset="latin1", collation="latin1_general_cs"), *_MYSQL)
+
+
+def _value_text() -> Any:
+    return Text().with_variant(mysql.MEDIUMTEXT(charset="utf8mb4", collation="utf8mb4_bin"), *_MYSQL)
 
 
 class UtcTimestamp(TypeDecorator[datetime]):
@@ -49,7 +60,7 @@ class UtcTimestamp(TypeDecorator[datetime]):
 
     def load_dialect_impl(self, dialect: Dialect) -> Any:
         if dialect.name in ("mysql", "mariadb"):
-            return dialect.type_descriptor(mysql.TIMESTAMP(fsp=6))
+            return dialect.type_descriptor(mysql.TIMESTAMP(fsp=6))  # naive UTC: sessions run at +00:00
         return self.impl_instance
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
@@ -86,24 +97,24 @@ asset = Table(
     "asset",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(1500), nullable=False),
-    Column("uri", String(1500), nullable=False),
-    Index("idx_asset_name_uri_unique", "name", "uri", unique=True, mysql_length={"name": 250, "uri": 250}),
+    Column("name", _asset_text(), nullable=False),
+    Column("uri", _asset_text(), nullable=False),
+    Index("idx_asset_name_uri_unique", "name", "uri", unique=True),
     sqlite_autoincrement=True,
 )
 
 asset_active = Table(
     "asset_active",
     metadata,
-    Column("name", String(1500), nullable=False),
-    Column("uri", String(1500), nullable=False),
+    Column("name", _asset_text(), nullable=False),
+    Column("uri", _asset_text(), nullable=False),
     PrimaryKeyConstraint("name", "uri", name="asset_active_pkey"),
     ForeignKeyConstraint(
         ["name", "uri"], ["asset.name", "asset.uri"], name="asset_active_asset_name_uri_fkey", ondelete="CASCADE"
     ),
     # Airflow's rule: an active asset is unique by name and by uri on its own.
-    Index("idx_asset_active_name_unique", "name", unique=True, mysql_length={"name": 250}),
-    Index("idx_asset_active_uri_unique", "uri", unique=True, mysql_length={"uri": 250}),
+    Index("idx_asset_active_name_unique", "name", unique=True),
+    Index("idx_asset_active_uri_unique", "uri", unique=True),
 )
 
 task_state_store = Table(
@@ -121,7 +132,7 @@ task_state_store = Table(
     Column("key", _id(512), nullable=False),
     Column("dag_id", _id(250), nullable=False),
     Column("run_id", _id(250), nullable=False),
-    Column("value", Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+    Column("value", _value_text(), nullable=False),
     Column("updated_at", UtcTimestamp(), nullable=False),
     Column("expires_at", UtcTimestamp(), nullable=True),
     UniqueConstraint("dag_run_id", "task_id", "map_index", "key", name="task_state_store_uq"),
@@ -140,7 +151,7 @@ asset_state_store = Table(
         nullable=False,
     ),
     Column("key", _id(512), nullable=False),
-    Column("value", Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+    Column("value", _value_text(), nullable=False),
     Column("updated_at", UtcTimestamp(), nullable=False),
     Column("last_updated_by_kind", String(16)),
     Column("last_updated_by_dag_id", _id(250)),

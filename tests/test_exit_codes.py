@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -54,9 +56,39 @@ def test_2_bad_configuration(cli, monkeypatch):
     )
 
 
-def test_2_missing_driver_names_the_extra(cli):
-    result = cli("get", *TASK, "k", conn="mysql+mysqldb://root@127.0.0.1/test")
-    assert_one_line_error(result, 2, "pip install 'statestore-cli[mysql]'")
+def test_2_unknown_driver_says_how_to_get_one(cli):
+    result = cli("get", *TASK, "k", conn="mysql+mysqlconnector://root@127.0.0.1/test")
+    assert_one_line_error(
+        result,
+        2,
+        "the database driver for 'mysql+mysqlconnector' is not installed (mysql); "
+        "install it, or use mysql+pymysql:// after pip install 'statestore-cli[mysql]'",
+    )
+
+
+@pytest.mark.parametrize(
+    "url, blocked, extra",
+    [
+        ("postgresql://u@127.0.0.1/db", ("psycopg", "psycopg2"), "postgres"),
+        ("postgresql+psycopg2://u@127.0.0.1/db", ("psycopg", "psycopg2"), "postgres"),
+        ("mysql://root@127.0.0.1/test", ("pymysql", "MySQLdb"), "mysql"),
+        ("mysql+pymysql://root@127.0.0.1/test", ("pymysql", "MySQLdb"), "mysql"),
+    ],
+)
+def test_2_missing_driver_names_the_extra(url, blocked, extra, tmp_path):
+    """In a process where the drivers cannot be imported, as after a plain `pip install statestore-cli`."""
+    script = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "from statestore_cli.__main__ import main\n"
+        f"sys.argv = ['statestore', '--conn', {url!r}, 'list']\n"
+        "main()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("statestore: error: the database driver for ")
+    assert f"pip install 'statestore-cli[{extra}]'" in run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
 
 
 def test_3_database_unreachable(cli):

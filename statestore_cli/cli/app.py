@@ -12,13 +12,14 @@ import typer
 from typer.core import TyperGroup
 
 from statestore_cli import __version__, commands
+from statestore_cli.cleanup import Timeouts
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.cli.scope_options import ScopeArgs, with_scope_options
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
 from statestore_cli.errors import EXIT_OPERATIONAL, EXIT_USAGE, InvalidInputError, StateStoreError, first_line
-from statestore_cli.retention import parse_retention
+from statestore_cli.retention import parse_duration, parse_retention
 
 try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
     from typer._click import exceptions as click_exceptions
@@ -296,6 +297,12 @@ def clean(
     show_all: Annotated[
         bool, typer.Option("--all", help="With --dry-run on a terminal: list every row, not the first 100.")
     ] = False,
+    lock_timeout: Annotated[
+        str, typer.Option("--lock-timeout", help="Give up when a lock is not granted within this time (e.g. 30s, 2m).")
+    ] = "30s",
+    statement_timeout: Annotated[
+        Optional[str], typer.Option("--statement-timeout", help="Cancel one statement after this long (default: none).")
+    ] = None,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """Delete expired task keys (expires_at before now); asset keys and keys that never expire stay."""
@@ -308,7 +315,13 @@ def clean(
         else:
             out.clean_plan(plan, limit=None if show_all else 100)
         return
-    result = commands.clean(settings, batch_size)
+    timeouts = Timeouts(
+        lock_seconds=parse_duration(lock_timeout, "--lock-timeout").total_seconds(),
+        statement_seconds=parse_duration(statement_timeout, "--statement-timeout").total_seconds()
+        if statement_timeout is not None
+        else None,
+    )
+    result = commands.clean(settings, batch_size, timeouts=timeouts)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
     else:

@@ -160,6 +160,8 @@ class Output:
             self.line(f"skipped: {reason}")
 
     def clean_report(self, report: CleanReport) -> None:
+        for note in report.notes:
+            self.stderr.print(Text(f"note: {note}"), soft_wrap=True)
         if self.json:
             self.write_json(
                 {
