@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, make_url, text
 from typer.testing import CliRunner
 
 from statestore_cli.cli.app import app
@@ -36,12 +40,105 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+# -- engines --------------------------------------------------------------------------------------------
+# The servers the development and CI machines run; override with STATESTORE_TEST_PG / STATESTORE_TEST_MYSQL.
+SERVERS = {
+    "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
+HOW_TO_START = {
+    "postgresql": "start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
+    "mariadb": "start it with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+}
+ENGINES = ("sqlite", "postgresql", "mariadb")
+_reachable: dict[str, str | None] = {}
+
+
+def require_server(name: str) -> str:
+    """The server's admin URL; skips the test (fails it under CI=true) when the server is unreachable."""
+    if name not in _reachable:
+        try:
+            engine = create_engine(SERVERS[name], connect_args={"connect_timeout": 3})
+            with engine.connect():
+                pass
+            engine.dispose()
+            _reachable[name] = None
+        except Exception as exc:  # any failure to connect means: no server here
+            _reachable[name] = str(exc).splitlines()[0]
+    problem = _reachable[name]
+    if problem is not None:
+        message = f"{name} is not reachable at {SERVERS[name]} ({problem}); {HOW_TO_START[name]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return SERVERS[name]
+
+
+@contextmanager
+def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
+    """A URL to an empty database of its own: a SQLite file, a PostgreSQL schema, a MariaDB database."""
+    if name == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    admin_url = require_server(name)
+    label = f"ss_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE {'SCHEMA' if name == 'postgresql' else 'DATABASE'} {label}")
+    url = make_url(admin_url)
+    if name == "postgresql":
+        url = url.update_query_dict({"options": f"-csearch_path={label}"})
+    else:
+        url = url.set(database=label)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(
+                f"DROP {'SCHEMA' if name == 'postgresql' else 'DATABASE'} {label}"
+                + (" CASCADE" if name == "postgresql" else "")
+            )
+        admin.dispose()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Modules that set ALL_ENGINES = True run every test that uses a store on each engine."""
+    if getattr(metafunc.module, "ALL_ENGINES", False) and "db_url" in metafunc.fixturenames:
+        metafunc.parametrize("db_url", ENGINES, indirect=True)
+
+
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    """A SQLite store with the schema created, as the CLI's --conn takes it."""
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    db_init(load_settings(conn_override=url))
-    return url
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store with the schema created, as the CLI's --conn takes it (SQLite unless parametrised)."""
+    name = getattr(request, "param", "sqlite")
+    with isolated_database(name, tmp_path) as url:
+        db_init(load_settings(conn_override=url))
+        yield url
+
+
+def sql(url: str, statement: str, **params: object) -> list[tuple]:
+    """Run one SQL statement on the store at ``url`` (any engine) and return its rows.
+
+    Write the reserved column name ``key`` as ``{key}``: it is quoted as each engine wants.
+    """
+    engine = create_engine(url)
+    statement = statement.replace("{key}", "`key`" if engine.dialect.name in ("mysql", "mariadb") else '"key"')
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(statement), params)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def as_utc(value: object) -> datetime | None:
+    """A timestamp column as any engine returns it (SQLite text, naive or aware datetime) in UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 Invoke = Callable[..., "Result"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from conftest import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.database import make_engine
@@ -23,9 +23,11 @@ def seed(db_url: str, rows: list[tuple[str, str, str, int, str, datetime | None]
     return backend
 
 
+ALL_ENGINES = True  # every test here runs on SQLite, PostgreSQL and MariaDB
+
+
 def identities(db_url: str) -> set[tuple]:
-    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-        return set(conn.execute("SELECT dag_id, run_id, task_id, map_index, key FROM task_state_store"))
+    return set(sql(db_url, "SELECT dag_id, run_id, task_id, map_index, {key} FROM task_state_store"))
 
 
 def mixed_rows(n_expired: int = 12) -> list[tuple]:

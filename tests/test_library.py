@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from conftest import as_utc
+from conftest import sql as raw_rows
 from sqlalchemy import text
 
 from statestore_cli import (
@@ -33,9 +34,7 @@ def backend(db_url: str) -> MetastoreBackend:
     return MetastoreBackend(make_engine(db_url))
 
 
-def raw_rows(db_url: str, sql: str) -> list[tuple]:
-    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-        return conn.execute(sql).fetchall()
+ALL_ENGINES = True  # every test here that uses a store runs on SQLite, PostgreSQL and MariaDB
 
 
 # -- scopes ---------------------------------------------------------------------------------------------
@@ -73,16 +72,14 @@ def test_retention_table(backend, db_url, retention, default_days, expected):
     acc = TaskStateStoreAccessor(SCOPE, backend, default_retention_days=default_days, clock=lambda: FIXED_NOW)
     assert acc.set("k", {"v": 1}, retention=retention) == expected
     [(stored,)] = raw_rows(db_url, "SELECT expires_at FROM task_state_store")
-    assert stored == (None if expected is None else expected.strftime("%Y-%m-%d %H:%M:%S.%f"))
+    assert as_utc(stored) == expected
 
 
 def test_changing_default_retention_never_rewrites_existing_rows(backend, db_url):
     TaskStateStoreAccessor(SCOPE, backend, default_retention_days=1, clock=lambda: FIXED_NOW).set("k", 1)
     TaskStateStoreAccessor(SCOPE, backend, default_retention_days=0, clock=lambda: FIXED_NOW).set("other", 1)
-    assert raw_rows(db_url, "SELECT key, expires_at FROM task_state_store ORDER BY key") == [
-        ("k", "2026-01-02 12:00:00.000000"),
-        ("other", None),
-    ]
+    rows = raw_rows(db_url, "SELECT {key}, expires_at FROM task_state_store ORDER BY {key}")
+    assert [(k, as_utc(e)) for k, e in rows] == [("k", datetime(2026, 1, 2, 12, 0, tzinfo=UTC)), ("other", None)]
 
 
 @pytest.mark.parametrize("bad", [timedelta(0), timedelta(seconds=-1), 5])
@@ -279,8 +276,7 @@ def test_values_are_stored_as_airflow_writes_them(backend, db_url):
 def test_names_and_uris_resolve_to_active_assets_only(backend, db_url):
     backend.set(AssetScope(name="orders", uri="s3://lake/orders"), "k", "1")
     [(asset_id,)] = raw_rows(db_url, "SELECT id FROM asset")
-    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-        conn.execute("DELETE FROM asset_active")  # the asset became inactive
+    raw_rows(db_url, "DELETE FROM asset_active")  # the asset became inactive
     assert backend.get(AssetScope(name="orders"), "k") is None
     assert backend.get(AssetScope(uri="s3://lake/orders"), "k") is None
     assert backend.get(AssetScope(asset_id=asset_id), "k") == "1"  # by id, as the REST API addresses it

@@ -5,21 +5,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, func, or_, select
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.backends.base import BaseStoreBackend, ThreadOffloadMixin
-from statestore_cli.database import translate_errors
+from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.dialects import insert_if_missing, upsert
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.retention import utcnow
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+
+MYSQL_TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
 
 _task = task_state_store
 _asset_kv = asset_state_store
@@ -136,41 +138,68 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         session: Any = None,
         updated_by: UpdatedBy | None = None,
     ) -> None:
-        now = utcnow()
-        with self.connection(session) as conn:
+        if isinstance(scope, AssetScope) and expires_at is not None:
+            raise InvalidInputError("asset keys never expire; expires_at must be None for an asset scope")
+
+        def write(conn: Connection) -> None:
+            now = utcnow()
             if isinstance(scope, TaskScope):
-                row = {
-                    "dag_run_id": self._dag_run_id(conn, scope),
-                    "task_id": scope.task_id,
-                    "map_index": scope.map_index,
-                    "key": key,
-                    "dag_id": scope.dag_id,
-                    "run_id": scope.run_id,
-                    "value": value,
-                    "updated_at": now,
-                    "expires_at": expires_at,
-                }
-                conflict = ("dag_run_id", "task_id", "map_index", "key")
-                result = upsert(conn, _task, row, conflict, ("value", "updated_at", "expires_at"))
+                result = self._upsert_task(conn, scope, key, value, now, expires_at)
             else:
-                if expires_at is not None:
-                    raise InvalidInputError("asset keys never expire; expires_at must be None for an asset scope")
-                asset_id = self._asset_id(conn, scope, create=True)
-                writer = updated_by or UpdatedBy(kind="api")
-                row = {
-                    "asset_id": asset_id,
-                    "key": key,
-                    "value": value,
-                    "updated_at": now,
-                    "last_updated_by_kind": writer.kind,
-                    "last_updated_by_dag_id": writer.task.dag_id if writer.task else None,
-                    "last_updated_by_run_id": writer.task.run_id if writer.task else None,
-                    "last_updated_by_task_id": writer.task.task_id if writer.task else None,
-                    "last_updated_by_map_index": writer.task.map_index if writer.task else None,
-                }
-                result = upsert(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"))
+                result = self._upsert_asset(conn, scope, key, value, now, updated_by or UpdatedBy(kind="api"))
             if result.rowcount == 0:
                 raise BackendError(f"writing key {key!r} for {scope.describe()} changed no row")
+
+        if session is not None:
+            with self.connection(session) as conn:
+                write(conn)
+            return
+
+        def transaction() -> None:
+            with self.engine.begin() as conn:
+                write(conn)
+
+        with translate_errors(self.engine):
+            retry_deadlocks(transaction)  # concurrent upserts of one key may deadlock on MySQL
+
+    def _upsert_task(
+        self, conn: Connection, scope: TaskScope, key: str, value: str, now: datetime, expires_at: datetime | None
+    ) -> CursorResult[Any]:
+        if expires_at is not None and conn.dialect.name in ("mysql", "mariadb") and expires_at > MYSQL_TIMESTAMP_MAX:
+            raise InvalidInputError(
+                f"expires_at {expires_at:%Y-%m-%d %H:%M:%S} UTC is past 2038-01-19 03:14:07, the last instant a MySQL "
+                "TIMESTAMP holds; use a shorter retention or never"
+            )
+        row = {
+            "dag_run_id": self._dag_run_id(conn, scope),
+            "task_id": scope.task_id,
+            "map_index": scope.map_index,
+            "key": key,
+            "dag_id": scope.dag_id,
+            "run_id": scope.run_id,
+            "value": value,
+            "updated_at": now,
+            "expires_at": expires_at,
+        }
+        conflict = ("dag_run_id", "task_id", "map_index", "key")
+        return upsert(conn, _task, row, conflict, ("value", "updated_at", "expires_at"))
+
+    def _upsert_asset(
+        self, conn: Connection, scope: AssetScope, key: str, value: str, now: datetime, writer: UpdatedBy
+    ) -> CursorResult[Any]:
+        task = writer.task
+        row = {
+            "asset_id": self._asset_id(conn, scope, create=True),
+            "key": key,
+            "value": value,
+            "updated_at": now,
+            "last_updated_by_kind": writer.kind,
+            "last_updated_by_dag_id": task.dag_id if task else None,
+            "last_updated_by_run_id": task.run_id if task else None,
+            "last_updated_by_task_id": task.task_id if task else None,
+            "last_updated_by_map_index": task.map_index if task else None,
+        }
+        return upsert(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"))
 
     def delete(self, scope: StoreScope, key: str, *, session: Any = None) -> int:
         return self._delete(scope, key, all_map_indices=False, session=session)
