@@ -1,22 +1,36 @@
-"""statestore: a standalone tool and library for Apache Airflow's task and asset state store."""
+"""statestore: a standalone tool and library for Apache Airflow's task and asset state store.
 
-from statestore_cli.accessors import AssetStateStoreAccessor, StateValueTooLargeWarning, TaskStateStoreAccessor
-from statestore_cli.backends.base import BaseStoreBackend
-from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.config import Settings, load_settings
-from statestore_cli.errors import (
-    BackendError,
-    ConfigError,
-    DatabaseError,
-    InvalidInputError,
-    NotFoundError,
-    SchemaMissingError,
-    StateStoreError,
-)
-from statestore_cli.retention import NEVER_EXPIRE
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+The public names below are imported on first use, so ``import statestore_cli`` (and the CLI's start
+up) does not pay for SQLAlchemy until something needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "NEVER_EXPIRE": "statestore_cli.retention",
+    "AssetScope": "statestore_cli.scopes",
+    "StoreScope": "statestore_cli.scopes",
+    "TaskScope": "statestore_cli.scopes",
+    "AssetStateStoreAccessor": "statestore_cli.accessors",
+    "StateValueTooLargeWarning": "statestore_cli.accessors",
+    "TaskStateStoreAccessor": "statestore_cli.accessors",
+    "BaseStoreBackend": "statestore_cli.backends.base",
+    "MetastoreBackend": "statestore_cli.backends.metastore",
+    "Settings": "statestore_cli.config",
+    "load_settings": "statestore_cli.config",
+    "BackendError": "statestore_cli.errors",
+    "ConfigError": "statestore_cli.errors",
+    "DatabaseError": "statestore_cli.errors",
+    "InvalidInputError": "statestore_cli.errors",
+    "NotFoundError": "statestore_cli.errors",
+    "SchemaMissingError": "statestore_cli.errors",
+    "StateStoreError": "statestore_cli.errors",
+}
 
 __all__ = [
     "NEVER_EXPIRE",
@@ -38,3 +52,27 @@ __all__ = [
     "TaskStateStoreAccessor",
     "load_settings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'statestore_cli' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    from statestore_cli.accessors import AssetStateStoreAccessor, StateValueTooLargeWarning, TaskStateStoreAccessor
+    from statestore_cli.backends.base import BaseStoreBackend
+    from statestore_cli.backends.metastore import MetastoreBackend
+    from statestore_cli.config import Settings, load_settings
+    from statestore_cli.errors import (
+        BackendError,
+        ConfigError,
+        DatabaseError,
+        InvalidInputError,
+        NotFoundError,
+        SchemaMissingError,
+        StateStoreError,
+    )
+    from statestore_cli.retention import NEVER_EXPIRE
+    from statestore_cli.scopes import AssetScope, StoreScope, TaskScope

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Delete
 
 from statestore_cli.database import retry_deadlocks, translate_errors
+from statestore_cli.entries import Timeouts
 from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.schema import task_state_store as _task
 
@@ -30,14 +31,6 @@ class ExpiredRow:
     map_index: int
     key: str
     expires_at: datetime
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Per-session limits so a clean never hangs behind another transaction; None = the server's own."""
-
-    lock_seconds: float | None = 30.0
-    statement_seconds: float | None = None
 
 
 @dataclass(frozen=True)

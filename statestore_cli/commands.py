@@ -15,7 +15,7 @@ from statestore_cli.accessors import AssetStateStoreAccessor, TaskStateStoreAcce
 from statestore_cli.backends.base import BaseStoreBackend, JsonValue
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.cleanup import CleanReport, ExpiredRow, Timeouts, delete_expired, iter_expired
+from statestore_cli.cleanup import CleanReport, ExpiredRow, delete_expired, iter_expired
 from statestore_cli.config import Settings, describe_source
 from statestore_cli.database import (
     SchemaState,
@@ -27,7 +27,7 @@ from statestore_cli.database import (
     parse_url,
     translate_errors,
 )
-from statestore_cli.entries import Entry, KeyFilter
+from statestore_cli.entries import Entry, KeyFilter, Timeouts
 from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, first_line
 from statestore_cli.retention import Retention, utcnow
 from statestore_cli.scopes import StoreScope, TaskScope, check_key

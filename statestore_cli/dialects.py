@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Table
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, CursorResult
 
 
@@ -16,10 +15,11 @@ def upsert(
     """Insert ``values``, or update the ``update`` columns of the row that clashes on ``conflict``."""
     name = conn.dialect.name
     if name in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
         stmt = mysql.insert(table).values(**values)
         return conn.execute(stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in update}))
-    module = postgresql if name == "postgresql" else sqlite
-    ins = module.insert(table).values(**values)
+    ins = _insert(name, table).values(**values)
     return conn.execute(
         ins.on_conflict_do_update(index_elements=list(conflict), set_={c: ins.excluded[c] for c in update})
     )
@@ -29,7 +29,19 @@ def insert_if_missing(conn: Connection, table: Table, values: Mapping[str, Any])
     """Insert a row unless one with the same unique values exists already."""
     name = conn.dialect.name
     if name in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
         conn.execute(mysql.insert(table).values(**values).prefix_with("IGNORE"))
         return
-    module = postgresql if name == "postgresql" else sqlite
-    conn.execute(module.insert(table).values(**values).on_conflict_do_nothing())
+    conn.execute(_insert(name, table).values(**values).on_conflict_do_nothing())
+
+
+def _insert(dialect: str, table: Table) -> Any:
+    # Each dialect module is imported only for the engine in use: they are slow to import.
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(table)
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(table)

@@ -46,3 +46,11 @@ class KeyFilter:
     @property
     def has_asset_fields(self) -> bool:
         return any(v is not None for v in (self.asset_id, self.name, self.uri))
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Per-session limits so a clean never hangs behind another transaction; None = the server's own."""
+
+    lock_seconds: float | None = 30.0
+    statement_seconds: float | None = None

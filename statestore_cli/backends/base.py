@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from abc import ABC, abstractmethod
 from typing import Any
@@ -79,16 +78,26 @@ class BaseStoreBackend(ABC):
 class ThreadOffloadMixin:
     """Async methods for a backend with a synchronous client: each call runs in a worker thread."""
 
+    # asyncio is imported where it is used: a CLI run never needs it, and it costs start-up time.
+
     async def aget(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:
+        import asyncio
+
         return await asyncio.to_thread(self.get, scope, key, session=session)  # type: ignore[attr-defined]
 
     async def aset(
         self, scope: StoreScope, key: str, value: str, *, expires_at: Any = None, session: Any = None
     ) -> None:
+        import asyncio
+
         await asyncio.to_thread(self.set, scope, key, value, expires_at=expires_at, session=session)  # type: ignore[attr-defined]
 
     async def adelete(self, scope: StoreScope, key: str, *, session: Any = None) -> int | None:
+        import asyncio
+
         return await asyncio.to_thread(self.delete, scope, key, session=session)  # type: ignore[attr-defined]
 
     async def aclear(self, scope: StoreScope, *, all_map_indices: bool = False, session: Any = None) -> int | None:
+        import asyncio
+
         return await asyncio.to_thread(self.clear, scope, all_map_indices=all_map_indices, session=session)  # type: ignore[attr-defined]

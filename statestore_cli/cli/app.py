@@ -11,13 +11,13 @@ from typing import Annotated, Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from statestore_cli import __version__, commands
-from statestore_cli.cleanup import Timeouts
+from statestore_cli import __version__
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.cli.scope_options import ScopeArgs, with_scope_options
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
+from statestore_cli.entries import Timeouts
 from statestore_cli.errors import EXIT_OPERATIONAL, EXIT_USAGE, InvalidInputError, StateStoreError, first_line
 from statestore_cli.retention import parse_duration, parse_retention
 
@@ -133,6 +133,13 @@ def _output(requested: OutputMode) -> Output:
     return Output.choose(requested.value)
 
 
+def _commands() -> Any:
+    """The library's command functions, imported on first use: `--help` need not load SQLAlchemy."""
+    from statestore_cli import commands
+
+    return commands
+
+
 def _settings(ctx: typer.Context) -> Settings:
     state: CliState = ctx.find_root().obj
     return state.settings
@@ -170,7 +177,7 @@ def main(
 def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
     """Create the state store schema on the configured database (idempotent)."""
     out = _output(output)
-    report = commands.db_init(_settings(ctx))
+    report = _commands().db_init(_settings(ctx))
     out.db_report(report, created=True)
 
 
@@ -178,7 +185,7 @@ def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
 def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
     """Connect and report engine, schema state and mode; exit 0 only when the store is usable."""
     out = _output(output)
-    report = commands.db_check(_settings(ctx))
+    report = _commands().db_check(_settings(ctx))
     out.db_report(report)
     if not report.usable:
         missing = ", ".join(report.schema.missing)
@@ -197,7 +204,7 @@ def get(
 ) -> None:
     """Print a key's value as JSON; a missing key exits 1."""
     out = _output(output)
-    entry = commands.get_entry(_settings(ctx), scope_args.scope(), key)
+    entry = _commands().get_entry(_settings(ctx), scope_args.scope(), key)
     out.value(entry)
 
 
@@ -220,7 +227,7 @@ def set_(
     scope = scope_args.scope()
     parsed_retention = parse_retention(retention) if retention is not None else None
     document = read_value(value, as_string=string)
-    expires_at = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
+    expires_at = _commands().set_value(_settings(ctx), scope, key, document, parsed_retention)
     expiry = "never expires" if expires_at is None else f"expires {expires_at:%Y-%m-%d %H:%M:%S} UTC"
     Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
 
@@ -230,7 +237,7 @@ def set_(
 def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.")], scope_args: ScopeArgs) -> None:
     """Delete one key; a key that is not there is not an error."""
     scope = scope_args.scope()
-    removed = commands.delete_key(_settings(ctx), scope, key)
+    removed = _commands().delete_key(_settings(ctx), scope, key)
     what = "deleted" if removed != 0 else "no such key, nothing deleted:"
     Output.choose().line(f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}")
 
@@ -252,12 +259,12 @@ def clear(
     if not yes:
         if not sys.stdin.isatty():
             raise InvalidInputError("clear deletes keys and stdin is not a terminal to confirm on; pass --yes")
-        count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)
+        count = _commands().count_keys(settings, scope, all_map_indices=all_map_indices)
         what = "all keys" if count is None else f"{count} key{'s' if count != 1 else ''}"
         if not typer.confirm(f"Delete {what} of {where}?", default=False):
             Output.choose().line("nothing deleted")
             raise typer.Exit(1)
-    removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
+    removed = _commands().clear_scope(settings, scope, all_map_indices=all_map_indices)
     what = "keys" if removed is None else f"{removed} key{'s' if removed != 1 else ''}"
     Output.choose().line(f"deleted {what} of {where}")
 
@@ -278,7 +285,7 @@ def list_(
     filt = scope_args.key_filter(store)
     if key is not None:
         filt = replace(filt, key=key)
-    out.entries(commands.list_entries(_settings(ctx), filt))
+    out.entries(_commands().list_entries(_settings(ctx), filt))
 
 
 # -- clean ------------------------------------------------------------------------------------------
@@ -309,7 +316,7 @@ def clean(
     out = _output(output)
     settings = _settings(ctx)
     if dry_run:
-        plan = commands.plan_clean(settings)
+        plan = _commands().plan_clean(settings)
         if plan.skipped_reason:
             out.clean_skipped(plan.skipped_reason, dry_run=True)
         else:
@@ -321,7 +328,7 @@ def clean(
         if statement_timeout is not None
         else None,
     )
-    result = commands.clean(settings, batch_size, timeouts=timeouts)
+    result = _commands().clean(settings, batch_size, timeouts=timeouts)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
     else:
@@ -335,4 +342,4 @@ def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None
     out = _output(output)
     settings = _settings(ctx)
     config_file = str(settings.config_file) if settings.config_file else None
-    out.config(commands.config_rows(settings), config_file, str(settings.airflow_home))
+    out.config(_commands().config_rows(settings), config_file, str(settings.airflow_home))

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from statestore_cli.cleanup import ExpiredRow
 from statestore_cli.cli.safe_text import safe_text
+
+if TYPE_CHECKING:
+    from statestore_cli.cleanup import ExpiredRow
 
 CHUNK = 500  # rows per printed table when everything is listed
 

@@ -11,17 +11,19 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from statestore_cli.cleanup import CleanReport
 from statestore_cli.cli.dry_run import DryRunView
 from statestore_cli.cli.safe_text import safe_json, safe_text
-from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
 from statestore_cli.entries import Entry
+
+if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
+    from statestore_cli.cleanup import CleanReport
+    from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
 
 MODES = ("auto", "table", "plain", "json")
 

@@ -23,9 +23,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from statestore_cli.errors import ConfigError
 
 BUILTIN_BACKEND = "statestore_cli.backends.metastore.MetastoreBackend"
@@ -113,6 +110,9 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         return text
     if not text:
         raise _invalid(spec, raw, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db")
+    from sqlalchemy.engine import make_url  # here, not at the top: config is read before SQLAlchemy is needed
+    from sqlalchemy.exc import ArgumentError
+
     try:
         make_url(text)
     except (ArgumentError, ValueError):
