@@ -241,3 +241,33 @@ def test_custom_backend_is_skipped_with_a_message_and_exit_0(cli, db_url, tmp_pa
     doc = json.loads(cli("clean", *flags, "-o", "json").stdout)
     assert doc["skipped"] is True and doc["dry_run"] is dry_run and "my_backends.DictBackend" in doc["reason"]
     assert len(identities(db_url)) == 1
+
+
+@pytest.mark.parametrize(
+    "text", ["plain", 'quo"te\\back', "tab\tnew\nline\x1b", "del\x7f c1\x9b", "\u00e9\u6f22\U0001f600", "bidi\u202e"]
+)
+def test_streamed_dry_run_rows_are_exactly_json_dumps(text):
+    """The hand-built JSON line of the streamed dry run equals safe_json() of the same object."""
+    from statestore_cli.cleanup import ExpiredRow
+    from statestore_cli.cli.render import _expired_row_json
+    from statestore_cli.cli.safe_text import safe_json
+
+    row = ExpiredRow(text, text, text, 3, text, "2020-01-02T03:04:05.000001+00:00")
+    assert _expired_row_json(row) == safe_json(row._asdict())
+    assert json.loads(_expired_row_json(row))["key"] == text
+
+
+@pytest.mark.parametrize(
+    "stored, iso",
+    [
+        ("2020-01-02 03:04:05.000000", "2020-01-02T03:04:05+00:00"),
+        ("2020-01-02 03:04:05.000120", "2020-01-02T03:04:05.000120+00:00"),
+        ("2020-01-02 03:04:05", "2020-01-02T03:04:05+00:00"),
+        (datetime(2020, 1, 2, 3, 4, 5, 6), "2020-01-02T03:04:05.000006+00:00"),
+        (datetime(2020, 1, 2, 8, 4, 5, tzinfo=timezone(timedelta(hours=5))), "2020-01-02T03:04:05+00:00"),
+    ],
+)
+def test_stored_timestamps_become_the_same_iso_text_on_every_engine(stored, iso):
+    from statestore_cli.cleanup import iso_utc
+
+    assert iso_utc(stored) == iso == datetime.fromisoformat(iso).isoformat()

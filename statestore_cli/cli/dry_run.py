@@ -110,7 +110,7 @@ class DryRunView:
                 Text(str(row.map_index) if first else ""),
                 Text(str(self.group_size) if first else ""),
                 Text(safe_text(row.key)),
-                Text(_when(row.expires_at)),
+                Text(f"{row.expires_at[:10]} {row.expires_at[11:19]} UTC"),
                 end_section=index == len(self.group) - 1,
             )
         self.group = []

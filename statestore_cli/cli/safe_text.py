@@ -20,4 +20,9 @@ def safe_text(value: object) -> str:
 
 def safe_json(document: Any, *, indent: int | None = None) -> str:
     """JSON text, readable unicode kept, with no byte a terminal would act on."""
-    return json.dumps(document, ensure_ascii=False, indent=indent).translate(_JSON_ESCAPES)
+    return safe_json_text(json.dumps(document, ensure_ascii=False, indent=indent))
+
+
+def safe_json_text(text: str) -> str:
+    """Already-encoded JSON with the characters json.dumps leaves raw (DEL, C1, bidi) escaped."""
+    return text.translate(_JSON_ESCAPES)

@@ -1,0 +1,355 @@
+"""Benchmark ``statestore clean``, its dry run and its cold start against floors (see bench/README.md).
+
+    /tmp/venv/bin/python bench/run.py --rows 1000000 --expired 500000 --json-out /tmp/statestore-bench/results.json
+    /tmp/venv/bin/python bench/run.py --quick --engines sqlite
+
+Each destructive run starts from an identical copy of the generated store. Times are wall-clock
+seconds of the whole process (the median of --repeat runs); peak RSS is that process's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import floors
+import generate
+import stores
+from generate import Spec
+from measure import RSS_METHOD, Sample, run_process
+from results import (
+    CLEAN_BATCHED,
+    CLEAN_ONE,
+    CLEAN_WRITER,
+    DRY_JSON,
+    DRY_TABLE,
+    FLOOR_DELETE,
+    FLOOR_DRY_RUN,
+    FLOOR_GET,
+    GET,
+    Measurement,
+    Results,
+    evaluate,
+    report,
+    write_json,
+)
+from writer import LatencyStats, Writer
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SERVERS = {
+    "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
+QUICK = {"rows": 4000, "expired": 2000, "small_rows": 400, "repeat": 1, "cold_runs": 2, "batch_size": 500}
+
+
+@dataclass(frozen=True)
+class Plan:
+    large: Spec
+    small: Spec
+    repeat: int
+    cold_runs: int
+    batch_size: int
+    writer_interval: float
+    idle_writes: int
+    max_writes: int
+    timeout: float
+
+    @property
+    def batched(self) -> str:
+        return CLEAN_BATCHED.format(batch=self.batch_size)
+
+
+def log(message: str) -> None:
+    print(f"[{datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+class EngineBench:
+    """Every measurement on one engine, in a fixed order, each destructive run on a fresh copy."""
+
+    def __init__(self, store: stores.Stores, plan: Plan, env: dict[str, str], scratch: Path, results: Results) -> None:
+        self.stores = store
+        self.engine = store.engine
+        self.plan = plan
+        self.env = env
+        self.scratch = scratch
+        self.results = results
+        self.statestore = generate.statestore_executable()
+
+    def run(self) -> None:
+        large = self._original(self.plan.large)
+        small = self._original(self.plan.small)
+        self.deletes(large)
+        self.dry_runs(large)
+        if self.engine == "sqlite":
+            self.cold_start(large)
+        self.small_store(small)
+        self.writer_latency(large)
+
+    def _original(self, spec: Spec) -> stores.Original:
+        log(f"{self.engine}: store of {spec.rows} rows ({spec.expired} expired)")
+        original = self.stores.original(spec)
+        how = "from cache" if original.generated_seconds is None else f"generated in {original.generated_seconds:.1f} s"
+        self.results.meta.setdefault("generation", {})[f"{self.engine}:{spec.rows}"] = how
+        log(f"{self.engine}: {how}")
+        return original
+
+    # -- running ------------------------------------------------------------------------------------------
+    def _run(
+        self, argv: list[str], *, extra_env: dict[str, str] | None = None, keep_stdout: bool = True, **kw: Any
+    ) -> Sample:
+        env = {**self.env, **(extra_env or {})}
+        return run_process(
+            argv, env=env, scratch=self.scratch, keep_stdout=keep_stdout, timeout=self.plan.timeout, **kw
+        )
+
+    def ours(self, url: str, *args: str) -> list[str]:
+        return [self.statestore, "--conn", url, *args]
+
+    def _record(self, name: str, spec: Spec, sample: Sample, **kw: Any) -> Measurement:
+        m = self.results.add(self.engine, name, spec.rows, sample, **kw)
+        log(f"{self.engine}: {name} at {spec.rows} rows: {sample.seconds:.3f} s, {sample.peak_rss_kb / 1024:.1f} MB")
+        return m
+
+    def _check_deleted(self, m: Measurement, deleted: int, spec: Spec) -> None:
+        m.deleted.append(deleted)
+        if deleted != spec.expired:
+            self.results.problems.append(f"{self.engine} {m.name}: deleted {deleted} rows, expected {spec.expired}")
+
+    # -- the measurements ---------------------------------------------------------------------------------
+    def deletes(self, original: stores.Original) -> None:
+        """The raw DELETE and our clean, one statement and batched, rotating their order each round."""
+        cases = [FLOOR_DELETE, CLEAN_ONE, self.plan.batched]
+        for round_ in range(self.plan.repeat):
+            for name in cases[round_ % 3 :] + cases[: round_ % 3]:
+                with self.stores.fresh(original) as url:
+                    if name == FLOOR_DELETE:
+                        self.floor_delete(url, original.spec)
+                    else:
+                        self.clean(url, name, original.spec)
+
+    def floor_delete(self, url: str, spec: Spec) -> None:
+        cmd = floors.delete_command(self.engine, url)
+        sample = self._run(cmd.argv, extra_env=cmd.env)
+        m = self._record(FLOOR_DELETE, spec, sample, how=cmd.label)
+        self._check_deleted(m, floors.deleted_count(self.engine, sample.stdout), spec)
+        server_ms = floors.server_milliseconds(sample.stdout)
+        if server_ms is not None:
+            m.server_ms.append(server_ms)
+
+    def clean(self, url: str, name: str, spec: Spec) -> None:
+        batch = "0" if name == CLEAN_ONE else str(self.plan.batch_size)
+        sample = self._run(self.ours(url, "clean", "--batch-size", batch, "-o", "json"))
+        m = self._record(name, spec, sample, floor=FLOOR_DELETE)
+        self._check_deleted(m, json.loads(sample.stdout)["deleted"], spec)
+
+    def dry_runs(self, original: stores.Original) -> None:
+        """The bare script, our JSON dry run and our terminal view, all with stdout to /dev/null."""
+        spec, url = original.spec, original.url
+        cases = [FLOOR_DRY_RUN, DRY_JSON, DRY_TABLE]
+        for round_ in range(self.plan.repeat):
+            for name in cases[round_ % 3 :] + cases[: round_ % 3]:
+                if name == FLOOR_DRY_RUN:
+                    cmd = floors.dry_run_command(self.engine, url)
+                    sample = self._run(cmd.argv, extra_env=cmd.env, keep_stdout=False)
+                    self._record(name, spec, sample, how=cmd.label)
+                else:
+                    self.dry_run(url, name, spec, keep_stdout=False)
+
+    def dry_run(self, url: str, name: str, spec: Spec, keep_stdout: bool) -> None:
+        output = "json" if name == DRY_JSON else "table"
+        sample = self._run(self.ours(url, "clean", "--dry-run", "--output", output), keep_stdout=keep_stdout)
+        self._record(name, spec, sample, floor=FLOOR_DRY_RUN if name == DRY_JSON else DRY_JSON)
+        if keep_stdout and name == DRY_JSON and json.loads(sample.stdout)["would_delete"] != spec.expired:
+            self.results.problems.append(f"{self.engine} {name}: would_delete is not {spec.expired}")
+
+    def cold_start(self, original: stores.Original) -> None:
+        """``get`` of one live key, alternating with the bare SELECT, --cold-runs times each."""
+        scope = stores.live_scope(original)
+        dag_id, run_id, task_id, map_index, key = scope
+        ours = self.ours(original.url, "get", "--dag-id", dag_id, "--run-id", run_id, "--task-id", task_id)
+        ours += ["--map-index", str(map_index), key]
+        floor = floors.get_command(original.name, scope)
+        for _ in range(self.plan.cold_runs):
+            self._record(FLOOR_GET, original.spec, self._run(floor.argv), how=floor.label)
+            self._record(GET, original.spec, self._run(ours), floor=FLOOR_GET)
+
+    def small_store(self, original: stores.Original) -> None:
+        """Our four commands once on the small store: the baseline of the memory targets."""
+        for name in (CLEAN_ONE, self.plan.batched):
+            with self.stores.fresh(original) as url:
+                self.clean(url, name, original.spec)
+        for name in (DRY_JSON, DRY_TABLE):
+            self.dry_run(original.url, name, original.spec, keep_stdout=True)
+
+    def writer_latency(self, original: stores.Original) -> None:
+        """A batched clean while a writer upserts other keys; the writer's latency idle and during the clean."""
+        plan = self.plan
+        with self.stores.fresh(original) as url:
+            writer = Writer(url, plan.writer_interval, plan.max_writes)
+            try:
+                writer.write()  # connects and creates the writer's dag run: not measured
+                idle = writer.run_idle(plan.idle_writes)
+                name = CLEAN_WRITER.format(batch=plan.batch_size)
+                batch = str(plan.batch_size)
+                sample = self._run(self.ours(url, "clean", "--batch-size", batch, "-o", "json"), on_start=writer.start)
+                during = writer.stop()
+            finally:
+                writer.close()
+        m = self._record(name, original.spec, sample, floor=FLOOR_DELETE)
+        self._check_deleted(m, json.loads(sample.stdout)["deleted"], original.spec)
+        self.results.writer_latency[self.engine] = {
+            "idle": vars(LatencyStats.of(idle)),
+            "during_clean": vars(LatencyStats.of(during)),
+        }
+
+
+# -- setup --------------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=1_000_000, help="task keys in the large store (default 1000000)")
+    p.add_argument("--expired", type=int, help="of which expired (default half)")
+    p.add_argument("--small-rows", type=int, default=10_000, help="the small store of the memory targets (10000)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each timed command; the median counts (3)")
+    p.add_argument("--cold-runs", type=int, default=15, help="runs of the cold-start get and its floor (15)")
+    p.add_argument("--batch-size", type=int, default=10_000, help="batch size of the batched clean (10000)")
+    p.add_argument("--engines", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql, mariadb")
+    p.add_argument("--pg-url", default=DEFAULT_SERVERS["postgresql"], help="PostgreSQL server (a fresh schema is used)")
+    p.add_argument("--mysql-url", default=DEFAULT_SERVERS["mariadb"], help="MariaDB server (a fresh database is used)")
+    p.add_argument("--require-servers", action="store_true", help="fail, not skip, when a server is unreachable")
+    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
+    p.add_argument("--regenerate", action="store_true", help="generate the SQLite stores even when cached")
+    p.add_argument("--json-out", type=Path, help="write the results as JSON here")
+    p.add_argument("--writer-interval", type=float, default=0.005, help="seconds between the writer's upserts")
+    p.add_argument("--timeout", type=float, default=3600.0, help="kill a measured process after this many seconds")
+    p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke test: " + str(QUICK))
+    args = p.parse_args(argv)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
+    if args.expired is None:
+        args.expired = args.rows // 2
+    return args
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    large = Spec(rows=args.rows, expired=args.expired)
+    small_expired = round(args.small_rows * args.expired / args.rows) if args.rows else 0
+    return Plan(
+        large=large,
+        small=replace(large, rows=args.small_rows, expired=small_expired),
+        repeat=max(1, args.repeat),
+        cold_runs=max(1, args.cold_runs),
+        batch_size=args.batch_size,
+        writer_interval=args.writer_interval,
+        idle_writes=20 if args.quick else 200,
+        max_writes=100_000,
+        timeout=args.timeout,
+    )
+
+
+def check_workdir(workdir: Path) -> Path:
+    workdir = workdir.resolve()
+    if workdir.is_relative_to(REPO) and not workdir.is_relative_to(REPO / "bench" / "data"):
+        raise SystemExit(f"--workdir {workdir} is inside the repository: use a temporary directory or bench/data/")
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
+def open_stores(
+    engine: str, args: argparse.Namespace, workdir: Path, env: dict[str, str], results: Results
+) -> stores.Stores | None:
+    if engine == "sqlite":
+        return stores.SqliteStores(workdir, env, args.regenerate)
+    if engine not in DEFAULT_SERVERS:
+        raise SystemExit(f"unknown engine {engine!r}: use sqlite, postgresql or mariadb")
+    url = args.pg_url if engine == "postgresql" else args.mysql_url
+    problem = stores.reachable(url)
+    if problem is not None:
+        if args.require_servers:
+            raise SystemExit(f"{engine} at {url} is not reachable: {problem}")
+        results.skipped[engine] = f"not reachable at {url} ({problem})"
+        log(f"{engine}: skipped, not reachable ({problem})")
+        return None
+    results.meta.setdefault("servers", {})[engine] = server_version(url)
+    return stores.ServerStores(engine, url, env)
+
+
+def server_version(url: str) -> str:
+    conn = generate.connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT version()")
+            return str(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def git_commit() -> str:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--", "statestore_cli") else "")
+
+
+def metadata(args: argparse.Namespace, plan: Plan, workdir: Path) -> dict[str, object]:
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(),
+        "rows": plan.large.rows,
+        "expired": plan.large.expired,
+        "small_rows": plan.small.rows,
+        "small_expired": plan.small.expired,
+        "repeat": plan.repeat,
+        "cold_runs": plan.cold_runs,
+        "batch_size": plan.batch_size,
+        "writer_interval_ms": round(plan.writer_interval * 1000, 1),
+        "quick": args.quick,
+        "workdir": str(workdir),
+        "python": platform.python_version(),
+        "sqlite_module": sqlite3.sqlite_version,
+        "sqlite_shell": floors.sqlite_shell_version(),
+        "rss_method": RSS_METHOD,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = make_plan(args)
+    workdir = check_workdir(args.workdir)
+    env = generate.tool_env(workdir / "airflow-home")
+    results = Results(meta=metadata(args, plan, workdir))
+    started = time.perf_counter()
+    for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
+        store = open_stores(engine, args, workdir, env, results)
+        if store is None:
+            continue
+        try:
+            EngineBench(store, plan, env, workdir / "run" / engine, results).run()
+        finally:
+            store.close()
+    results.meta["total_seconds"] = round(time.perf_counter() - started, 1)
+    targets = evaluate(results, plan.batch_size, plan.large.rows, plan.small.rows)
+    print(report(results, targets))
+    if args.json_out:
+        write_json(args.json_out, results, targets)
+        log(f"results written to {args.json_out}")
+    return 1 if results.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
