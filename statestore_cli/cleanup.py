@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import NamedTuple
 
 from sqlalchemy import String, and_, delete, select, type_coerce
@@ -22,6 +22,7 @@ from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.entries import Timeouts
 from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.schema import task_state_store as _task
+from statestore_cli.timestamps import iso_utc
 
 
 class ExpiredRow(NamedTuple):
@@ -33,18 +34,6 @@ class ExpiredRow(NamedTuple):
     map_index: int
     key: str
     expires_at: str  # ISO 8601 in UTC, as datetime.isoformat() writes it
-
-
-def iso_utc(value: str | datetime) -> str:
-    """A stored timestamp as ISO 8601 UTC; Airflow's SQLite text form is converted without parsing."""
-    if isinstance(value, str):
-        if len(value) == 26 and value[10] == " " and value[19] == ".":
-            fraction = "" if value[20:] == "000000" else value[19:]
-            return f"{value[:10]}T{value[11:19]}{fraction}+00:00"
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat()
 
 
 @dataclass(frozen=True)

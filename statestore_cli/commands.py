@@ -28,9 +28,9 @@ from statestore_cli.database import (
     translate_errors,
 )
 from statestore_cli.entries import Entry, KeyFilter, Timeouts
-from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, first_line
+from statestore_cli.errors import BackendError, InvalidInputError, first_line
 from statestore_cli.retention import Retention, utcnow
-from statestore_cli.scopes import StoreScope, TaskScope, check_key
+from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
 
 
 # -- opening backends ---------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ def get_entry(settings: Settings, scope: StoreScope, key: str) -> Entry:
         value = acc.get(key, default=missing)
         if value is not missing:
             return _bare_entry(scope, key, value)
-    raise NotFoundError(f"no key {key!r} for {scope.describe()}")
+    raise missing_key(scope, key)
 
 
 def _bare_entry(scope: StoreScope, key: str, value: JsonValue) -> Entry:

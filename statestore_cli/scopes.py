@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
-from statestore_cli.errors import InvalidInputError
+from statestore_cli.errors import InvalidInputError, NotFoundError
 
 NIL_REGION = uuid.UUID(int=0)
 
@@ -78,3 +78,8 @@ class AssetScope:
 
 
 StoreScope = Union[TaskScope, AssetScope]
+
+
+def missing_key(scope: StoreScope, key: str) -> NotFoundError:
+    """The error of a `get` that found nothing (the CLI and its fast path say it the same way)."""
+    return NotFoundError(f"no key {key!r} for {scope.describe()}")

@@ -268,6 +268,6 @@ def test_streamed_dry_run_rows_are_exactly_json_dumps(text):
     ],
 )
 def test_stored_timestamps_become_the_same_iso_text_on_every_engine(stored, iso):
-    from statestore_cli.cleanup import iso_utc
+    from statestore_cli.timestamps import iso_utc
 
     assert iso_utc(stored) == iso == datetime.fromisoformat(iso).isoformat()

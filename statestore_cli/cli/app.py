@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 
 from statestore_cli import __version__
 from statestore_cli.cli.render import Output
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.safe_text import error_line, safe_text
 from statestore_cli.cli.scope_options import ScopeArgs, with_scope_options
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
@@ -83,7 +83,7 @@ class _Reported(click_exceptions.ClickException):
 
 def _fail(message: str, code: int) -> None:
     sys.stdout.flush()
-    sys.stderr.write(f"statestore: error: {safe_text(message)}\n")
+    sys.stderr.write(error_line(message))
     sys.exit(code)
 
 

@@ -12,14 +12,12 @@ Lookup order, first match wins, for every option:
 
 from __future__ import annotations
 
-import ast
 import configparser
 import os
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +59,8 @@ class Setting:
 
 def load_option_specs() -> tuple[OptionSpec, ...]:
     """The option schema shipped inside the package as ``options.toml``."""
-    text = resources.files(__package__).joinpath("options.toml").read_text(encoding="utf-8")
+    # Read beside this module (inside the installed package); importlib.resources costs start-up time.
+    text = Path(__file__).with_name("options.toml").read_text(encoding="utf-8")
     specs = []
     for section, options in tomllib.loads(text).items():
         for option, spec in options.items():
@@ -110,6 +109,8 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         return text
     if not text:
         raise _invalid(spec, raw, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db")
+    if text.startswith("sqlite:///") and "?" not in text:
+        return text  # a plain SQLite file URL needs no parser (and the fast `get` path no SQLAlchemy)
     from sqlalchemy.engine import make_url  # here, not at the top: config is read before SQLAlchemy is needed
     from sqlalchemy.exc import ArgumentError
 
@@ -158,7 +159,9 @@ def _read_ini(path: Path) -> configparser.RawConfigParser:
         ) from None
     except configparser.ParsingError as exc:
         lineno, shown = exc.errors[0]
-        line = ast.literal_eval(shown) if shown[:1] in "'\"" else shown  # configparser keeps repr(line)
+        import ast  # only for this message: configparser keeps repr(line)
+
+        line = ast.literal_eval(shown) if shown[:1] in "'\"" else shown
         raise ConfigError(
             f"cannot read config file {path}: line {lineno} is neither '[section]' nor 'option = value': "
             f"{line.strip()!r}"

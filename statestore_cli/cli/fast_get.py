@@ -1,0 +1,118 @@
+"""`statestore get` for one task key on the embedded SQLite store, without typer, rich or SQLAlchemy.
+
+A retrying task or a shell script often runs just this; loading the full CLI costs several times the
+lookup itself. ``answer`` handles the plain case and returns None for everything else (another
+command, an asset scope, a custom backend, another engine, any doubt), and the full CLI takes over,
+so there is one behaviour: tests compare the two paths' output byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from collections.abc import Sequence
+
+from statestore_cli.cli.safe_text import error_line, safe_json
+from statestore_cli.errors import EXIT_NOT_FOUND, StateStoreError
+from statestore_cli.timestamps import iso_utc
+
+_ROOT_OPTIONS = ("--config", "--conn")
+_GET_OPTIONS = {"--dag-id": "dag_id", "--run-id": "run_id", "--task-id": "task_id", "--map-index": "map_index"}
+_OUTPUTS = ("auto", "table", "plain", "json")
+_QUERY = (
+    "SELECT value, updated_at, expires_at FROM task_state_store "
+    "WHERE dag_id = ? AND run_id = ? AND task_id = ? AND map_index = ? AND key = ?"
+)
+
+
+def _options(args: Sequence[str], names: Sequence[str]) -> tuple[dict[str, str], list[str]] | None:
+    """``--name value`` / ``--name=value`` pairs for ``names``, and the positional rest; None on anything else."""
+    found: dict[str, str] = {}
+    rest: list[str] = []
+    items = list(args)
+    while items:
+        item = items.pop(0)
+        name, sep, inline = item.partition("=")
+        if name in names and name not in found:
+            if not sep and not items:
+                return None
+            found[name] = inline if sep else items.pop(0)
+        elif item.startswith("-") and item != "-":
+            return None
+        else:
+            rest.append(item)
+    return found, rest
+
+
+def _parse(argv: Sequence[str]) -> tuple[dict[str, str], dict[str, str], str] | None:
+    if "get" not in argv:
+        return None
+    split = list(argv).index("get")
+    root = _options(argv[:split], _ROOT_OPTIONS)
+    command = _options(argv[split + 1 :], (*_GET_OPTIONS, "--output", "-o"))
+    if root is None or command is None or root[1] or len(command[1]) != 1:
+        return None
+    options = command[0]
+    if "-o" in options and "--output" in options:
+        return None
+    return root[0], options, command[1][0]
+
+
+def answer(argv: Sequence[str], environ: dict[str, str] | None = None) -> int | None:
+    """Run `get` and return its exit code, or None when the full CLI must handle ``argv``."""
+    env = os.environ if environ is None else environ
+    parsed = None if env.get("STATESTORE_NO_FAST_PATH") else _parse(argv)
+    if parsed is None:
+        return None
+    root, options, key = parsed
+    output = options.get("--output", options.get("-o", "auto"))
+    if output not in _OUTPUTS or not all(name in options for name in ("--dag-id", "--run-id", "--task-id")):
+        return None
+    try:
+        return _get(root, options, key, output)
+    except (StateStoreError, ValueError, OSError, sqlite3.Error):
+        return None  # the full CLI explains the problem properly
+
+
+def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -> int | None:
+    from statestore_cli.config import load_settings
+    from statestore_cli.scopes import TaskScope, check_key, missing_key
+
+    scope = TaskScope(
+        options["--dag-id"], options["--run-id"], options["--task-id"], int(options.get("--map-index", "-1"))
+    )
+    check_key(key)
+    settings = load_settings(root.get("--config"), root.get("--conn"))
+    conn_url = settings.sql_alchemy_conn
+    if not settings.uses_builtin_backend or settings.worker_backend or not conn_url.startswith("sqlite:///"):
+        return None
+    path = conn_url.removeprefix("sqlite:///")
+    if "?" in path or not path or path == ":memory:" or not os.path.isfile(path):
+        return None
+    uri_path = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")  # urllib costs start-up time
+    with sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=30) as conn:
+        row = conn.execute(_QUERY, (scope.dag_id, scope.run_id, scope.task_id, scope.map_index, key)).fetchone()
+    if row is None:
+        sys.stderr.write(error_line(str(missing_key(scope, key))))
+        return EXIT_NOT_FOUND
+    value = json.loads(row[0])
+    if output == "auto":
+        output = "table" if sys.stdout.isatty() else "plain"
+    if output == "json":
+        document = {
+            "store": "task",
+            "dag_id": scope.dag_id,
+            "run_id": scope.run_id,
+            "task_id": scope.task_id,
+            "map_index": scope.map_index,
+            "key": key,
+            "updated_at": iso_utc(row[1]),
+            "expires_at": None if row[2] is None else iso_utc(row[2]),
+            "value": value,
+        }
+        sys.stdout.write(safe_json(document) + "\n")
+    else:
+        sys.stdout.write(safe_json(value, indent=2 if output == "table" else None) + "\n")
+    return 0

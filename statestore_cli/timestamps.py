@@ -1,0 +1,17 @@
+"""Timestamps as the tool prints them; kept free of heavy imports (the fast `get` path uses it)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def iso_utc(value: str | datetime) -> str:
+    """A stored timestamp as ISO 8601 UTC; Airflow's SQLite text form is converted without parsing."""
+    if isinstance(value, str):
+        if len(value) == 26 and value[10] == " " and value[19] == ".":
+            fraction = "" if value[20:] == "000000" else value[19:]
+            return f"{value[:10]}T{value[11:19]}{fraction}+00:00"
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat()
