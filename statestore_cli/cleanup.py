@@ -9,18 +9,20 @@ selected survives.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import String, and_, delete, select, type_coerce
+from sqlalchemy import String, and_, delete, func, select, text, type_coerce
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Delete
 
-from statestore_cli.database import retry_deadlocks, translate_errors
+from statestore_cli.database import describe_engine, retry_deadlocks, translate_errors
 from statestore_cli.entries import Timeouts
-from statestore_cli.errors import BackendError, InvalidInputError
+from statestore_cli.errors import BackendError, CleanRunningError, InvalidInputError
 from statestore_cli.schema import task_state_store as _task
 from statestore_cli.timestamps import iso_utc
 
@@ -43,6 +45,34 @@ class CleanReport:
     batch_size: int
     cutoff: datetime
     notes: tuple[str, ...] = ()
+    elapsed: float = 0.0
+    stopped: str | None = None  # why the clean stopped before it was done: interrupted, terminated, max_runtime
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.deleted / self.elapsed if self.elapsed > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class CleanControl:
+    """How a clean runs: timeouts, a lock against a second clean, and when to stop early.
+
+    ``should_stop`` is asked before every batch after the first and returns a reason to stop (or None);
+    ``deadline`` (a ``time.monotonic()`` value) stops the clean once passed; ``on_progress`` hears the
+    number of rows deleted so far after every batch.
+    """
+
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    exclusive: bool = False
+    deadline: float | None = None
+    should_stop: Callable[[], str | None] | None = None
+    on_progress: Callable[[int], None] | None = None
+
+    def stop_reason(self) -> str | None:
+        reason = self.should_stop() if self.should_stop else None
+        if reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
+            return "max_runtime"
+        return reason
 
 
 def expired(now: datetime) -> ColumnElement[bool]:
@@ -106,16 +136,24 @@ def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Delete:
     return delete(_task).where(_task.c.id.in_(ids.scalar_subquery()), expired(now))
 
 
-def delete_expired(engine: Engine, now: datetime, batch_size: int, timeouts: Timeouts | None = None) -> CleanReport:
+def count_expired(engine: Engine, now: datetime) -> int:
+    with translate_errors(engine), engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(_task).where(expired(now))).scalar_one())
+
+
+def delete_expired(engine: Engine, now: datetime, batch_size: int, control: CleanControl | None = None) -> CleanReport:
     """Delete what ``iter_expired(now)`` lists: in one statement, or ``batch_size`` rows per commit."""
     if batch_size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
+    control = control or CleanControl()
     stmt = (
         delete(_task).where(expired(now)) if batch_size == 0 else _batch_statement(engine.dialect.name, now, batch_size)
     )
+    started = time.monotonic()
     deleted = batches = 0
-    with translate_errors(engine), engine.connect() as conn:
-        notes = prepare_session(conn, timeouts or Timeouts())
+    stopped = None
+    with translate_errors(engine), engine.connect() as conn, _exclusive(conn, control.exclusive):
+        notes = prepare_session(conn, control.timeouts)
 
         def one_batch() -> int:
             with conn.begin():
@@ -128,6 +166,57 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, timeouts: Tim
             count = retry_deadlocks(one_batch)
             deleted += count
             batches += 1 if count else 0
+            if control.on_progress:
+                control.on_progress(deleted)
             if batch_size == 0 or count < batch_size:
                 break
-    return CleanReport(deleted=deleted, batches=batches, batch_size=batch_size, cutoff=now, notes=notes)
+            stopped = control.stop_reason()
+            if stopped:
+                break
+    elapsed = time.monotonic() - started
+    return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped)
+
+
+# A fixed key for PostgreSQL's advisory lock (its locks are per database already): "statestore" in hex.
+_PG_LOCK_KEY = 0x73746174657374
+
+
+@contextmanager
+def _exclusive(conn: Connection, wanted: bool) -> Iterator[None]:
+    """Hold the one-clean-at-a-time lock of this database for the block, or fail at once."""
+    if not wanted:
+        yield
+        return
+    if conn.dialect.name == "sqlite":
+        with _file_lock(conn.engine.url.database):
+            yield
+        return
+    if conn.dialect.name == "postgresql":  # advisory locks are per database already
+        params: dict[str, object] = {"k": _PG_LOCK_KEY}
+        acquire, release = "pg_try_advisory_lock(:k)", "pg_advisory_unlock(:k)"
+    else:  # MySQL's named locks are server-wide: name the database
+        acquire, release = "GET_LOCK(:k, 0)", "RELEASE_LOCK(:k)"
+        params = {"k": f"statestore-clean:{conn.engine.url.database}"}
+    got = bool(conn.execute(text(f"SELECT {acquire}"), params).scalar())
+    conn.commit()
+    if not got:
+        raise CleanRunningError(f"another `statestore clean --exclusive` is running on {describe_engine(conn.engine)}")
+    try:
+        yield
+    finally:
+        conn.execute(text(f"SELECT {release}"), params)
+        conn.commit()
+
+
+@contextmanager
+def _file_lock(path: str | None) -> Iterator[None]:
+    # SQLite has no advisory lock; flock() on the database file is one, and Linux keeps it apart from
+    # the fcntl() byte-range locks SQLite itself takes on the same file.
+    import fcntl
+
+    with open(path or "", "rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CleanRunningError(f"another `statestore clean --exclusive` is running on {path}") from None
+        yield

@@ -15,7 +15,14 @@ from statestore_cli.accessors import AssetStateStoreAccessor, TaskStateStoreAcce
 from statestore_cli.backends.base import BaseStoreBackend, JsonValue
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.cleanup import CleanReport, ExpiredRow, delete_expired, iter_expired
+from statestore_cli.cleanup import (
+    CleanControl,
+    CleanReport,
+    ExpiredRow,
+    count_expired,
+    delete_expired,
+    iter_expired,
+)
 from statestore_cli.config import Settings, describe_source
 from statestore_cli.database import (
     SchemaState,
@@ -27,7 +34,7 @@ from statestore_cli.database import (
     parse_url,
     translate_errors,
 )
-from statestore_cli.entries import Entry, KeyFilter, Timeouts
+from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import BackendError, InvalidInputError, first_line
 from statestore_cli.retention import Retention, utcnow
 from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
@@ -202,7 +209,7 @@ def clean(
     settings: Settings,
     batch_size: int | None = None,
     now: datetime | None = None,
-    timeouts: Timeouts | None = None,
+    control: CleanControl | None = None,
 ) -> CleanReport | str:
     """Delete expired task keys; returns the report, or the reason the clean was skipped."""
     cutoff = now or utcnow()
@@ -210,7 +217,14 @@ def clean(
     if reason:
         return reason
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
-    return delete_expired(open_metastore(settings).engine, cutoff, size, timeouts)
+    return delete_expired(open_metastore(settings).engine, cutoff, size, control)
+
+
+def count_expired_keys(settings: Settings, now: datetime) -> int:
+    """How many task keys a clean at ``now`` deletes (0 with a custom backend)."""
+    if _skip_reason(settings):
+        return 0
+    return count_expired(open_metastore(settings).engine, now)
 
 
 # -- config --------------------------------------------------------------------------------------------

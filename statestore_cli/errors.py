@@ -10,7 +10,9 @@ EXIT_OK = 0
 EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
 EXIT_OPERATIONAL = 3
-EXIT_INTERRUPTED = 130
+EXIT_STOPPED = 4  # a clean stopped by --max-runtime before it was done
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
 
 class StateStoreError(Exception):
@@ -45,6 +47,10 @@ class BackendError(StateStoreError):
 
 class DatabaseError(BackendError):
     """The database is unreachable, refused a statement, or lacks the schema."""
+
+
+class CleanRunningError(BackendError):
+    """``clean --exclusive`` found another exclusive clean running on the same database."""
 
 
 class SchemaMissingError(DatabaseError):

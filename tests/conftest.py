@@ -102,8 +102,10 @@ def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Modules that set ALL_ENGINES = True run every test that uses a store on each engine."""
-    if getattr(metafunc.module, "ALL_ENGINES", False) and "db_url" in metafunc.fixturenames:
+    """Modules that set ALL_ENGINES = True run every test that uses a store on each engine (unless the
+    test picks its engines itself)."""
+    chosen = any("db_url" in str(mark.args[0]) for mark in metafunc.definition.iter_markers("parametrize"))
+    if getattr(metafunc.module, "ALL_ENGINES", False) and "db_url" in metafunc.fixturenames and not chosen:
         metafunc.parametrize("db_url", ENGINES, indirect=True)
 
 

@@ -3,6 +3,7 @@ and hands the result to the render layer. Errors become a message and an exit co
 ``StateStoreGroup``."""
 
 import sys
+import time
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -15,10 +16,20 @@ from statestore_cli import __version__
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import error_line, safe_text
 from statestore_cli.cli.scope_options import ScopeArgs, with_scope_options
+from statestore_cli.cli.stopping import StopOnSignal
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
 from statestore_cli.entries import Timeouts
-from statestore_cli.errors import EXIT_OPERATIONAL, EXIT_USAGE, InvalidInputError, StateStoreError, first_line
+from statestore_cli.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OPERATIONAL,
+    EXIT_STOPPED,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    InvalidInputError,
+    StateStoreError,
+    first_line,
+)
 from statestore_cli.retention import parse_duration, parse_retention
 
 try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
@@ -298,6 +309,7 @@ def clean(
         typer.Option(
             "--batch-size",
             min=0,
+            max=2_147_483_647,
             help="Rows per committed batch; 0 = one statement (default: state_cleanup_batch_size).",
         ),
     ] = None,
@@ -310,29 +322,53 @@ def clean(
     statement_timeout: Annotated[
         Optional[str], typer.Option("--statement-timeout", help="Cancel one statement after this long (default: none).")
     ] = None,
+    max_runtime: Annotated[
+        Optional[str],
+        typer.Option("--max-runtime", help="Start no new batch after this long (e.g. 10m); exit 4 if not done."),
+    ] = None,
+    exclusive: Annotated[
+        bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
+    ] = False,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """Delete expired task keys (expires_at before now); asset keys and keys that never expire stay."""
     out = _output(output)
     settings = _settings(ctx)
+    commands = _commands()
     if dry_run:
-        plan = _commands().plan_clean(settings)
+        plan = commands.plan_clean(settings)
         if plan.skipped_reason:
             out.clean_skipped(plan.skipped_reason, dry_run=True)
-        else:
-            out.clean_plan(plan, limit=None if show_all else 100)
+            return
+        total = commands.count_expired_keys(settings, plan.cutoff) if out.shows_progress else None
+        out.clean_plan(plan, limit=None if show_all else 100, total=total)
         return
+    from statestore_cli.cleanup import CleanControl
+    from statestore_cli.retention import utcnow
+
     timeouts = Timeouts(
         lock_seconds=parse_duration(lock_timeout, "--lock-timeout").total_seconds(),
-        statement_seconds=parse_duration(statement_timeout, "--statement-timeout").total_seconds()
-        if statement_timeout is not None
-        else None,
+        statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
     )
-    result = _commands().clean(settings, batch_size, timeouts=timeouts)
+    deadline = None if max_runtime is None else time.monotonic() + _seconds(max_runtime, "--max-runtime", zero=True)
+    cutoff = utcnow()
+    total = commands.count_expired_keys(settings, cutoff) if out.shows_progress else None
+    with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
+        control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance)
+        result = commands.clean(settings, batch_size, now=cutoff, control=control)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
-    else:
-        out.clean_report(result)
+        return
+    out.clean_report(result)
+    if result.stopped:
+        codes = {"interrupted": EXIT_INTERRUPTED, "terminated": EXIT_TERMINATED, "max_runtime": EXIT_STOPPED}
+        raise typer.Exit(codes[result.stopped])
+
+
+def _seconds(text: str, option: str, *, zero: bool = False) -> float:
+    if zero and text.strip() in ("0", "0s"):
+        return 0.0
+    return parse_duration(text, option).total_seconds()
 
 
 # -- config -----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ flushed in chunks). Rows past the limit are still counted per dag and announced,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -40,8 +41,9 @@ class DagCount:
 
 
 class DryRunView:
-    def __init__(self, console: Console, limit: int | None) -> None:
+    def __init__(self, console: Console, limit: int | None, on_progress: Callable[[int], None] | None = None) -> None:
         self.console = console
+        self.on_progress = on_progress
         self.limit = limit
         self.listed = 0
         self.dags: list[DagCount] = []
@@ -52,8 +54,10 @@ class DryRunView:
         self.previous: ExpiredRow | None = None
 
     def render(self, plan) -> int:  # type: ignore[no-untyped-def]
-        for row in plan.rows:
+        for count, row in enumerate(plan.rows, 1):
             self._add(row)
+            if self.on_progress and count % 1000 == 0:
+                self.on_progress(count)
         self._end_group()
         self._print_table()
         total = sum(d.keys for d in self.dags)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -137,7 +140,7 @@ class Output:
         return count
 
     # -- clean --------------------------------------------------------------------------------------
-    def clean_plan(self, plan: CleanPlan, *, limit: int | None) -> int:
+    def clean_plan(self, plan: CleanPlan, *, limit: int | None, total: int | None = None) -> int:
         if self.json:
             return self._clean_plan_json(plan)
         if self.mode == "plain":
@@ -150,7 +153,8 @@ class Output:
                 f"(expired before {human(plan.cutoff)})"
             )
             return count
-        return DryRunView(self.console, limit).render(plan)
+        with self.progress("reading expired keys", total) as advance:
+            return DryRunView(self.console, limit, advance).render(plan)
 
     def _clean_plan_json(self, plan: CleanPlan) -> int:
         # Streamed: rows first, the count last, so memory stays flat however many rows there are.
@@ -183,9 +187,13 @@ class Output:
                 {
                     "dry_run": False,
                     "deleted": report.deleted,
+                    "complete": report.stopped is None,
+                    "stopped": report.stopped,
                     "batches": report.batches,
                     "batch_size": report.batch_size,
                     "cutoff": iso(report.cutoff),
+                    "elapsed_seconds": round(report.elapsed, 3),
+                    "rows_per_second": round(report.rows_per_second, 1),
                 }
             )
             return
@@ -196,8 +204,48 @@ class Output:
         )
         self.line(
             f"deleted {report.deleted} expired task key{'s' if report.deleted != 1 else ''} {batches} "
-            f"(expired before {human(report.cutoff)})"
+            f"(expired before {human(report.cutoff)}) in {report.elapsed:.1f}s, {report.rows_per_second:,.0f} rows/s"
         )
+        if report.stopped:
+            why = {
+                "interrupted": "interrupted",
+                "terminated": "terminated by SIGTERM",
+                "max_runtime": "--max-runtime reached",
+            }
+            self.line(
+                f"stopped early ({why[report.stopped]}): every committed batch stays deleted; run clean again to finish"
+            )
+
+    # -- progress -----------------------------------------------------------------------------------
+    @property
+    def shows_progress(self) -> bool:
+        """A progress bar only for a person at a terminal: never in JSON, plain output or a pipe."""
+        return self.mode == "table" and self.console.is_terminal
+
+    @contextmanager
+    def progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """A transient bar (rows done, rate, time left) while the block runs; a no-op off a terminal."""
+        if not self.shows_progress:
+            yield lambda _done: None
+            return
+        bar = Progress(
+            TextColumn(label),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]} rows/s"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        started = time.monotonic()
+        task = bar.add_task(label, total=total, rate="-")
+
+        def advance(done: int) -> None:
+            elapsed = time.monotonic() - started
+            bar.update(task, completed=done, rate=f"{done / elapsed:,.0f}" if elapsed > 0 else "-")
+
+        with bar:
+            yield advance
 
     # -- db and config ------------------------------------------------------------------------------
     def db_report(self, report: DbReport, *, created: bool = False) -> None:
