@@ -129,3 +129,25 @@ def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
     assert (got.returncode, got.stdout) == (0, '{"x": 1}\n'), got.stderr
     shown = run("config", "show", "-o", "json")
     assert shown.returncode == 0 and '"default_retention_days": {"value": 30' in shown.stdout, shown.stderr
+
+
+def _expired_rows(db: Path, count: int) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO dag_run (id, dag_id, run_id) VALUES (1, 'd', 'r')")
+        conn.executemany(
+            "INSERT INTO task_state_store (dag_run_id, task_id, map_index, key, dag_id, run_id, value, updated_at,"
+            " expires_at) VALUES (1, 't', -1, ?, 'd', 'r', '1', ?, ?)",
+            [(f"k{i}", "2020-01-01 00:00:00.000000", "2020-01-01 00:00:00.000000") for i in range(count)],
+        )
+
+
+def test_clean_shows_a_progress_bar_on_a_terminal_only(cli, db_url):
+    db = Path(db_url.removeprefix("sqlite:///"))
+    _expired_rows(db, 3000)
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm-256color"}
+    status, screen = run_in_pty(["--conn", db_url, "clean", "--batch-size", "10"], None, env)
+    assert status == 0, screen
+    assert "deleting expired keys" in screen and "rows/s" in screen
+    assert "deleted 3000 expired task keys in 300 batches of up to 10" in screen
+    piped = cli("clean", "--batch-size", "10")  # CliRunner: not a terminal
+    assert "deleting expired keys" not in piped.stdout + piped.stderr
