@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -222,14 +222,26 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     # -- beyond the base interface: what the CLI shows ------------------------------------------
     def describe(self, scope: StoreScope, key: str, *, session: Any = None) -> Entry | None:
         """The stored entry (value still JSON-encoded) with its timestamps, or None."""
-        filt = _filter_for(scope, key)
         with self.connection(session) as conn:
-            if isinstance(scope, AssetScope):
+            if isinstance(scope, TaskScope):
+                filt = KeyFilter(
+                    store="task",
+                    dag_id=scope.dag_id,
+                    run_id=scope.run_id,
+                    task_id=scope.task_id,
+                    map_index=scope.map_index,
+                    key=key,
+                )
+            else:
                 asset_id = self._asset_id(conn, scope, create=False)
                 if asset_id is None:
                     return None
                 filt = KeyFilter(store="asset", asset_id=asset_id, key=key)
-            return next(iter(self._entries(conn, filt, with_values=True)), None)
+            rows = self._entries(conn, filt, with_values=True)
+            try:
+                return next(rows, None)
+            finally:
+                rows.close()  # finish with the cursor before the transaction ends
 
     def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int:
         with self.connection() as conn:
@@ -247,7 +259,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         with self.connection() as conn:
             yield from self._entries(conn, filt, with_values=False)
 
-    def _entries(self, conn: Connection, filt: KeyFilter, *, with_values: bool) -> Iterator[Entry]:
+    def _entries(self, conn: Connection, filt: KeyFilter, *, with_values: bool) -> Generator[Entry, None, None]:
         if filt.store in (None, "task") and not filt.has_asset_fields:
             yield from self._task_entries(conn, filt, with_values)
         if filt.store in (None, "asset") and not filt.has_task_fields:
@@ -298,16 +310,3 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 uri=row.uri,
                 value=row.value if with_values else None,
             )
-
-
-def _filter_for(scope: StoreScope, key: str) -> KeyFilter:
-    if isinstance(scope, TaskScope):
-        return KeyFilter(
-            store="task",
-            dag_id=scope.dag_id,
-            run_id=scope.run_id,
-            task_id=scope.task_id,
-            map_index=scope.map_index,
-            key=key,
-        )
-    return KeyFilter(store="asset", asset_id=scope.asset_id, name=scope.name, uri=scope.uri, key=key)
