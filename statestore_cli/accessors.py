@@ -73,7 +73,8 @@ class _Accessor:
             warnings.warn(message, StateValueTooLargeWarning, stacklevel=3)
         return stored
 
-    def _decode(self, stored: str) -> JsonValue:
+    def decode(self, stored: str) -> JsonValue:
+        """A stored JSON string as ``get`` returns it (a worker-side reference resolved)."""
         decoded = json.loads(stored)
         if self.worker_backend is not None and isinstance(decoded, dict) and set(decoded) == {REF_MARKER}:
             return self._from_ref(decoded[REF_MARKER])
@@ -81,7 +82,7 @@ class _Accessor:
 
     def get(self, key: str, default: JsonValue = None) -> JsonValue:
         stored = self.backend.get(self.scope, check_key(key), session=self.session)
-        return default if stored is None else self._decode(stored)
+        return default if stored is None else self.decode(stored)
 
     def delete(self, key: str) -> None:
         # The database reference goes first; a failing external delete leaves an orphan that the

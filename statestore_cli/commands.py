@@ -35,7 +35,7 @@ from statestore_cli.database import (
     translate_errors,
 )
 from statestore_cli.entries import Entry, KeyFilter
-from statestore_cli.errors import BackendError, InvalidInputError, first_line
+from statestore_cli.errors import BackendError, DatabaseError, InvalidInputError, first_line
 from statestore_cli.retention import Retention, utcnow
 from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
 
@@ -103,10 +103,15 @@ def db_init(settings: Settings) -> DbReport:
 
 
 def db_check(settings: Settings) -> DbReport:
-    """Connect and report; a missing schema is reported, not raised, so ``db check`` can show it."""
-    store = open_metastore(settings)
-    with translate_errors(store.engine), store.engine.connect() as conn:
-        state = inspect_schema(conn)
+    """Connect and report; an unreachable database or a missing schema is reported, not raised."""
+    try:
+        store = open_metastore(settings)
+        with translate_errors(store.engine), store.engine.connect() as conn:
+            state = inspect_schema(conn)
+    except DatabaseError as exc:
+        url = parse_url(settings.sql_alchemy_conn)
+        unknown = SchemaState(mode="unknown", present=(), missing=(), alembic_revision=None)
+        return DbReport(mask_url(url), url.get_backend_name(), unknown, settings.backend, error=str(exc))
     if not settings.uses_builtin_backend:
         open_backend(settings)  # a custom backend that cannot load makes the store unusable
     return DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend)
@@ -120,7 +125,7 @@ def get_entry(settings: Settings, scope: StoreScope, key: str) -> Entry:
     if isinstance(acc.backend, MetastoreBackend):
         entry = acc.backend.describe(scope, key)
         if entry is not None:
-            return replace(entry, value=acc._decode(entry.value))
+            return replace(entry, value=acc.decode(entry.value))
     else:
         missing = object()
         value = acc.get(key, default=missing)

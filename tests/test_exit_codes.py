@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -138,3 +139,12 @@ def test_version_and_help(cli):
     help_text = cli("--help").stdout
     for command in ("get", "set", "delete", "clear", "list", "clean", "db", "config"):
         assert f" {command} " in help_text
+
+
+def test_3_db_check_reports_an_unreachable_database_as_json(cli):
+    result = cli("db", "check", "-o", "json", conn="postgresql+psycopg://nobody@127.0.0.1:1/none?connect_timeout=2")
+    assert result.exit_code == 3
+    doc = json.loads(result.stdout)
+    assert (doc["ok"], doc["engine"], doc["mode"]) == (False, "postgresql", "unknown")
+    assert doc["error"].startswith("database error on postgresql+psycopg://nobody@127.0.0.1:1/none")
+    assert result.stderr.startswith("statestore: error: database error on ")

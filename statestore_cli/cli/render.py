@@ -259,6 +259,7 @@ class Output:
             "tables_present": list(schema.present),
             "tables_missing": list(schema.missing),
             "backend": report.backend,
+            "error": report.error,
         }
         if created:
             doc["tables_created"] = list(report.created)
