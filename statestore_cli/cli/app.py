@@ -4,7 +4,7 @@ and hands the result to the render layer. Errors become a message and an exit co
 
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -15,11 +15,11 @@ from typer.core import TyperGroup
 from statestore_cli import __version__
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import error_line, safe_text
-from statestore_cli.cli.scope_options import ScopeArgs, with_scope_options
+from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
 from statestore_cli.cli.stopping import StopOnSignal
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
-from statestore_cli.entries import Timeouts
+from statestore_cli.entries import KeyFilter, Timeouts
 from statestore_cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_OPERATIONAL,
@@ -210,12 +210,12 @@ def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
 def get(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(help="The key.")],
-    scope_args: ScopeArgs,
+    scope_args: KeyFilter,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """Print a key's value as JSON; a missing key exits 1."""
     out = _output(output)
-    entry = _commands().get_entry(_settings(ctx), scope_args.scope(), key)
+    entry = _commands().get_entry(_settings(ctx), scope_of(scope_args), key)
     out.value(entry)
 
 
@@ -225,7 +225,7 @@ def set_(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(help="The key.")],
     value: Annotated[str, typer.Argument(help="A JSON value, or - to read it from stdin.")],
-    scope_args: ScopeArgs,
+    scope_args: KeyFilter,
     retention: Annotated[
         Optional[str],
         typer.Option("--retention", help="never, or a duration: 90s, 15m, 6h, 7d, 1d12h, P7D (task keys only)."),
@@ -235,7 +235,7 @@ def set_(
     ] = False,
 ) -> None:
     """Write a key (insert or replace)."""
-    scope = scope_args.scope()
+    scope = scope_of(scope_args)
     parsed_retention = parse_retention(retention) if retention is not None else None
     document = read_value(value, as_string=string)
     expires_at = _commands().set_value(_settings(ctx), scope, key, document, parsed_retention)
@@ -245,9 +245,9 @@ def set_(
 
 @app.command("delete")
 @with_scope_options
-def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.")], scope_args: ScopeArgs) -> None:
+def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.")], scope_args: KeyFilter) -> None:
     """Delete one key; a key that is not there is not an error."""
-    scope = scope_args.scope()
+    scope = scope_of(scope_args)
     removed = _commands().delete_key(_settings(ctx), scope, key)
     what = "deleted" if removed != 0 else "no such key, nothing deleted:"
     Output.choose().line(f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}")
@@ -257,14 +257,14 @@ def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.
 @with_scope_options
 def clear(
     ctx: typer.Context,
-    scope_args: ScopeArgs,
+    scope_args: KeyFilter,
     all_map_indices: Annotated[
         bool, typer.Option("--all-map-indices", help="Clear every map index of the task.")
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete every key of a scope; asks first on a terminal, needs --yes otherwise."""
-    scope = scope_args.scope()
+    scope = scope_of(scope_args)
     settings = _settings(ctx)
     where = safe_text(scope.describe()) + (" (all map indices)" if all_map_indices else "")
     if not yes:
@@ -284,7 +284,7 @@ def clear(
 @with_scope_options
 def list_(
     ctx: typer.Context,
-    scope_args: ScopeArgs,
+    scope_args: KeyFilter,
     key: Annotated[Optional[str], typer.Option("--key", help="Only this key.")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")] = None,
     output: OutputOpt = OutputMode.auto,
@@ -293,9 +293,7 @@ def list_(
     out = _output(output)
     if store not in (None, "task", "asset"):
         raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
-    filt = scope_args.key_filter(store)
-    if key is not None:
-        filt = replace(filt, key=key)
+    filt = as_filter(scope_args, store, key)
     out.entries(_commands().list_entries(_settings(ctx), filt))
 
 

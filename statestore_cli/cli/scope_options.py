@@ -3,7 +3,7 @@
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Annotated, Any, Optional
 
 import typer
@@ -42,64 +42,41 @@ _PARAMS: tuple[tuple[str, Any], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class ScopeArgs:
-    dag_id: str | None = None
-    run_id: str | None = None
-    task_id: str | None = None
-    map_index: int | None = None
-    asset_name: str | None = None
-    asset_uri: str | None = None
-    asset_id: int | None = None
+def scope_of(given: KeyFilter) -> StoreScope:
+    """Exactly one kind of scope, complete, or an ``InvalidInputError`` saying what is missing."""
+    if given.has_task_fields and given.has_asset_fields:
+        raise InvalidInputError(f"a task scope and an asset scope were both given; {_SCOPE_HELP}")
+    if given.has_asset_fields:
+        return AssetScope(asset_id=given.asset_id, name=given.name, uri=given.uri)
+    missing = [f"--{n.replace('_', '-')}" for n in ("dag_id", "run_id", "task_id") if getattr(given, n) is None]
+    if missing and given.has_task_fields:
+        raise InvalidInputError(f"a task scope needs {', '.join(missing)} as well")
+    if missing:
+        raise InvalidInputError(f"no scope given: {_SCOPE_HELP}")
+    map_index = -1 if given.map_index is None else given.map_index
+    return TaskScope(given.dag_id, given.run_id, given.task_id, map_index)  # type: ignore[arg-type]
 
-    @property
-    def _task_given(self) -> bool:
-        return any(v is not None for v in (self.dag_id, self.run_id, self.task_id, self.map_index))
 
-    @property
-    def _asset_given(self) -> bool:
-        return any(v is not None for v in (self.asset_name, self.asset_uri, self.asset_id))
+def as_filter(given: KeyFilter, store: str | None, key: str | None) -> KeyFilter:
+    """Any subset of the scope options, as a filter for ``list``."""
+    if given.has_task_fields and given.has_asset_fields:
+        raise InvalidInputError("filter by task options or by asset options, not both")
+    return replace(given, store=store, key=key)
 
-    def scope(self) -> StoreScope:
-        """Exactly one kind of scope, complete, or an ``InvalidInputError`` saying what is missing."""
-        if self._task_given and self._asset_given:
-            raise InvalidInputError(f"a task scope and an asset scope were both given; {_SCOPE_HELP}")
-        if self._asset_given:
-            return AssetScope(asset_id=self.asset_id, name=self.asset_name, uri=self.asset_uri)
-        missing = [f"--{n.replace('_', '-')}" for n in ("dag_id", "run_id", "task_id") if getattr(self, n) is None]
-        if missing and self._task_given:
-            raise InvalidInputError(f"a task scope needs {', '.join(missing)} as well")
-        if missing:
-            raise InvalidInputError(f"no scope given: {_SCOPE_HELP}")
-        map_index = -1 if self.map_index is None else self.map_index
-        return TaskScope(self.dag_id, self.run_id, self.task_id, map_index)  # type: ignore[arg-type]
 
-    def key_filter(self, store: str | None) -> KeyFilter:
-        """Any subset of the scope options, as a filter for ``list``."""
-        if self._task_given and self._asset_given:
-            raise InvalidInputError("filter by task options or by asset options, not both")
-        return KeyFilter(
-            store=store,
-            dag_id=self.dag_id,
-            run_id=self.run_id,
-            task_id=self.task_id,
-            map_index=self.map_index,
-            asset_id=self.asset_id,
-            name=self.asset_name,
-            uri=self.asset_uri,
-        )
+_FILTER_FIELDS = {"asset_name": "name", "asset_uri": "uri"}  # option name -> KeyFilter field
 
 
 def with_scope_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the scope options to ``command``, which receives them as one ``scope_args: ScopeArgs``."""
+    """Add the scope options to ``command``, which receives them as one ``scope_args: KeyFilter``."""
     signature = inspect.signature(command)
     own = [p for p in signature.parameters.values() if p.name != "scope_args"]
     added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=a) for n, a in _PARAMS]
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name) for name, _ in _PARAMS}
-        return command(*args, scope_args=ScopeArgs(**values), **kwargs)
+        values = {_FILTER_FIELDS.get(name, name): kwargs.pop(name) for name, _ in _PARAMS}
+        return command(*args, scope_args=KeyFilter(**values), **kwargs)
 
     wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {
