@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sqlite3
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -170,3 +171,68 @@ def test_airflow_3_2_database_without_state_store_is_not_altered(runner, tmp_pat
     assert doc["ok"] is False and doc["mode"] == "airflow"
     assert set(doc["tables_missing"]) == {"task_state_store", "asset_state_store"}
     assert path.read_bytes() == before
+
+
+AIRFLOW_332_PG = FIXTURES / "airflow-3.3.2-postgres-schema.sql"
+
+
+@pytest.fixture
+def airflow_postgres(tmp_path):
+    """A PostgreSQL database holding Airflow 3.3.2's own schema (the pg_dump of a migrated database)."""
+    from conftest import require_server
+    from sqlalchemy import create_engine, make_url
+
+    admin_url = require_server("postgresql")
+    lines = fixture(AIRFLOW_332_PG, tmp_path).read_text().splitlines()
+    dump = "\n".join(line for line in lines if not line.startswith("\\"))  # psql meta-commands (\restrict)
+    name = f"af_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(dump)
+        conn.exec_driver_sql("SELECT pg_catalog.set_config('search_path', 'public', false)")
+        conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('d2f4e1b3c5a7')")
+    engine.dispose()
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
+        admin.dispose()
+
+
+def test_airflow_postgres_database_is_read_and_cleaned_in_place(runner, airflow_postgres):
+    from statestore_cli.cli.app import app
+
+    def run(*args: str):
+        result = runner.invoke(app, ["--conn", airflow_postgres, *args])
+        assert result.exit_code == 0, result.output
+        return result
+
+    doc = json.loads(run("db", "check", "-o", "json").stdout)
+    assert (doc["ok"], doc["mode"], doc["alembic_revision"]) == (True, "airflow", "d2f4e1b3c5a7")
+    from conftest import sql
+
+    sql(
+        airflow_postgres,
+        "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, clear_number, span_status) "
+        "VALUES ('etl', 'manual__1', 'manual', now(), 0, 'not_started')",
+    )
+    task = ["--dag-id", "etl", "--run-id", "manual__1", "--task-id", "t"]
+    run("set", *task, "gone", '"x"', "--retention", "1s")
+    run("set", *task, "kept", '{"job": 1}')
+    sql(airflow_postgres, "UPDATE task_state_store SET expires_at = now() - interval '1 hour' WHERE key = 'gone'")
+    types = dict(
+        sql(
+            airflow_postgres,
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'task_state_store'",
+        )
+    )
+    assert types["expires_at"] == types["updated_at"] == "timestamp with time zone"
+    plan = json.loads(run("clean", "--dry-run", "-o", "json").stdout)
+    assert [r["key"] for r in plan["rows"]] == ["gone"]
+    assert json.loads(run("clean", "--batch-size", "10", "-o", "json").stdout)["deleted"] == 1
+    assert json.loads(run("get", *task, "kept").stdout) == {"job": 1}
