@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import String, and_, delete, func, select, text, type_coerce
+from sqlalchemy import Integer, String, and_, any_, bindparam, delete, func, select, text, type_coerce
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Delete
+from sqlalchemy.sql.dml import ReturningDelete
 
 from statestore_cli.database import describe_engine, retry_deadlocks, translate_errors
 from statestore_cli.entries import Timeouts
@@ -116,7 +117,7 @@ def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
         conn.exec_driver_sql("PRAGMA foreign_keys = OFF")
         # An 8 MiB page cache (the default is 2) keeps the index pages that consecutive batches share:
         # batched cleans run as fast as one DELETE, for a fixed, small amount of memory.
-        conn.exec_driver_sql("PRAGMA cache_size = -8192")
+        conn.exec_driver_sql("PRAGMA cache_size = -4096")
         if lock is not None:
             conn.exec_driver_sql(f"PRAGMA busy_timeout = {math.ceil(lock * 1000)}")
         if statement is not None:
@@ -125,15 +126,24 @@ def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Delete:
+def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Delete | ReturningDelete[Any]:
+    """One batch. SQLite and PostgreSQL walk the primary key (``id > :after``, ``RETURNING id`` says
+    where the next batch starts): each batch reads the next stretch of the table, instead of
+    re-scanning the expiry index past everything the earlier batches deleted, and the ids of one
+    batch at most are ever held."""
     if dialect in ("mysql", "mariadb"):
         # MySQL refuses a LIMIT in an IN sub-select on the table it deletes from, but has DELETE ... LIMIT.
         return delete(_task).where(expired(now)).with_dialect_options(mysql_limit=batch_size)
-    ids = select(_task.c.id).where(expired(now)).limit(batch_size)
+    after = bindparam("after", type_=Integer)
+    ids = select(_task.c.id).where(_task.c.id > after, expired(now)).order_by(_task.c.id).limit(batch_size)
     if dialect == "postgresql":
-        # Rows another cleaner holds are skipped, not waited for: two cleans share the work.
+        # Rows another cleaner holds are skipped, not waited for: two cleans share the work. The ids
+        # go in as an array so the delete looks them up by primary key instead of joining.
         ids = ids.with_for_update(skip_locked=True)
-    return delete(_task).where(_task.c.id.in_(ids.scalar_subquery()), expired(now))
+        chosen = _task.c.id == any_(func.array(ids.scalar_subquery()))
+    else:
+        chosen = _task.c.id.in_(ids.scalar_subquery())
+    return delete(_task).where(chosen, expired(now)).returning(_task.c.id)
 
 
 def count_expired(engine: Engine, now: datetime) -> int:
@@ -155,8 +165,16 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     with translate_errors(engine), engine.connect() as conn, _exclusive(conn, control.exclusive):
         notes = prepare_session(conn, control.timeouts)
 
+        keyset = batch_size > 0 and engine.dialect.name in ("sqlite", "postgresql")
+        after = 0  # the largest id a keyset batch has deleted
+
         def one_batch() -> int:
+            nonlocal after
             with conn.begin():
+                if keyset:
+                    ids = conn.execute(stmt, {"after": after}).scalars().all()
+                    after = max(ids, default=after)
+                    return len(ids)
                 count = conn.execute(stmt).rowcount
             if count is None or count < 0:
                 raise BackendError("the database did not report how many rows the clean deleted")
@@ -168,7 +186,9 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
             batches += 1 if count else 0
             if control.on_progress:
                 control.on_progress(deleted)
-            if batch_size == 0 or count < batch_size:
+            # A keyset batch can come back short while rows remain (a key refreshed under it, or rows
+            # another cleaner holds), so it goes on until one finds nothing; DELETE ... LIMIT stops short.
+            if batch_size == 0 or count == 0 or (count < batch_size and not keyset):
                 break
             stopped = control.stop_reason()
             if stopped:

@@ -17,11 +17,12 @@ from sqlalchemy import create_engine, insert, make_url
 from typer.testing import CliRunner
 
 from statestore_cli import MetastoreBackend, TaskScope, TaskStateStoreAccessor
-from statestore_cli.cleanup import Timeouts, delete_expired
+from statestore_cli.cleanup import CleanControl, delete_expired
 from statestore_cli.cli.app import app
 from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
 from statestore_cli.database import make_engine
+from statestore_cli.entries import Timeouts
 from statestore_cli.schema import task_state_store
 
 SERVERS = ("postgresql", "mariadb")
@@ -160,7 +161,7 @@ def test_two_cleans_at_once_share_the_work_exactly(db_url, batch_size):
 
     def cleaner(_index: int) -> None:
         engine = make_engine(db_url)
-        reports.append(delete_expired(engine, cutoff, batch_size, Timeouts(lock_seconds=60)))
+        reports.append(delete_expired(engine, cutoff, batch_size, CleanControl(timeouts=Timeouts(lock_seconds=60))))
         engine.dispose()
 
     errors = _run_threads(2, cleaner)
