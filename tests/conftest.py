@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -170,3 +171,57 @@ def cli(runner: CliRunner, db_url: str) -> Iterator[Callable[..., Result]]:
         return Result(result.exit_code, result.stdout, result.stderr, result.exception)
 
     yield invoke
+
+
+# -- custom backends --------------------------------------------------------------------------------------
+BACKENDS_MODULE = '''
+from statestore_cli import BaseStoreBackend
+
+
+class DictBackend(BaseStoreBackend):
+    """A tiny valid backend: nothing is ever stored."""
+
+    def get(self, scope, key, *, session=None):
+        return None
+
+    def set(self, scope, key, value, *, expires_at=None, session=None):
+        pass
+
+    def delete(self, scope, key, *, session=None):
+        return 0
+
+    def clear(self, scope, *, all_map_indices=False, session=None):
+        return 0
+
+    async def aget(self, scope, key, *, session=None):
+        return None
+
+    async def aset(self, scope, key, value, *, expires_at=None, session=None):
+        pass
+
+    async def adelete(self, scope, key, *, session=None):
+        return 0
+
+    async def aclear(self, scope, *, all_map_indices=False, session=None):
+        return 0
+
+
+class NotABackend:
+    pass
+
+
+not_a_class = 42
+'''
+
+
+@pytest.fixture
+def backends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
+    """A module ``ss_test_backends`` importable from tmp_path, forgotten again after the test."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "ss_test_backends.py").write_text(BACKENDS_MODULE, encoding="utf-8")
+    (folder / "ss_test_broken.py").write_text("raise RuntimeError('boom at import\\nsecond line')\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(folder))
+    yield "ss_test_backends"
+    for name in ("ss_test_backends", "ss_test_broken"):
+        sys.modules.pop(name, None)

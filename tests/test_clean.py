@@ -205,41 +205,19 @@ def test_dry_run_plain_output_is_one_line_per_row(cli, db_url):
     )
 
 
-CUSTOM_BACKEND = """
-from statestore_cli import BaseStoreBackend
-from statestore_cli.backends.base import ThreadOffloadMixin
-
-
-class DictBackend(ThreadOffloadMixin, BaseStoreBackend):
-    def get(self, scope, key, *, session=None):
-        return None
-
-    def set(self, scope, key, value, *, expires_at=None, session=None):
-        pass
-
-    def delete(self, scope, key, *, session=None):
-        return 0
-
-    def clear(self, scope, *, all_map_indices=False, session=None):
-        return 0
-"""
-
-
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_custom_backend_is_skipped_with_a_message_and_exit_0(cli, db_url, tmp_path, monkeypatch, dry_run):
-    (tmp_path / "my_backends.py").write_text(CUSTOM_BACKEND)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", "my_backends.DictBackend")
+def test_custom_backend_is_skipped_with_a_message_and_exit_0(cli, db_url, backends, monkeypatch, dry_run):
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", f"{backends}.DictBackend")
     seed(db_url, [("d", "r", "t", -1, "old", PAST)])
     flags = ["--dry-run"] if dry_run else []
     result = cli("clean", *flags)
     assert result.exit_code == 0, result.output
     assert result.stdout == (
-        "skipped: [state_store] backend is my_backends.DictBackend, not the metastore backend: nothing to clean "
+        "skipped: [state_store] backend is ss_test_backends.DictBackend, not the metastore backend: nothing to clean "
         "here; a custom backend runs its own BaseStoreBackend.cleanup()\n"
     )
     doc = json.loads(cli("clean", *flags, "-o", "json").stdout)
-    assert doc["skipped"] is True and doc["dry_run"] is dry_run and "my_backends.DictBackend" in doc["reason"]
+    assert doc["skipped"] is True and doc["dry_run"] is dry_run and "ss_test_backends.DictBackend" in doc["reason"]
     assert len(identities(db_url)) == 1
 
 

@@ -8,9 +8,7 @@ AIRFLOW_HOME at a fresh ``tmp_path/airflow-home``.
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -489,59 +487,6 @@ def test_percent_signs_in_a_file_url_survive(tmp_path):
 
 
 # -- backend classes ------------------------------------------------------------------------------------------
-BACKENDS_MODULE = '''
-from statestore_cli import BaseStoreBackend
-
-
-class DictBackend(BaseStoreBackend):
-    """A tiny valid backend: nothing is ever stored."""
-
-    def get(self, scope, key, *, session=None):
-        return None
-
-    def set(self, scope, key, value, *, expires_at=None, session=None):
-        pass
-
-    def delete(self, scope, key, *, session=None):
-        return 0
-
-    def clear(self, scope, *, all_map_indices=False, session=None):
-        return 0
-
-    async def aget(self, scope, key, *, session=None):
-        return None
-
-    async def aset(self, scope, key, value, *, expires_at=None, session=None):
-        pass
-
-    async def adelete(self, scope, key, *, session=None):
-        return 0
-
-    async def aclear(self, scope, *, all_map_indices=False, session=None):
-        return 0
-
-
-class NotABackend:
-    pass
-
-
-not_a_class = 42
-'''
-
-
-@pytest.fixture
-def backends(monkeypatch, tmp_path) -> Iterator[str]:
-    """A module ``ss_test_backends`` importable from tmp_path, forgotten again after the test."""
-    folder = tmp_path / "plugins"
-    folder.mkdir()
-    (folder / "ss_test_backends.py").write_text(BACKENDS_MODULE, encoding="utf-8")
-    (folder / "ss_test_broken.py").write_text("raise RuntimeError('boom at import\\nsecond line')\n", encoding="utf-8")
-    monkeypatch.syspath_prepend(str(folder))
-    yield "ss_test_backends"
-    for name in ("ss_test_backends", "ss_test_broken"):
-        sys.modules.pop(name, None)
-
-
 def backend_setting(monkeypatch, path: str, section: str = "state_store", option: str = "backend"):
     monkeypatch.setenv(env_var(section, option), path)
     return load_settings().setting(section, option)
