@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
@@ -109,7 +109,6 @@ class Counts:
     never: int = 0
     dag_runs: int = 0
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # -- rows ----------------------------------------------------------------------------------------------
@@ -218,13 +217,12 @@ def statestore_executable() -> str:
     return found
 
 
-def tool_env(airflow_home: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+def tool_env(airflow_home: Path | None = None) -> dict[str, str]:
     """The environment for every process we start: no AIRFLOW_* of the developer's, a private AIRFLOW_HOME."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     if airflow_home is not None:
         airflow_home.mkdir(parents=True, exist_ok=True)
         env["AIRFLOW_HOME"] = str(airflow_home)
-    env.update(extra or {})
     return env
 
 

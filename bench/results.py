@@ -160,7 +160,7 @@ def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
 
 def _fmt(value: float, unit: str) -> str:
     if unit == "x":
-        return f"{value:.2f}x"
+        return f"{value:.3f}x"
     if unit == "s":
         return f"{value:.3f} s"
     return f"{value:.1f} MB"
@@ -177,7 +177,7 @@ def measurement_table(results: Results) -> str:
                 str(m.rows),
                 str(len(m.samples)),
                 f"{m.seconds:.3f}",
-                m.floor or "",
+                m.floor if ratio is not None else "",
                 f"{ratio:.2f}x" if ratio is not None else "",
                 f"{m.peak_rss_mb:.1f}",
             ]
@@ -199,10 +199,10 @@ def writer_table(results: Results) -> str:
     for engine, phases in results.writer_latency.items():
         for phase in ("idle", "during_clean"):
             s = phases[phase]
-            rows.append(
-                [engine, phase, str(s["writes"]), f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}", f"{s['max_ms']:.2f}"]
-            )
-    return _table(["engine", "phase", "writes", "p50 ms", "p99 ms", "max ms"], rows, right={2, 3, 4, 5})
+            timings = [f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}", f"{s['max_ms']:.2f}"]
+            rows.append([engine, phase, str(s["writes"]), str(s["errors"]), *timings, (s["first_error"] or "")[:100]])
+    header = ["engine", "phase", "writes", "errors", "p50 ms", "p99 ms", "max ms", "first error"]
+    return _table(header, rows, right={2, 3, 4, 5, 6})
 
 
 def report(results: Results, targets: list[Target]) -> str:
@@ -226,7 +226,7 @@ def report(results: Results, targets: list[Target]) -> str:
 
 
 def notes(results: Results) -> list[str]:
-    lines = [f"floor {m.engine}: {m.how}" for m in results.measurements if m.name == FLOOR_DELETE and m.how]
+    lines = [f"{m.engine} {m.name} at {m.rows} rows: {m.how}" for m in results.measurements if m.how]
     for m in results.measurements:
         if m.server_ms:
             lines.append(

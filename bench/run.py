@@ -27,7 +27,7 @@ import floors
 import generate
 import stores
 from generate import Spec
-from measure import RSS_METHOD, Sample, run_process
+from measure import RSS_METHOD, ProcessFailed, Sample, run_process
 from results import (
     CLEAN_BATCHED,
     CLEAN_ONE,
@@ -44,6 +44,7 @@ from results import (
     report,
     write_json,
 )
+from sqlalchemy.engine import make_url
 from writer import LatencyStats, Writer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,6 +72,12 @@ class Plan:
         return CLEAN_BATCHED.format(batch=self.batch_size)
 
 
+def redact(text: str, store: stores.Stores) -> str:
+    """``text`` without the server's password (commands and errors show URLs)."""
+    password = make_url(store.admin_url).password if isinstance(store, stores.ServerStores) else None
+    return text.replace(str(password), "***") if password else text
+
+
 def log(message: str) -> None:
     print(f"[{datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
 
@@ -90,12 +97,17 @@ class EngineBench:
     def run(self) -> None:
         large = self._original(self.plan.large)
         small = self._original(self.plan.small)
-        self.deletes(large)
-        self.dry_runs(large)
+        steps = [(self.deletes, large), (self.dry_runs, large)]
         if self.engine == "sqlite":
-            self.cold_start(large)
-        self.small_store(small)
-        self.writer_latency(large)
+            steps.append((self.cold_start, large))
+        steps += [(self.small_store, small), (self.writer_latency, large)]
+        for step, original in steps:
+            try:
+                step(original)
+            except ProcessFailed as exc:  # one broken command costs its step, not the whole run
+                message = redact(str(exc), self.stores)
+                self.results.problems.append(f"{self.engine}: {message}")
+                log(f"{self.engine}: FAILED: {message}")
 
     def _original(self, spec: Spec) -> stores.Original:
         log(f"{self.engine}: store of {spec.rows} rows ({spec.expired} expired)")
@@ -199,7 +211,10 @@ class EngineBench:
         with self.stores.fresh(original) as url:
             writer = Writer(url, plan.writer_interval, plan.max_writes)
             try:
-                writer.write()  # connects and creates the writer's dag run: not measured
+                warm_up = writer.write()  # connects and creates the writer's dag run: not measured
+                if warm_up.error:
+                    self.results.problems.append(f"{self.engine}: the writer cannot write: {warm_up.error}")
+                    return
                 idle = writer.run_idle(plan.idle_writes)
                 name = CLEAN_WRITER.format(batch=plan.batch_size)
                 batch = str(plan.batch_size)
@@ -278,8 +293,8 @@ def open_stores(
     problem = stores.reachable(url)
     if problem is not None:
         if args.require_servers:
-            raise SystemExit(f"{engine} at {url} is not reachable: {problem}")
-        results.skipped[engine] = f"not reachable at {url} ({problem})"
+            raise SystemExit(f"{engine} is not reachable: {problem}")
+        results.skipped[engine] = f"not reachable at {make_url(url).render_as_string(hide_password=True)} ({problem})"
         log(f"{engine}: skipped, not reachable ({problem})")
         return None
     results.meta.setdefault("servers", {})[engine] = server_version(url)

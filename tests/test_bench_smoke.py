@@ -1,0 +1,60 @@
+"""The benchmark harness still runs: ``bench/run.py --quick`` end to end, on tiny stores.
+
+SQLite always; PostgreSQL too when it is reachable (the harness skips it otherwise). Only that
+every measurement ran and took some time is checked: benchmark figures are never asserted on.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+STATESTORE = Path(sys.executable).with_name("statestore")
+
+# What --quick measures on every engine it reaches (batch size 500, 4000 rows, small store 400 rows).
+EVERY_ENGINE = {
+    ("raw DELETE (floor)", 4000),
+    ("clean --batch-size 0", 4000),
+    ("clean --batch-size 500", 4000),
+    ("bare dry-run script (floor)", 4000),
+    ("clean --dry-run -o json", 4000),
+    ("clean --dry-run -o table", 4000),
+    ("clean --batch-size 500 + writer", 4000),
+    ("clean --batch-size 0", 400),
+    ("clean --batch-size 500", 400),
+    ("clean --dry-run -o json", 400),
+    ("clean --dry-run -o table", 400),
+}
+SQLITE_ONLY = {("bare python get (floor)", 4000), ("get (cold start)", 4000)}
+
+
+@pytest.mark.slow
+def test_quick_benchmark_measures_everything(tmp_path: Path) -> None:
+    assert STATESTORE.exists(), f"statestore is not installed next to {sys.executable}"
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--workdir", str(tmp_path / "work")]
+    done = subprocess.run([*cmd, "--json-out", str(out)], capture_output=True, text=True, timeout=600, check=False)
+
+    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    results = json.loads(out.read_text())
+    assert results["problems"] == []
+    engines = {m["engine"] for m in results["measurements"]}
+    assert "sqlite" in engines
+    assert engines - {"sqlite"} <= {"postgresql"}
+    for engine in engines:
+        found = {(m["name"], m["rows"]) for m in results["measurements"] if m["engine"] == engine}
+        expected = EVERY_ENGINE | (SQLITE_ONLY if engine == "sqlite" else set())
+        assert expected <= found, f"{engine} lacks {expected - found}"
+        assert engine in results["writer_latency"]
+    for m in results["measurements"]:
+        assert m["samples"], m
+        assert all(seconds > 0 for seconds in m["samples"]), m
+        assert m["seconds"] > 0 and m["peak_rss_mb"] > 0, m
+    assert results["targets"], "no target was evaluated"
+    assert all(isinstance(t["passed"], bool) for t in results["targets"])
+    assert "Targets" in done.stdout
