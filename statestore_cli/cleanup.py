@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from sqlalchemy import Integer, String, and_, any_, bindparam, delete, func, select, text, type_coerce
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql import ColumnElement, Delete
-from sqlalchemy.sql.dml import ReturningDelete
+from sqlalchemy.sql import ColumnElement, Executable, Select
 
 from statestore_cli.database import describe_engine, retry_deadlocks, translate_errors
 from statestore_cli.entries import Timeouts
@@ -126,7 +125,7 @@ def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Delete | ReturningDelete[Any]:
+def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Executable:
     """One batch. SQLite and PostgreSQL walk the primary key (``id > :after``, ``RETURNING id`` says
     where the next batch starts): each batch reads the next stretch of the table, instead of
     re-scanning the expiry index past everything the earlier batches deleted, and the ids of one
@@ -138,12 +137,24 @@ def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Delete | R
     ids = select(_task.c.id).where(_task.c.id > after, expired(now)).order_by(_task.c.id).limit(batch_size)
     if dialect == "postgresql":
         # Rows another cleaner holds are skipped, not waited for: two cleans share the work. The ids
-        # go in as an array so the delete looks them up by primary key instead of joining.
+        # go in as an array so the delete looks them up by primary key instead of joining, and only
+        # the count and the last id come back, not every deleted id.
         ids = ids.with_for_update(skip_locked=True)
         chosen = _task.c.id == any_(func.array(ids.scalar_subquery()))
-    else:
-        chosen = _task.c.id.in_(ids.scalar_subquery())
+        gone = delete(_task).where(chosen, expired(now)).returning(_task.c.id).cte("gone")
+        return select(func.count(), func.max(gone.c.id))
+    chosen = _task.c.id.in_(ids.scalar_subquery())
     return delete(_task).where(chosen, expired(now)).returning(_task.c.id)
+
+
+def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> tuple[int, int | None]:
+    """Run one keyset batch: how many rows went, and the largest id among them."""
+    result = conn.execute(stmt, {"after": after})
+    if isinstance(stmt, Select):  # PostgreSQL: count(*), max(id) over the deleted rows
+        count, last = result.one()
+        return int(count), last
+    ids = result.scalars().all()
+    return len(ids), max(ids, default=None)
 
 
 def count_expired(engine: Engine, now: datetime) -> int:
@@ -172,9 +183,9 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
             nonlocal after
             with conn.begin():
                 if keyset:
-                    ids = conn.execute(stmt, {"after": after}).scalars().all()
-                    after = max(ids, default=after)
-                    return len(ids)
+                    count, last = _keyset_batch(conn, stmt, after)
+                    after = last if last is not None else after
+                    return count
                 count = conn.execute(stmt).rowcount
             if count is None or count < 0:
                 raise BackendError("the database did not report how many rows the clean deleted")
