@@ -1,7 +1,7 @@
 """Benchmark ``statestore clean``, its dry run and its cold start against floors (see bench/README.md).
 
-    /tmp/venv/bin/python bench/run.py --rows 1000000 --expired 500000 --json-out /tmp/statestore-bench/results.json
-    /tmp/venv/bin/python bench/run.py --quick --engines sqlite
+    .venv/bin/python bench/run.py --rows 1000000 --expired 500000 --json-out /tmp/statestore-bench/results.json
+    .venv/bin/python bench/run.py --quick --engines sqlite
 
 Each destructive run starts from an identical copy of the generated store. Times are wall-clock
 seconds of the whole process (the median of --repeat runs); peak RSS is that process's own.
