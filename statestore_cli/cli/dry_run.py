@@ -79,18 +79,20 @@ class DryRunView:
 
     def _add(self, row: ExpiredRow) -> None:
         prev = self.previous
-        new_dag = prev is None or prev.dag_id != row.dag_id
-        new_run = new_dag or prev is None or prev.run_id != row.run_id
-        new_instance = new_run or prev is None or (prev.task_id, prev.map_index) != (row.task_id, row.map_index)
-        if new_instance:
+        # Most rows continue the current task instance: keep that path short (dry runs stream millions).
+        if prev is not None and row[:4] == prev[:4]:
+            self.dags[-1].keys += 1
+        else:
+            new_dag = prev is None or prev.dag_id != row.dag_id
+            new_run = new_dag or prev is None or prev.run_id != row.run_id
             self._end_group()
-        if new_dag:
-            self._print_table()
-            self.dags.append(DagCount(row.dag_id))
-        dag = self.dags[-1]
-        dag.runs += new_run
-        dag.instances += new_instance
-        dag.keys += 1
+            if new_dag:
+                self._print_table()
+                self.dags.append(DagCount(row.dag_id))
+            dag = self.dags[-1]
+            dag.runs += new_run
+            dag.instances += 1
+            dag.keys += 1
         self.group_size += 1
         if self.limit is None or self.listed < self.limit:
             self.group.append(row)
