@@ -114,8 +114,8 @@ def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
         # Nothing references task_state_store, so deleting from it cannot break a foreign key; with
         # the checks on, SQLite spends ~10% of a large delete on them.
         conn.exec_driver_sql("PRAGMA foreign_keys = OFF")
-        # An 8 MiB page cache (the default is 2) keeps the index pages that consecutive batches share:
-        # batched cleans run as fast as one DELETE, for a fixed, small amount of memory.
+        # A 4 MiB page cache (the default is 2) keeps the index pages that consecutive batches share,
+        # for a fixed, small amount of memory.
         conn.exec_driver_sql("PRAGMA cache_size = -4096")
         if lock is not None:
             conn.exec_driver_sql(f"PRAGMA busy_timeout = {math.ceil(lock * 1000)}")
@@ -173,9 +173,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     started = time.monotonic()
     deleted = batches = 0
     stopped = None
-    with translate_errors(engine), engine.connect() as conn, _exclusive(conn, control.exclusive):
-        notes = prepare_session(conn, control.timeouts)
-
+    with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
         keyset = batch_size > 0 and engine.dialect.name in ("sqlite", "postgresql")
         after = 0  # the largest id a keyset batch has deleted
 
@@ -212,6 +210,18 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
                 time.sleep(min(0.1, (time.monotonic() - batch_started) / 4))
     elapsed = time.monotonic() - started
     return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped)
+
+
+@contextmanager
+def _clean_session(engine: Engine, control: CleanControl) -> Iterator[tuple[Connection, tuple[str, ...]]]:
+    """A connection of its own for one clean: tuned, timed out and locked as asked, then discarded."""
+    with engine.connect() as conn:
+        try:
+            notes = prepare_session(conn, control.timeouts)
+            with _exclusive(conn, control.exclusive):
+                yield conn, notes
+        finally:
+            conn.invalidate()  # its settings (timeouts, SQLite pragmas) must not reach the next user of the pool
 
 
 # A fixed key for PostgreSQL's advisory lock (its locks are per database already): "statestore" in hex.

@@ -207,3 +207,18 @@ def test_sigterm_stops_after_the_current_batch(db_url, tmp_path):
         text=True,
     )
     assert json.loads(finish.stdout)["deleted"] == 60001 - report["deleted"]
+
+
+def test_the_cleans_session_settings_do_not_leak_to_later_use_of_the_engine(db_url):
+    """The clean tunes its own connection (no foreign-key checks on SQLite, timeouts); later work on
+    the same engine still gets cascades and the server's own settings."""
+    backend = seed_expired(db_url, 3)
+    delete_expired(backend.engine, datetime.now(UTC), 2, CleanControl())
+    with backend.engine.connect() as conn:
+        if conn.dialect.name == "sqlite":
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        elif conn.dialect.name == "postgresql":
+            assert conn.exec_driver_sql("SHOW lock_timeout").scalar() == "0"
+    with backend.engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM dag_run")
+    assert remaining(db_url) == 0  # the cascade from dag_run still works
