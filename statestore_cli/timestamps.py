@@ -15,3 +15,13 @@ def iso_utc(value: str | datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).isoformat()
+
+
+def human(moment: datetime | None, never: str = "never", zone: str = " UTC") -> str:
+    """A UTC instant the way people read it: seconds, no offset, ``UTC`` after it."""
+    return never if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S") + zone
+
+
+def human_iso(moment: str) -> str:
+    """An ISO 8601 UTC timestamp (as ``iso_utc`` writes it) the way ``human`` shows an instant."""
+    return f"{moment[:10]} {moment[11:19]} UTC"

@@ -30,7 +30,7 @@ from statestore_cli.errors import (
     StateStoreError,
     first_line,
 )
-from statestore_cli.retention import parse_duration, parse_retention
+from statestore_cli.retention import parse_duration, parse_retention, utcnow
 
 try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
     from typer._click import exceptions as click_exceptions
@@ -342,13 +342,12 @@ def clean(
         out.clean_plan(plan, limit=None if show_all else 100, total=total)
         return
     from statestore_cli.cleanup import CleanControl
-    from statestore_cli.retention import utcnow
 
     timeouts = Timeouts(
-        lock_seconds=parse_duration(lock_timeout, "--lock-timeout").total_seconds(),
+        lock_seconds=_seconds(lock_timeout, "--lock-timeout"),
         statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
     )
-    deadline = None if max_runtime is None else time.monotonic() + _seconds(max_runtime, "--max-runtime", zero=True)
+    deadline = None if max_runtime is None else time.monotonic() + _seconds(max_runtime, "--max-runtime")
     cutoff = utcnow()
     total = commands.count_expired_keys(settings, cutoff) if out.shows_progress else None
     with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
@@ -363,9 +362,7 @@ def clean(
         raise typer.Exit(codes[result.stopped])
 
 
-def _seconds(text: str, option: str, *, zero: bool = False) -> float:
-    if zero and text.strip() in ("0", "0s"):
-        return 0.0
+def _seconds(text: str, option: str) -> float:
     return parse_duration(text, option).total_seconds()
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -17,15 +16,12 @@ from rich.table import Table
 from rich.text import Text
 
 from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.timestamps import human, human_iso
 
 if TYPE_CHECKING:
     from statestore_cli.cleanup import ExpiredRow
 
 CHUNK = 500  # rows per printed table when everything is listed
-
-
-def _when(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _plural(count: int, word: str) -> str:
@@ -71,7 +67,7 @@ class DryRunView:
         self.console.print(
             Text(
                 f"Dry run: {_plural(total, 'expired task key')} would be deleted "
-                f"(expired before {_when(plan.cutoff)}). Nothing was deleted."
+                f"(expired before {human(plan.cutoff)}). Nothing was deleted."
             ),
             soft_wrap=True,
         )
@@ -116,7 +112,7 @@ class DryRunView:
                 Text(str(row.map_index) if first else ""),
                 Text(str(self.group_size) if first else ""),
                 Text(safe_text(row.key)),
-                Text(f"{row.expires_at[:10]} {row.expires_at[11:19]} UTC"),
+                Text(human_iso(row.expires_at)),
                 end_section=index == len(self.group) - 1,
             )
         self.group = []

@@ -24,6 +24,7 @@ from rich.text import Text
 from statestore_cli.cli.dry_run import DryRunView
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
 from statestore_cli.entries import Entry
+from statestore_cli.timestamps import human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
     from statestore_cli.cleanup import CleanReport, ExpiredRow
@@ -35,15 +36,6 @@ MODES = ("auto", "table", "plain", "json")
 def iso(moment: datetime | None) -> str | None:
     """Timestamps for scripts: ISO 8601 in UTC with an explicit offset."""
     return None if moment is None else moment.isoformat()
-
-
-def human(moment: datetime | None, never: str = "never", zone: str = " UTC") -> str:
-    return never if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S") + zone
-
-
-def human_iso(moment: str) -> str:
-    """An ISO 8601 UTC timestamp (as ``ExpiredRow`` carries it) the way people read it."""
-    return f"{moment[:10]} {moment[11:19]} UTC"
 
 
 def _expired_row_json(row: ExpiredRow) -> str:
