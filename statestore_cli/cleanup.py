@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import NamedTuple
 
 from sqlalchemy import Integer, String, and_, any_, bindparam, delete, func, select, text, type_coerce
@@ -125,14 +126,24 @@ def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Executable:
-    """One batch. SQLite and PostgreSQL walk the primary key (``id > :after``, ``RETURNING id`` says
-    where the next batch starts): each batch reads the next stretch of the table, instead of
+class _Batch(NamedTuple):
+    """What one batch did: rows deleted, and the id the next batch starts after (None: the clean is done)."""
+
+    deleted: int
+    after: int | None
+
+
+def _checked_rowcount(count: int | None) -> int:
+    if count is None or count < 0:
+        raise BackendError("the database did not report how many rows the clean deleted")
+    return int(count)
+
+
+def _keyset_statement(dialect: str, now: datetime, batch_size: int) -> Executable:
+    """One batch on SQLite or PostgreSQL, walking the primary key (``id > :after``; ``RETURNING id``
+    says where the next batch starts): each batch reads the next stretch of the table, instead of
     re-scanning the expiry index past everything the earlier batches deleted, and the ids of one
     batch at most are ever held."""
-    if dialect in ("mysql", "mariadb"):
-        # MySQL refuses a LIMIT in an IN sub-select on the table it deletes from, but has DELETE ... LIMIT.
-        return delete(_task).where(expired(now)).with_dialect_options(mysql_limit=batch_size)
     after = bindparam("after", type_=Integer)
     ids = select(_task.c.id).where(_task.c.id > after, expired(now)).order_by(_task.c.id).limit(batch_size)
     if dialect == "postgresql":
@@ -147,14 +158,60 @@ def _batch_statement(dialect: str, now: datetime, batch_size: int) -> Executable
     return delete(_task).where(chosen, expired(now)).returning(_task.c.id)
 
 
-def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> tuple[int, int | None]:
-    """Run one keyset batch: how many rows went, and the largest id among them."""
+def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
+    """Run one SQLite or PostgreSQL batch; the walk ends with the first batch that finds nothing."""
     result = conn.execute(stmt, {"after": after})
     if isinstance(stmt, Select):  # PostgreSQL: count(*), max(id) over the deleted rows
         count, last = result.one()
-        return int(count), last
+        return _Batch(int(count), last)
     ids = result.scalars().all()
-    return len(ids), max(ids, default=None)
+    return _Batch(len(ids), max(ids, default=None))
+
+
+# MySQL and MariaDB refuse a LIMIT in an IN sub-select and have no (MySQL) or only a single-table
+# (MariaDB) DELETE ... RETURNING, so a batch there is two statements in one transaction: find the id
+# that ends the next ``batch_size`` expired rows, then delete the expired rows up to it. Both walk the
+# primary key from where the last batch ended. A ``DELETE ... LIMIT`` instead re-scans the expiry
+# index from its start every time, past every row earlier batches deleted: InnoDB keeps those as
+# delete-marked records until purge removes them, and purge lags on busy servers and stops behind
+# any long read transaction, so each batch got slower than the one before. FORCE INDEX keeps both
+# statements on the primary key even where the optimizer's estimate for the expiry index is low;
+# MySQL accepts an index hint in a DELETE only in its multi-table form.
+_MYSQL_RANGE_DELETE = (
+    "DELETE task_state_store FROM task_state_store FORCE INDEX (PRIMARY) "
+    "WHERE task_state_store.id > :after {upper}AND task_state_store.expires_at IS NOT NULL "
+    "AND task_state_store.expires_at < :now"
+)
+
+
+def _mysql_statements(now: datetime, batch_size: int) -> tuple[Executable, Executable, Executable]:
+    """The batch end, the bounded delete, and the delete of the rest (when fewer than a batch remain)."""
+    after = bindparam("after", type_=Integer)
+    end = (
+        select(_task.c.id)
+        .with_hint(_task, "FORCE INDEX (PRIMARY)")
+        .where(_task.c.id > after, expired(now))
+        .order_by(_task.c.id)
+        .limit(1)
+        .offset(batch_size - 1)
+    )
+    # The same condition as expired(now), written out: SQLAlchemy renders no multi-table DELETE with a hint.
+    now_param = bindparam("now", now, type_=_task.c.expires_at.type)
+    upto = text(_MYSQL_RANGE_DELETE.format(upper="AND task_state_store.id <= :upper ")).bindparams(
+        now_param, bindparam("upper", type_=Integer)
+    )
+    rest = text(_MYSQL_RANGE_DELETE.format(upper="")).bindparams(now_param)
+    return end, upto, rest
+
+
+def _mysql_batch(conn: Connection, statements: tuple[Executable, Executable, Executable], after: int) -> _Batch:
+    """Run one MySQL/MariaDB batch. Another clean may have taken the rows of this range already: the
+    walk goes on past it, and ends with the batch that had fewer than ``batch_size`` rows left."""
+    end, upto, rest = statements
+    upper = conn.execute(end, {"after": after}).scalar()
+    if upper is None:
+        return _Batch(_checked_rowcount(conn.execute(rest, {"after": after}).rowcount), None)
+    return _Batch(_checked_rowcount(conn.execute(upto, {"after": after, "upper": upper}).rowcount), upper)
 
 
 def count_expired(engine: Engine, now: datetime) -> int:
@@ -162,43 +219,44 @@ def count_expired(engine: Engine, now: datetime) -> int:
         return int(conn.execute(select(func.count()).select_from(_task).where(expired(now))).scalar_one())
 
 
+def _batch_runner(conn: Connection, now: datetime, batch_size: int) -> Callable[[int], _Batch]:
+    """The function that runs one batch (its own transaction) starting after a given id."""
+    dialect = conn.dialect.name
+    if batch_size == 0:
+        everything = delete(_task).where(expired(now))
+        return lambda _after: _Batch(_checked_rowcount(conn.execute(everything).rowcount), None)
+    if dialect in ("mysql", "mariadb"):
+        statements = _mysql_statements(now, batch_size)
+        return lambda after: _mysql_batch(conn, statements, after)
+    stmt = _keyset_statement(dialect, now, batch_size)
+    return lambda after: _keyset_batch(conn, stmt, after)
+
+
 def delete_expired(engine: Engine, now: datetime, batch_size: int, control: CleanControl | None = None) -> CleanReport:
     """Delete what ``iter_expired(now)`` lists: in one statement, or ``batch_size`` rows per commit."""
     if batch_size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
     control = control or CleanControl()
-    stmt = (
-        delete(_task).where(expired(now)) if batch_size == 0 else _batch_statement(engine.dialect.name, now, batch_size)
-    )
     started = time.monotonic()
     deleted = batches = 0
     stopped = None
     with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
-        keyset = batch_size > 0 and engine.dialect.name in ("sqlite", "postgresql")
-        after = 0  # the largest id a keyset batch has deleted
+        run = _batch_runner(conn, now, batch_size)
+        after: int | None = 0  # the id the next batch starts after; None once the walk is done
 
-        def one_batch() -> int:
-            nonlocal after
+        def one_batch(start: int) -> _Batch:
             with conn.begin():
-                if keyset:
-                    count, last = _keyset_batch(conn, stmt, after)
-                    after = last if last is not None else after
-                    return count
-                count = conn.execute(stmt).rowcount
-            if count is None or count < 0:
-                raise BackendError("the database did not report how many rows the clean deleted")
-            return int(count)
+                return run(start)
 
-        while True:
+        while after is not None:
             batch_started = time.monotonic()
-            count = retry_deadlocks(one_batch)
-            deleted += count
-            batches += 1 if count else 0
+            batch = retry_deadlocks(partial(one_batch, after))
+            deleted += batch.deleted
+            batches += 1 if batch.deleted else 0
+            after = batch.after
             if control.on_progress:
                 control.on_progress(deleted)
-            # A keyset batch can come back short while rows remain (a key refreshed under it, or rows
-            # another cleaner holds), so it goes on until one finds nothing; DELETE ... LIMIT stops short.
-            if batch_size == 0 or count == 0 or (count < batch_size and not keyset):
+            if after is None:
                 break
             stopped = control.stop_reason()
             if stopped:

@@ -162,7 +162,7 @@ def test_writer_interleaved_right_before_the_delete_statement_keeps_its_key(db_u
 
     @event.listens_for(cleaner, "before_cursor_execute")
     def refresh_first(_conn, _cursor, statement, *_args):
-        if "DELETE FROM TASK_STATE_STORE" in statement.upper() and not refreshed:
+        if "DELETE " in statement.upper() and not refreshed:
             writer.set(TaskScope("d", "r2", "t", 1), "k0002", "3", expires_at=datetime.now(UTC) + timedelta(hours=1))
             refreshed.append(True)
 
