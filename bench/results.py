@@ -14,6 +14,7 @@ FLOOR_DELETE = "raw DELETE (floor)"
 CLEAN_ONE = "clean --batch-size 0"
 CLEAN_BATCHED = "clean --batch-size {batch}"
 CLEAN_WRITER = "clean --batch-size {batch} + writer"
+CLEAN_SNAPSHOT = "clean --batch-size {batch} + open snapshot"  # servers: a reader holds a snapshot open
 FLOOR_DRY_RUN = "bare dry-run script (floor)"
 DRY_JSON = "clean --dry-run -o json"
 DRY_TABLE = "clean --dry-run -o table"
@@ -115,7 +116,7 @@ COLD_START_LIMIT_S = 0.30
 
 # On a server the floor is a statement that starts in milliseconds (psql); the issue allows our own
 # start-up on top: one statement within floor + start-up, batches within 3 x floor + start-up.
-SERVER_CLEAN_TARGETS = ((CLEAN_ONE, 1.0), (CLEAN_BATCHED, 3.0))
+SERVER_CLEAN_TARGETS = ((CLEAN_ONE, 1.0), (CLEAN_BATCHED, 3.0), (CLEAN_SNAPSHOT, 3.0))
 
 
 def evaluate(results: Results, batch: int, large: int, small: int) -> list[Target]:

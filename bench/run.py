@@ -31,6 +31,7 @@ from measure import RSS_METHOD, ProcessFailed, Sample, run_process
 from results import (
     CLEAN_BATCHED,
     CLEAN_ONE,
+    CLEAN_SNAPSHOT,
     CLEAN_WRITER,
     DRY_JSON,
     DRY_TABLE,
@@ -101,6 +102,8 @@ class EngineBench:
         steps = [(self.deletes, large), (self.dry_runs, large)]
         if self.engine == "sqlite":
             steps.append((self.cold_start, large))
+        else:
+            steps.append((self.snapshot_held, large))
         steps += [(self.small_store, small), (self.writer_latency, large)]
         for step, original in steps:
             try:
@@ -166,6 +169,30 @@ class EngineBench:
         sample = self._run(self.ours(url, "clean", "--batch-size", batch, "-o", "json"))
         m = self._record(name, spec, sample, floor=FLOOR_DELETE)
         self._check_deleted(m, json.loads(sample.stdout)["deleted"], spec)
+
+    def snapshot_held(self, original: stores.Original) -> None:
+        """The batched clean while another session holds a consistent snapshot open for all of it, as a
+        backup (``--single-transaction``) or a long report does: the server may then remove none of the
+        deleted rows' old versions until the clean is over."""
+        name = CLEAN_SNAPSHOT.format(batch=self.plan.batch_size)
+        batch = str(self.plan.batch_size)
+        for _ in range(self.plan.repeat):
+            with self.stores.fresh(original) as url:
+                reader = generate.connect(url)
+                try:
+                    with reader.cursor() as cur:
+                        if self.engine == "postgresql":
+                            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                        else:
+                            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+                        cur.execute("SELECT count(*) FROM task_state_store")
+                        cur.fetchall()
+                    sample = self._run(self.ours(url, "clean", "--batch-size", batch, "-o", "json"))
+                finally:
+                    reader.rollback()
+                    reader.close()
+                m = self._record(name, original.spec, sample, floor=FLOOR_DELETE)
+                self._check_deleted(m, json.loads(sample.stdout)["deleted"], original.spec)
 
     def dry_runs(self, original: stores.Original) -> None:
         """The bare script, our JSON dry run and our terminal view, all with stdout to /dev/null."""
@@ -244,7 +271,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="runs of each timed command; the median counts (3)")
     p.add_argument("--cold-runs", type=int, default=15, help="runs of the cold-start get and its floor (15)")
     p.add_argument("--batch-size", type=int, default=10_000, help="batch size of the batched clean (10000)")
-    p.add_argument("--engines", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql, mariadb")
+    p.add_argument(
+        "--engines",
+        default="sqlite,postgresql,mariadb",
+        help="comma-separated: sqlite, postgresql, mariadb (servers not reachable are skipped)",
+    )
     p.add_argument("--pg-url", default=DEFAULT_SERVERS["postgresql"], help="PostgreSQL server (a fresh schema is used)")
     p.add_argument("--mysql-url", default=DEFAULT_SERVERS["mariadb"], help="MariaDB server (a fresh database is used)")
     p.add_argument("--require-servers", action="store_true", help="fail, not skip, when a server is unreachable")
