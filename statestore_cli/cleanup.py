@@ -1,4 +1,7 @@
-"""Garbage collection of expired task keys (SPEC section 4).
+"""Garbage collection of expired task keys: task rows whose ``expires_at`` is set and has passed.
+
+Asset rows and task rows without an expiry (``NEVER_EXPIRE``, or written with
+``default_retention_days = 0``) are never touched.
 
 The dry run and the real run share ``expired()``, evaluated against one ``now`` fixed when the
 run starts, so what a dry run lists is exactly what a real run at the same instant deletes. Each
