@@ -19,7 +19,6 @@ from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 
 
 @pytest.fixture(autouse=True)

@@ -1,14 +1,15 @@
-"""Compatibility with Airflow 3.3.2's metadata database (SPEC section 7), checked against real files.
+"""Compatibility with Airflow 3.3.2's metadata database, checked against real files.
 
-``../shared/fixtures`` holds databases made by Airflow itself (``airflow db migrate``); the schema we
-create is compared with theirs statement by statement, and rows we write into a copy of Airflow's
-database are checked in the text form Airflow reads and compares.
+Our tables, columns, constraints and indexes are Airflow 3.3.2's (migration ``fde9ed84d07b``), and on
+SQLite timestamps are written in the text form Airflow reads and compares. ``tests/fixtures`` holds
+databases made by Airflow itself (``airflow db migrate``; its README says how each was made); the
+schema we create is compared with theirs statement by statement, and rows we write into a copy of
+Airflow's database are checked in that text form.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sqlite3
@@ -17,19 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import SHARED
 
-FIXTURES = SHARED / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 AIRFLOW_332 = FIXTURES / "airflow-3.3.2.sqlite"
 AIRFLOW_320 = FIXTURES / "airflow-3.2.0.sqlite"
 TIMESTAMP_TEXT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}")
 
 
 def fixture(path: Path, tmp_path: Path) -> Path:
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing: CI must run with shared/ beside the checkout")
-        pytest.skip(f"{path} not found: place the project's shared/ folder beside the checkout")
+    """A writable copy of one of the repository's Airflow databases, in tmp_path: the original is never touched."""
     copy = tmp_path / path.name
     shutil.copyfile(path, copy)
     copy.chmod(0o644)
