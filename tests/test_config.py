@@ -91,7 +91,7 @@ EXPECTED_DEFAULTS = {
 
 
 def test_the_defaults_are_the_documented_ones(clean_environment):
-    """No file, no env: every option has SPEC section 2's default and says so."""
+    """No file, no env: every option has the default the README's "Configuration" documents and says so."""
     settings = load_settings()
     assert settings.config_file is None
     assert settings.airflow_home == clean_environment
@@ -225,7 +225,7 @@ def test_an_invalid_lower_priority_value_is_ignored_when_overridden(monkeypatch,
 
 
 def test_only_the_state_store_section_is_read_not_task_state_store(tmp_path):
-    """SPEC 2: the section is [state_store], not [task_state_store]; other Airflow sections are ignored."""
+    """The section is [state_store], as in Airflow, not [task_state_store]; other Airflow sections are ignored."""
     cfg = write_cfg(
         tmp_path / "airflow.cfg",
         """

@@ -1,4 +1,6 @@
-"""The exit-code table of SPEC section 9, row by row, and the promise of no traceback without --debug."""
+"""Exit codes 0-3 of the README's "Exit codes" table, row by row: 0 success, 1 a key `get` did not find,
+2 bad usage or input, 3 an operational failure; and no command shows a traceback unless asked with --debug.
+"""
 
 from __future__ import annotations
 
