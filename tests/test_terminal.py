@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO, run_statestore_process, statestore_argv
 
 TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 
@@ -22,7 +22,7 @@ def run_in_pty(args: list[str], answer: str | None, env: dict[str, str]) -> tupl
     """Run ``python -m statestore_cli ARGS`` with a terminal on stdin/stdout, typing ``answer``."""
     primary, secondary = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "statestore_cli", *args],
+        statestore_argv(*args),
         stdin=secondary,
         stdout=secondary,
         stderr=secondary,
@@ -109,26 +109,18 @@ def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
         "PATH": os.environ["PATH"],
     }
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-S", "-m", "statestore_cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True
-        )
+    def run(*args: str, code: str | None = None):
+        return run_statestore_process(*args, code=code, python_flags=["-S"], cwd=tmp_path, env=env)
 
-    where = subprocess.run(
-        [sys.executable, "-S", "-c", "import statestore_cli; print(statestore_cli.__file__)"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    where = run(code="import statestore_cli; print(statestore_cli.__file__)")
+    assert where.exit_code == 0, where.output
     assert where.stdout.startswith(str(site)), where.stdout
-    assert run("db", "init").returncode == 0
-    assert run("set", *TASK, "k", '{"x": 1}').returncode == 0
+    assert run("db", "init").exit_code == 0
+    assert run("set", *TASK, "k", '{"x": 1}').exit_code == 0
     got = run("get", *TASK, "k")
-    assert (got.returncode, got.stdout) == (0, '{"x": 1}\n'), got.stderr
+    assert (got.exit_code, got.stdout) == (0, '{"x": 1}\n'), got.stderr
     shown = run("config", "show", "-o", "json")
-    assert shown.returncode == 0 and '"default_retention_days": {"value": 30' in shown.stdout, shown.stderr
+    assert shown.exit_code == 0 and '"default_retention_days": {"value": 30' in shown.stdout, shown.stderr
 
 
 def _expired_rows(db: Path, count: int) -> None:
@@ -149,5 +141,5 @@ def test_clean_shows_a_progress_bar_on_a_terminal_only(cli, db_url):
     assert status == 0, screen
     assert "deleting expired keys" in screen and "rows/s" in screen
     assert "deleted 3000 expired task keys in 300 batches of up to 10" in screen
-    piped = cli("clean", "--batch-size", "10")  # CliRunner: not a terminal
+    piped = cli("clean", "--batch-size", "10")  # in-process: not a terminal
     assert "deleting expired keys" not in piped.stdout + piped.stderr
