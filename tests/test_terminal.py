@@ -1,4 +1,4 @@
-"""Behaviour that needs a real terminal (a pseudo-terminal here) or a real installed wheel."""
+"""Behaviour that needs a real terminal (a pseudo-terminal here)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ import pty
 import select
 import sqlite3
 import subprocess
-import sys
-import sysconfig
-import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_statestore_process, statestore_argv
+from helpers import statestore_argv
 
 TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 
@@ -76,51 +73,6 @@ def test_terminal_output_is_a_table_and_no_color_is_respected(cli, db_url):
     assert "┏" in coloured and "\x1b[" in coloured  # a rich table, styled
     _, plain = run_in_pty(["--conn", db_url, "list"], None, {**env, "NO_COLOR": "1"})
     assert "┏" in plain and "\x1b[1m" not in plain and "\x1b[3" not in plain
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
-        check=True,
-    )
-    [built] = out.glob("statestore_cli-*.whl")
-    return built
-
-
-def test_wheel_ships_the_option_schema(wheel):
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "statestore_cli/config/options.toml" in names
-    assert "statestore_cli/py.typed" in names
-    assert not any(name.startswith("tests/") for name in names)
-
-
-def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
-    """Installed from the wheel, run with no site hooks (so no editable path) and cwd outside the repo."""
-    site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True
-    )
-    deps = sysconfig.get_paths()["purelib"]
-    env = {
-        "PYTHONPATH": f"{site}{os.pathsep}{deps}",
-        "AIRFLOW_HOME": str(tmp_path / "home"),
-        "PATH": os.environ["PATH"],
-    }
-
-    def run(*args: str, code: str | None = None):
-        return run_statestore_process(*args, code=code, python_flags=["-S"], cwd=tmp_path, env=env)
-
-    where = run(code="import statestore_cli; print(statestore_cli.__file__)")
-    assert where.exit_code == 0, where.output
-    assert where.stdout.startswith(str(site)), where.stdout
-    assert run("db", "init").exit_code == 0
-    assert run("set", *TASK, "k", '{"x": 1}').exit_code == 0
-    got = run("get", *TASK, "k")
-    assert (got.exit_code, got.stdout) == (0, '{"x": 1}\n'), got.stderr
-    shown = run("config", "show", "-o", "json")
-    assert shown.exit_code == 0 and '"default_retention_days": {"value": 30' in shown.stdout, shown.stderr
 
 
 def _expired_rows(db: Path, count: int) -> None:
