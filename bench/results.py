@@ -114,7 +114,7 @@ MEMORY_GROWTH = 1.10  # peak RSS on the large store at most 10% over the small s
 COLD_START_LIMIT_S = 0.30
 
 
-# On a server the floor is a statement that starts in milliseconds (psql); the issue allows our own
+# On a server the floor is a statement that starts in milliseconds (psql), so the targets allow our own
 # start-up on top: one statement within floor + start-up, batches within 3 x floor + start-up.
 SERVER_CLEAN_TARGETS = ((CLEAN_ONE, 1.0), (CLEAN_BATCHED, 3.0), (CLEAN_SNAPSHOT, 3.0))
 

@@ -1,4 +1,4 @@
-"""What a task sees: ``TaskStateStoreAccessor`` and ``AssetStateStoreAccessor`` (SPEC sections 3 and 6).
+"""What a task sees: ``TaskStateStoreAccessor`` and ``AssetStateStoreAccessor``.
 
 Accessors encode values to JSON, compute ``expires_at`` on the writer's side, route values through a
 worker-side backend's hooks when one is configured, and enforce ``max_value_storage_bytes``.

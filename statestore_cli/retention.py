@@ -1,4 +1,4 @@
-"""Retention: how long a task key lives, and when it expires (SPEC section 3)."""
+"""Retention: a task key expires at write time + its retention (by default ``default_retention_days``), or never."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The state store tables, as Airflow 3.3.2 defines them (SPEC section 7, revision fde9ed84d07b).
+"""The state store tables, as Airflow 3.3.2 defines them (its migration revision fde9ed84d07b).
 
 Table, column, constraint and index names match Airflow's so the same rows can be read and cleaned
 by either tool. ``dag_run``, ``asset`` and ``asset_active`` are the minimal parents a standalone

@@ -1,4 +1,4 @@
-"""Scopes: whose keys a store operation touches (SPEC section 5)."""
+"""Scopes: whose keys a store operation touches, one task instance (``TaskScope``) or one asset (``AssetScope``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,15 @@
-"""Compatibility with Airflow 3.3.2's metadata database (SPEC section 7), checked against real files.
+"""Compatibility with Airflow 3.3.2's metadata database, checked against real files.
 
-``../shared/fixtures`` holds databases made by Airflow itself (``airflow db migrate``); the schema we
-create is compared with theirs statement by statement, and rows we write into a copy of Airflow's
-database are checked in the text form Airflow reads and compares.
+Our tables, columns, constraints and indexes are Airflow 3.3.2's (migration ``fde9ed84d07b``), and on
+SQLite timestamps are written in the text form Airflow reads and compares. ``tests/fixtures`` holds
+databases made by Airflow itself (``airflow db migrate``; its README says how each was made); the
+schema we create is compared with theirs statement by statement, and rows we write into a copy of
+Airflow's database are checked in that text form.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sqlite3
@@ -17,19 +18,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import SHARED
+from helpers import require_server, run_cli, sql
+from sqlalchemy import create_engine, make_url
 
-FIXTURES = SHARED / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 AIRFLOW_332 = FIXTURES / "airflow-3.3.2.sqlite"
 AIRFLOW_320 = FIXTURES / "airflow-3.2.0.sqlite"
 TIMESTAMP_TEXT = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}")
 
 
 def fixture(path: Path, tmp_path: Path) -> Path:
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{path} is missing: CI must run with shared/ beside the checkout")
-        pytest.skip(f"{path} not found: place the project's shared/ folder beside the checkout")
+    """A writable copy of one of the repository's Airflow databases, in tmp_path: the original is never touched."""
     copy = tmp_path / path.name
     shutil.copyfile(path, copy)
     copy.chmod(0o644)
@@ -60,8 +59,8 @@ def test_state_store_schema_is_airflows_statement_for_statement(db_url, tmp_path
     assert ours == airflow
 
 
-def test_schema_matches_spec_section_7(db_url):
-    """Independently of any fixture: the names and types SPEC section 7 lists."""
+def test_schema_has_airflow_3_3_2_names_and_types(db_url):
+    """Independently of any fixture: Airflow 3.3.2's columns, types, defaults, indexes and keys, written out."""
     path = db_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as conn:
         columns = {row[1]: (row[2], row[3], row[4]) for row in conn.execute("PRAGMA table_info(task_state_store)")}
@@ -107,15 +106,13 @@ def _add_dag_run(path: Path, dag_id: str, run_id: str) -> None:
         )
 
 
-def test_airflow_database_mode(runner, tmp_path):
+def test_airflow_database_mode(tmp_path):
     """Our tool on Airflow's own database: reads and cleans it, never invents runs or assets."""
-    from statestore_cli.cli.app import app
-
     path = fixture(AIRFLOW_332, tmp_path)
     conn = f"sqlite:///{path}"
 
     def run(*args: str):
-        return runner.invoke(app, ["--conn", conn, *args])
+        return run_cli(*args, conn=conn)
 
     check = run("db", "check", "-o", "json")
     assert check.exit_code == 0, check.output
@@ -156,16 +153,14 @@ def test_airflow_database_mode(runner, tmp_path):
     assert sorted(d["key"] for d in json.loads(run("list", "-o", "json").stdout)) == ["alive", "pinned"]
 
 
-def test_airflow_3_2_database_without_state_store_is_not_altered(runner, tmp_path):
-    from statestore_cli.cli.app import app
-
+def test_airflow_3_2_database_without_state_store_is_not_altered(tmp_path):
     path = fixture(AIRFLOW_320, tmp_path)
     before = path.read_bytes()
-    result = runner.invoke(app, ["--conn", f"sqlite:///{path}", "db", "init"])
+    result = run_cli("db", "init", conn=f"sqlite:///{path}")
     assert result.exit_code == 3
     assert "is an Airflow metadata database (revision 1d6611b6ab7c) without the state store tables" in result.stderr
     assert "airflow db migrate" in result.stderr
-    check = runner.invoke(app, ["--conn", f"sqlite:///{path}", "db", "check", "-o", "json"])
+    check = run_cli("db", "check", "-o", "json", conn=f"sqlite:///{path}")
     assert check.exit_code == 3
     doc = json.loads(check.stdout)
     assert doc["ok"] is False and doc["mode"] == "airflow"
@@ -179,9 +174,6 @@ AIRFLOW_332_PG = FIXTURES / "airflow-3.3.2-postgres-schema.sql"
 @pytest.fixture
 def airflow_postgres(tmp_path):
     """A PostgreSQL database holding Airflow 3.3.2's own schema (the pg_dump of a migrated database)."""
-    from conftest import require_server
-    from sqlalchemy import create_engine, make_url
-
     admin_url = require_server("postgresql")
     lines = fixture(AIRFLOW_332_PG, tmp_path).read_text().splitlines()
     dump = "\n".join(line for line in lines if not line.startswith("\\"))  # psql meta-commands (\restrict)
@@ -204,18 +196,14 @@ def airflow_postgres(tmp_path):
         admin.dispose()
 
 
-def test_airflow_postgres_database_is_read_and_cleaned_in_place(runner, airflow_postgres):
-    from statestore_cli.cli.app import app
-
+def test_airflow_postgres_database_is_read_and_cleaned_in_place(airflow_postgres):
     def run(*args: str):
-        result = runner.invoke(app, ["--conn", airflow_postgres, *args])
+        result = run_cli(*args, conn=airflow_postgres)
         assert result.exit_code == 0, result.output
         return result
 
     doc = json.loads(run("db", "check", "-o", "json").stdout)
     assert (doc["ok"], doc["mode"], doc["alembic_revision"]) == (True, "airflow", "d2f4e1b3c5a7")
-    from conftest import sql
-
     sql(
         airflow_postgres,
         "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, clear_number, span_status) "

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 STATESTORE = Path(sys.executable).with_name("statestore")
 
 # What --quick measures on every engine it reaches (batch size 500, 4000 rows, small store 400 rows).

@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from conftest import sql
+from helpers import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.database import make_engine

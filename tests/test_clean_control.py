@@ -7,12 +7,11 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import sql
+from helpers import run_statestore_process, sql, statestore_argv
 from sqlalchemy import create_engine, event
 
 from statestore_cli import MetastoreBackend, TaskScope
@@ -185,7 +184,7 @@ def test_sigterm_stops_after_the_current_batch(db_url, tmp_path):
         )
     before = remaining(db_url)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "statestore_cli", "--conn", db_url, "clean", "--batch-size", "20", "-o", "json"],
+        statestore_argv("--conn", db_url, "clean", "--batch-size", "20", "-o", "json"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -201,11 +200,7 @@ def test_sigterm_stops_after_the_current_batch(db_url, tmp_path):
     assert report["stopped"] == "terminated" and report["complete"] is False
     assert 0 < report["deleted"] < 60001 and report["deleted"] % 20 == 0
     assert remaining(db_url) == before - report["deleted"]  # every committed batch, nothing half done
-    finish = subprocess.run(
-        [sys.executable, "-m", "statestore_cli", "--conn", db_url, "clean", "-o", "json"],
-        capture_output=True,
-        text=True,
-    )
+    finish = run_statestore_process("--conn", db_url, "clean", "-o", "json")
     assert json.loads(finish.stdout)["deleted"] == 60001 - report["deleted"]
 
 

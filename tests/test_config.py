@@ -12,10 +12,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers import Result, run_cli
 
 from statestore_cli.backends.loader import load_backend_class
-from statestore_cli.cli.app import app
 from statestore_cli.config import BUILTIN_BACKEND, is_builtin_backend, load_option_specs, load_settings
 from statestore_cli.errors import ConfigError
 
@@ -46,30 +45,7 @@ def source(section: str, option: str, **kwargs) -> str:
     return load_settings(**kwargs).setting(section, option).source
 
 
-class Run:
-    """One CLI run with stdout and stderr kept apart."""
-
-    def __init__(self, exit_code: int, stdout: str, stderr: str) -> None:
-        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
-
-    @property
-    def output(self) -> str:
-        return f"exit {self.exit_code}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
-
-
-@pytest.fixture
-def statestore():
-    """Run ``statestore ARGS`` with no --conn unless given: the configuration decides."""
-    runner = CliRunner()
-
-    def invoke(*args: str) -> Run:
-        result = runner.invoke(app, list(args))
-        return Run(result.exit_code, result.stdout, result.stderr)
-
-    return invoke
-
-
-def assert_one_line_usage_error(run: Run, message: str | None = None) -> None:
+def assert_one_line_usage_error(run: Result, message: str | None = None) -> None:
     assert run.exit_code == 2, run.output
     assert run.stdout == "", run.output
     assert run.stderr.startswith("statestore: error: "), run.output
@@ -91,7 +67,7 @@ EXPECTED_DEFAULTS = {
 
 
 def test_the_defaults_are_the_documented_ones(clean_environment):
-    """No file, no env: every option has SPEC section 2's default and says so."""
+    """No file, no env: every option has the default the README's "Configuration" documents and says so."""
     settings = load_settings()
     assert settings.config_file is None
     assert settings.airflow_home == clean_environment
@@ -167,17 +143,17 @@ def test_airflow_config_naming_a_missing_file_is_skipped(monkeypatch, tmp_path, 
     assert settings.default_retention_days == 30
 
 
-def test_explicit_config_that_does_not_exist_is_an_error(tmp_path, statestore):
+def test_explicit_config_that_does_not_exist_is_an_error(tmp_path):
     missing = tmp_path / "missing.cfg"
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(config_path=missing)
-    run = statestore("--config", str(missing), "config", "show")
+    run = run_cli("--config", str(missing), "config", "show")
     assert_one_line_usage_error(run, f"config file {missing} does not exist; pass an existing file to --config")
 
 
-def test_explicit_config_that_is_a_directory_is_an_error(tmp_path, statestore):
+def test_explicit_config_that_is_a_directory_is_an_error(tmp_path):
     assert_one_line_usage_error(
-        statestore("--config", str(tmp_path), "config", "show"),
+        run_cli("--config", str(tmp_path), "config", "show"),
         f"config file {tmp_path} is not a file; pass an airflow.cfg-style file to --config",
     )
 
@@ -225,7 +201,7 @@ def test_an_invalid_lower_priority_value_is_ignored_when_overridden(monkeypatch,
 
 
 def test_only_the_state_store_section_is_read_not_task_state_store(tmp_path):
-    """SPEC 2: the section is [state_store], not [task_state_store]; other Airflow sections are ignored."""
+    """The section is [state_store], as in Airflow, not [task_state_store]; other Airflow sections are ignored."""
     cfg = write_cfg(
         tmp_path / "airflow.cfg",
         """
@@ -415,10 +391,10 @@ def test_unparsable_url_is_an_error_naming_its_source_without_the_password(monke
         ),
     ],
 )
-def test_invalid_env_value_through_the_cli(monkeypatch, statestore, setup, message):
+def test_invalid_env_value_through_the_cli(monkeypatch, setup, message):
     for name, raw in setup.items():
         monkeypatch.setenv(name, raw)
-    assert_one_line_usage_error(statestore("config", "show"), message)
+    assert_one_line_usage_error(run_cli("config", "show"), message)
 
 
 @pytest.mark.parametrize(
@@ -433,17 +409,17 @@ def test_invalid_env_value_through_the_cli(monkeypatch, statestore, setup, messa
     ],
 )
 @pytest.mark.parametrize("how", ["--config", "AIRFLOW_CONFIG", "AIRFLOW_HOME"])
-def test_invalid_file_value_through_the_cli(monkeypatch, tmp_path, clean_environment, statestore, body, message, how):
+def test_invalid_file_value_through_the_cli(monkeypatch, tmp_path, clean_environment, body, message, how):
     cfg = write_cfg((clean_environment if how == "AIRFLOW_HOME" else tmp_path) / "airflow.cfg", body)
     if how == "AIRFLOW_CONFIG":
         monkeypatch.setenv("AIRFLOW_CONFIG", str(cfg))
-    run = statestore(*(["--config", str(cfg)] if how == "--config" else []), "config", "show")
+    run = run_cli(*(["--config", str(cfg)] if how == "--config" else []), "config", "show")
     assert_one_line_usage_error(run)
     assert run.stderr.startswith(f"statestore: error: {cfg}: {message}: expected ")
 
 
 # -- the INI file itself --------------------------------------------------------------------------------------
-def test_file_without_section_header_is_a_one_line_error(tmp_path, statestore):
+def test_file_without_section_header_is_a_one_line_error(tmp_path):
     cfg = write_cfg(tmp_path / "airflow.cfg", "default_retention_days = 5\n")
     with pytest.raises(ConfigError) as caught:
         load_settings(config_path=cfg)
@@ -452,7 +428,7 @@ def test_file_without_section_header_is_a_one_line_error(tmp_path, statestore):
         == f"cannot read config file {cfg}: line 1 comes before any [section] header: 'default_retention_days = 5'"
     )
     assert_one_line_usage_error(
-        statestore("--config", str(cfg), "config", "show"),
+        run_cli("--config", str(cfg), "config", "show"),
         f"cannot read config file {cfg}: line 1 comes before any [section] header: 'default_retention_days = 5'",
     )
 
@@ -465,16 +441,16 @@ def test_file_without_section_header_is_a_one_line_error(tmp_path, statestore):
     ],
     ids=["line-without-equals", "unclosed-section"],
 )
-def test_malformed_file_is_a_one_line_error_naming_the_file(tmp_path, statestore, body, problem):
+def test_malformed_file_is_a_one_line_error_naming_the_file(tmp_path, body, problem):
     cfg = write_cfg(tmp_path / "airflow.cfg", body)
-    run = statestore("--config", str(cfg), "config", "show")
+    run = run_cli("--config", str(cfg), "config", "show")
     assert_one_line_usage_error(run, f"cannot read config file {cfg}: {problem}")
 
 
-def test_file_that_is_not_utf8_is_a_one_line_error(tmp_path, statestore):
+def test_file_that_is_not_utf8_is_a_one_line_error(tmp_path):
     cfg = tmp_path / "airflow.cfg"
     cfg.write_bytes(b"[state_store]\nbackend = caf\xe9.Backend\n")
-    run = statestore("--config", str(cfg), "config", "show")
+    run = run_cli("--config", str(cfg), "config", "show")
     assert_one_line_usage_error(run)
     assert run.stderr.startswith(f"statestore: error: cannot read config file {cfg}: ")
 
@@ -625,7 +601,7 @@ def test_set_with_an_invalid_worker_backend_exits_2(monkeypatch, cli, backends):
 
 
 # -- config show ----------------------------------------------------------------------------------------------
-def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_environment, statestore):
+def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_environment):
     cfg = write_cfg(
         tmp_path / "airflow.cfg",
         """
@@ -635,7 +611,7 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
         """,
     )
     monkeypatch.setenv("AIRFLOW__STATE_STORE__CLEAR_ON_SUCCESS", "on")
-    run = statestore("--config", str(cfg), "--conn", "sqlite:////data/store.db", "config", "show", "--output", "json")
+    run = run_cli("--config", str(cfg), "--conn", "sqlite:////data/store.db", "config", "show", "--output", "json")
     assert (run.exit_code, run.stderr) == (0, ""), run.output
     doc = json.loads(run.stdout)
     assert doc == {
@@ -658,8 +634,8 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
     }
 
 
-def test_config_show_json_without_a_file(clean_environment, statestore):
-    run = statestore("config", "show", "-o", "json")
+def test_config_show_json_without_a_file(clean_environment):
+    run = run_cli("config", "show", "-o", "json")
     assert run.exit_code == 0, run.output
     doc = json.loads(run.stdout)
     assert doc["config_file"] is None
@@ -670,7 +646,7 @@ def test_config_show_json_without_a_file(clean_environment, statestore):
     assert {(s, o) for s, opts in doc["options"].items() for o in opts} == ALL_OPTIONS
 
 
-def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment, statestore):
+def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment):
     cfg = write_cfg(
         tmp_path / "airflow.cfg",
         """
@@ -683,7 +659,7 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         """,
     )
     monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", "1024")
-    run = statestore("--config", str(cfg), "config", "show", "--output", "plain")
+    run = run_cli("--config", str(cfg), "config", "show", "--output", "plain")
     assert (run.exit_code, run.stderr) == (0, ""), run.output
     assert run.stdout == (
         f"state_store.backend\t{BUILTIN_BACKEND}\tdefault\n"
@@ -697,15 +673,15 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
     )
 
 
-def test_config_show_table_names_the_file(monkeypatch, tmp_path, statestore):
+def test_config_show_table_names_the_file(monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "300")
     cfg = write_cfg(tmp_path / "airflow.cfg", "[state_store]\ndefault_retention_days = 11\n")
-    run = statestore("--config", str(cfg), "config", "show", "--output", "table")
+    run = run_cli("--config", str(cfg), "config", "show", "--output", "table")
     assert (run.exit_code, run.stderr) == (0, ""), run.output
     assert f"config file: {cfg}" in run.stdout
     row = next(line for line in run.stdout.splitlines() if "default_retention_days" in line)
     assert "11" in row and str(cfg) in row
-    assert "config file: none found" in statestore("config", "show", "-o", "table").stdout
+    assert "config file: none found" in run_cli("config", "show", "-o", "table").stdout
 
 
 SECRET_URL = "postgresql://user:s3cret@host/db"
@@ -713,7 +689,7 @@ SECRET_URL = "postgresql://user:s3cret@host/db"
 
 @pytest.mark.parametrize("mode", ["json", "plain", "table"])
 @pytest.mark.parametrize("where", ["file", "env", "--conn"])
-def test_config_show_masks_the_password(monkeypatch, tmp_path, statestore, mode, where):
+def test_config_show_masks_the_password(monkeypatch, tmp_path, mode, where):
     monkeypatch.setenv("COLUMNS", "300")
     args: list[str] = []
     if where == "file":
@@ -723,7 +699,7 @@ def test_config_show_masks_the_password(monkeypatch, tmp_path, statestore, mode,
         monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", SECRET_URL)
     else:
         args = ["--conn", SECRET_URL]
-    run = statestore(*args, "config", "show", "--output", mode)
+    run = run_cli(*args, "config", "show", "--output", mode)
     assert run.exit_code == 0, run.output
     assert "s3cret" not in run.stdout + run.stderr
     assert "postgresql://user:***@host/db" in run.stdout
@@ -733,19 +709,19 @@ def test_config_show_masks_the_password(monkeypatch, tmp_path, statestore, mode,
         )
 
 
-def test_config_show_masks_a_percent_encoded_password(tmp_path, statestore):
+def test_config_show_masks_a_percent_encoded_password(tmp_path):
     cfg = write_cfg(tmp_path / "airflow.cfg", "[database]\nsql_alchemy_conn = mysql://me:p%40ss%25word@db/airflow\n")
     for mode in ("json", "plain", "table"):
-        run = statestore("--config", str(cfg), "config", "show", "-o", mode)
+        run = run_cli("--config", str(cfg), "config", "show", "-o", mode)
         assert run.exit_code == 0, run.output
         for leak in ("p%40ss", "p@ss", "ss%25word", "ss%word"):
             assert leak not in run.stdout + run.stderr, (mode, leak)
 
 
 @pytest.mark.parametrize("mode", ["json", "plain", "table"])
-def test_config_show_with_an_unparsable_url_fails_without_leaking_the_password(monkeypatch, statestore, mode):
+def test_config_show_with_an_unparsable_url_fails_without_leaking_the_password(monkeypatch, mode):
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "postgresql://user:s3cret@host:notaport/db")
-    run = statestore("config", "show", "--output", mode)
+    run = run_cli("config", "show", "--output", mode)
     assert_one_line_usage_error(run)
     assert "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in run.stderr
     assert "s3cret" not in run.stdout + run.stderr
@@ -759,20 +735,20 @@ def test_config_show_with_an_unparsable_url_fails_without_leaking_the_password(m
         ("max_value_storage_bytes", "AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES"),
     ],
 )
-def test_numbers_beyond_what_a_database_integer_holds_are_config_errors(monkeypatch, statestore, option, env):
+def test_numbers_beyond_what_a_database_integer_holds_are_config_errors(monkeypatch, option, env):
     monkeypatch.setenv(env, "2147483648")
     assert_one_line_usage_error(
-        statestore("config", "show"),
+        run_cli("config", "show"),
         f"environment variable {env}: invalid value '2147483648' for [state_store] {option}: "
         "expected a whole number from 0 to 2147483647",
     )
     monkeypatch.setenv(env, "2147483647")
-    assert statestore("config", "show").exit_code == 0
+    assert run_cli("config", "show").exit_code == 0
 
 
 @pytest.mark.parametrize("mode", ["json", "plain", "table"])
-def test_password_in_the_query_string_is_masked_too(statestore, mode):
-    run = statestore("--conn", "postgresql://u@h/db?password=s3cret&sslmode=require", "config", "show", "-o", mode)
+def test_password_in_the_query_string_is_masked_too(mode):
+    run = run_cli("--conn", "postgresql://u@h/db?password=s3cret&sslmode=require", "config", "show", "-o", mode)
     assert run.exit_code == 0, run.output
     assert "s3cret" not in run.stdout + run.stderr
     assert "sslmode=require" in run.stdout.replace("\n", "").replace(" ", "").replace("│", "") or mode == "table"

@@ -1,6 +1,6 @@
 """What only shows across engines: identical round trips, concurrency, time zones and lock timeouts.
 
-The PostgreSQL and MariaDB tests need the servers of the development and CI machines (see conftest);
+The PostgreSQL and MariaDB tests need the servers of the development and CI machines (see helpers.py);
 without them they are skipped with a message that says how to start one, and fail under CI=true.
 """
 
@@ -12,13 +12,11 @@ import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from conftest import isolated_database, require_server, sql
+from helpers import isolated_database, require_server, run_cli, sql
 from sqlalchemy import create_engine, insert, make_url
-from typer.testing import CliRunner
 
 from statestore_cli import MetastoreBackend, TaskScope, TaskStateStoreAccessor
 from statestore_cli.cleanup import CleanControl, delete_expired
-from statestore_cli.cli.app import app
 from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
 from statestore_cli.database import make_engine
@@ -30,7 +28,7 @@ NOW = datetime.now(UTC).replace(microsecond=123456)
 
 
 def _cli(url: str, *args: str):
-    result = CliRunner().invoke(app, ["--conn", url, *args])
+    result = run_cli(*args, conn=url)
     assert result.exit_code == 0, result.output
     return result
 
@@ -222,7 +220,7 @@ def test_clean_gives_up_on_a_held_lock_after_lock_timeout(db_url):
         else:
             conn.exec_driver_sql("SELECT id FROM task_state_store FOR UPDATE")
         started = time.monotonic()
-        result = CliRunner().invoke(app, ["--conn", db_url, "clean", "--batch-size", "0", "--lock-timeout", "1s"])
+        result = run_cli("clean", "--batch-size", "0", "--lock-timeout", "1s", conn=db_url)
         waited = time.monotonic() - started
         conn.rollback()
     holder.dispose()
@@ -250,7 +248,7 @@ def test_statement_timeout_that_sqlite_cannot_apply_is_said(cli, db_url):
 )
 def test_url_forms_airflow_users_have_work(url):
     require_server("postgresql" if url.startswith("postgresql") else "mariadb")
-    result = CliRunner().invoke(app, ["--conn", url, "db", "check", "-o", "json"])
+    result = run_cli("db", "check", "-o", "json", conn=url)
     doc = json.loads(result.stdout)
     assert doc["engine"] in ("postgresql", "mysql", "mariadb")
     assert "password" not in result.stdout

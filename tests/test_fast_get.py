@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_statestore_process
 
 TASK = ["--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract"]
 HEAVY = ("sqlalchemy", "typer", "rich")
-PROBE = """
+PROBE = f"""
 import sys
-sys.argv = ["statestore", *{argv!r}]
+sys.argv[0] = "statestore"
 from statestore_cli.__main__ import main
 try:
     main()
 finally:
-    loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({heavy!r}))
+    loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))
     print("LOADED=" + ",".join(loaded), file=sys.stderr)
 """
 
@@ -27,10 +26,9 @@ def run(argv: list[str], tmp_path: Path, fast: bool, tty: bool = False) -> tuple
     env = {k: v for k, v in os.environ.items() if k != "STATESTORE_NO_FAST_PATH"}
     if not fast:
         env["STATESTORE_NO_FAST_PATH"] = "1"
-    script = PROBE.format(argv=argv, heavy=HEAVY)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    proc = run_statestore_process(*argv, code=PROBE, env=env, cwd=tmp_path)
     stderr, _, loaded = proc.stderr.rpartition("LOADED=")
-    return proc.returncode, proc.stdout, stderr, loaded.strip()
+    return proc.exit_code, proc.stdout, stderr, loaded.strip()
 
 
 @pytest.fixture

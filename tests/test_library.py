@@ -8,8 +8,8 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import as_utc
-from conftest import sql as raw_rows
+from helpers import as_utc
+from helpers import sql as raw_rows
 from sqlalchemy import text
 
 from statestore_cli import (

@@ -1,4 +1,4 @@
-"""Behaviour that needs a real terminal (a pseudo-terminal here) or a real installed wheel."""
+"""Behaviour that needs a real terminal (a pseudo-terminal here)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ import pty
 import select
 import sqlite3
 import subprocess
-import sys
-import sysconfig
-import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import statestore_argv
 
 TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 
@@ -22,7 +19,7 @@ def run_in_pty(args: list[str], answer: str | None, env: dict[str, str]) -> tupl
     """Run ``python -m statestore_cli ARGS`` with a terminal on stdin/stdout, typing ``answer``."""
     primary, secondary = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "statestore_cli", *args],
+        statestore_argv(*args),
         stdin=secondary,
         stdout=secondary,
         stderr=secondary,
@@ -78,59 +75,6 @@ def test_terminal_output_is_a_table_and_no_color_is_respected(cli, db_url):
     assert "┏" in plain and "\x1b[1m" not in plain and "\x1b[3" not in plain
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
-        check=True,
-    )
-    [built] = out.glob("statestore_cli-*.whl")
-    return built
-
-
-def test_wheel_ships_the_option_schema(wheel):
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "statestore_cli/config/options.toml" in names
-    assert "statestore_cli/py.typed" in names
-    assert not any(name.startswith("tests/") for name in names)
-
-
-def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
-    """Installed from the wheel, run with no site hooks (so no editable path) and cwd outside the repo."""
-    site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True
-    )
-    deps = sysconfig.get_paths()["purelib"]
-    env = {
-        "PYTHONPATH": f"{site}{os.pathsep}{deps}",
-        "AIRFLOW_HOME": str(tmp_path / "home"),
-        "PATH": os.environ["PATH"],
-    }
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-S", "-m", "statestore_cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True
-        )
-
-    where = subprocess.run(
-        [sys.executable, "-S", "-c", "import statestore_cli; print(statestore_cli.__file__)"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert where.stdout.startswith(str(site)), where.stdout
-    assert run("db", "init").returncode == 0
-    assert run("set", *TASK, "k", '{"x": 1}').returncode == 0
-    got = run("get", *TASK, "k")
-    assert (got.returncode, got.stdout) == (0, '{"x": 1}\n'), got.stderr
-    shown = run("config", "show", "-o", "json")
-    assert shown.returncode == 0 and '"default_retention_days": {"value": 30' in shown.stdout, shown.stderr
-
-
 def _expired_rows(db: Path, count: int) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("INSERT INTO dag_run (id, dag_id, run_id) VALUES (1, 'd', 'r')")
@@ -149,5 +93,5 @@ def test_clean_shows_a_progress_bar_on_a_terminal_only(cli, db_url):
     assert status == 0, screen
     assert "deleting expired keys" in screen and "rows/s" in screen
     assert "deleted 3000 expired task keys in 300 batches of up to 10" in screen
-    piped = cli("clean", "--batch-size", "10")  # CliRunner: not a terminal
+    piped = cli("clean", "--batch-size", "10")  # in-process: not a terminal
     assert "deleting expired keys" not in piped.stdout + piped.stderr

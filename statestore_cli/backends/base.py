@@ -1,4 +1,4 @@
-"""``BaseStoreBackend``: the interface every state store backend implements (SPEC sections 5-6)."""
+"""``BaseStoreBackend``: the interface every backend implements, and the hooks a worker-side backend overrides."""
 
 from __future__ import annotations
 

@@ -1,0 +1,212 @@
+"""What the tests share besides fixtures: database servers and stores, raw SQL, and the two ways to run the CLI.
+
+Test modules import from here (``from helpers import ...``): pytest puts ``tests/`` on ``sys.path`` because
+it has no ``__init__.py``. ``conftest.py`` holds only fixtures and the hook that spreads tests over engines.
+
+Running the CLI:
+
+- ``run_cli`` (or the ``cli`` fixture, which adds ``--conn`` of the test's store) runs it in-process; every
+  test that only looks at exit code, stdout and stderr uses it.
+- ``run_statestore_process`` / ``statestore_argv`` start a real process, for what needs one: signals, a
+  terminal, the start-up fast path, an interpreter without the database drivers, an installed wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, make_url, text
+from typer.testing import CliRunner
+
+from statestore_cli.cli.app import app
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# -- running the CLI ----------------------------------------------------------------------------------------
+class Result:
+    """What one CLI run produced: exit code, stdout and stderr kept apart."""
+
+    def __init__(self, exit_code: int, stdout: str, stderr: str, exception: BaseException | None) -> None:
+        self.exit_code = exit_code
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exception = exception
+
+    @property
+    def output(self) -> str:  # for assertion messages
+        return f"exit {self.exit_code}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
+
+
+def run_cli(*args: str, conn: str | None = None, input: str | None = None) -> Result:
+    """Run ``statestore [--conn CONN] ARGS`` in this process; without ``conn`` the configuration decides."""
+    argv = (["--conn", conn] if conn else []) + list(args)
+    result = CliRunner().invoke(app, argv, input=input)
+    return Result(result.exit_code, result.stdout, result.stderr, result.exception)
+
+
+def statestore_argv(*args: str, code: str | None = None, python_flags: Sequence[str] = ()) -> list[str]:
+    """The command line of a real ``statestore ARGS`` process: ``python -m statestore_cli ARGS``.
+
+    With ``code`` it is ``python -c CODE ARGS`` instead: CODE prepares the process (blocks an import,
+    reports what was loaded...) and calls ``statestore_cli.__main__.main()``, or only imports the package.
+    """
+    how = ["-c", code] if code is not None else ["-m", "statestore_cli"]
+    return [sys.executable, *python_flags, *how, *args]
+
+
+def run_statestore_process(
+    *args: str,
+    code: str | None = None,
+    python_flags: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+) -> Result:
+    """Run ``statestore ARGS`` as a real process (see ``statestore_argv``) and wait for it to exit."""
+    proc = subprocess.run(
+        statestore_argv(*args, code=code, python_flags=python_flags),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr, None)
+
+
+# -- database servers and stores -----------------------------------------------------------------------------
+# The servers the development and CI machines run; override with STATESTORE_TEST_PG / STATESTORE_TEST_MYSQL.
+SERVER_URLS = {
+    "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
+HOW_TO_START = {
+    "postgresql": "start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start",
+    "mariadb": "start it with: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+}
+ENGINES = ("sqlite", "postgresql", "mariadb")
+_reachable: dict[str, str | None] = {}
+
+
+def require_server(name: str) -> str:
+    """The server's admin URL; skips the test (fails it under CI=true) when the server is unreachable."""
+    if name not in _reachable:
+        try:
+            engine = create_engine(SERVER_URLS[name], connect_args={"connect_timeout": 3})
+            with engine.connect():
+                pass
+            engine.dispose()
+            _reachable[name] = None
+        except Exception as exc:  # any failure to connect means: no server here
+            _reachable[name] = str(exc).splitlines()[0]
+    problem = _reachable[name]
+    if problem is not None:
+        message = f"{name} is not reachable at {SERVER_URLS[name]} ({problem}); {HOW_TO_START[name]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return SERVER_URLS[name]
+
+
+@contextmanager
+def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
+    """A URL to an empty database of its own: a SQLite file, a PostgreSQL schema, a MariaDB database."""
+    if name == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    admin_url = require_server(name)
+    label = f"ss_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE {'SCHEMA' if name == 'postgresql' else 'DATABASE'} {label}")
+    url = make_url(admin_url)
+    if name == "postgresql":
+        url = url.update_query_dict({"options": f"-csearch_path={label}"})
+    else:
+        url = url.set(database=label)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(
+                f"DROP {'SCHEMA' if name == 'postgresql' else 'DATABASE'} {label}"
+                + (" CASCADE" if name == "postgresql" else "")
+            )
+        admin.dispose()
+
+
+def sql(url: str, statement: str, **params: object) -> list[tuple]:
+    """Run one SQL statement on the store at ``url`` (any engine) and return its rows.
+
+    Write the reserved column name ``key`` as ``{key}``: it is quoted as each engine wants.
+    """
+    engine = create_engine(url)
+    statement = statement.replace("{key}", "`key`" if engine.dialect.name in ("mysql", "mariadb") else '"key"')
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(statement), params)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def as_utc(value: object) -> datetime | None:
+    """A timestamp column as any engine returns it (SQLite text, naive or aware datetime) in UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# -- custom backends --------------------------------------------------------------------------------------
+# The module the ``backends`` fixture makes importable as ``ss_test_backends``.
+BACKENDS_MODULE = '''
+from statestore_cli import BaseStoreBackend
+
+
+class DictBackend(BaseStoreBackend):
+    """A tiny valid backend: nothing is ever stored."""
+
+    def get(self, scope, key, *, session=None):
+        return None
+
+    def set(self, scope, key, value, *, expires_at=None, session=None):
+        pass
+
+    def delete(self, scope, key, *, session=None):
+        return 0
+
+    def clear(self, scope, *, all_map_indices=False, session=None):
+        return 0
+
+    async def aget(self, scope, key, *, session=None):
+        return None
+
+    async def aset(self, scope, key, value, *, expires_at=None, session=None):
+        pass
+
+    async def adelete(self, scope, key, *, session=None):
+        return 0
+
+    async def aclear(self, scope, *, all_map_indices=False, session=None):
+        return 0
+
+
+class NotABackend:
+    pass
+
+
+not_a_class = 42
+'''

@@ -1,0 +1,67 @@
+"""Packaging: what the wheel holds, and that the installed wheel runs on its own, without the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import REPO, run_statestore_process
+
+TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        check=True,
+    )
+    [built] = out.glob("statestore_cli-*.whl")
+    return built
+
+
+def test_wheel_ships_the_option_schema(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "statestore_cli/config/options.toml" in names
+    assert "statestore_cli/py.typed" in names
+    assert not any(name.startswith("tests/") for name in names)
+
+
+def test_wheel_declares_the_statestore_command(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        [entry_points] = [name for name in archive.namelist() if name.endswith(".dist-info/entry_points.txt")]
+        text = archive.read(entry_points).decode()
+    assert "[console_scripts]\nstatestore = statestore_cli.__main__:main\n" in text
+
+
+def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
+    """Installed from the wheel, run with no site hooks (so no editable path) and cwd outside the repo."""
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True
+    )
+    deps = sysconfig.get_paths()["purelib"]
+    env = {
+        "PYTHONPATH": f"{site}{os.pathsep}{deps}",
+        "AIRFLOW_HOME": str(tmp_path / "home"),
+        "PATH": os.environ["PATH"],
+    }
+
+    def run(*args: str, code: str | None = None):
+        return run_statestore_process(*args, code=code, python_flags=["-S"], cwd=tmp_path, env=env)
+
+    where = run(code="import statestore_cli; print(statestore_cli.__file__)")
+    assert where.exit_code == 0, where.output
+    assert where.stdout.startswith(str(site)), where.stdout
+    assert run("db", "init").exit_code == 0
+    assert run("set", *TASK, "k", '{"x": 1}').exit_code == 0
+    got = run("get", *TASK, "k")
+    assert (got.exit_code, got.stdout) == (0, '{"x": 1}\n'), got.stderr
+    shown = run("config", "show", "-o", "json")
+    assert shown.exit_code == 0 and '"default_retention_days": {"value": 30' in shown.stdout, shown.stderr
