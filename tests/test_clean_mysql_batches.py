@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import isolated_database, sql
+from helpers import isolated_database, sql
 from sqlalchemy import create_engine, event, insert, text
 from sqlalchemy.engine import Engine
 
