@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -17,7 +16,6 @@ from json.encoder import encode_basestring as _quote  # the C encoder json.dumps
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -220,23 +218,9 @@ class Output:
         if not self.shows_progress:
             yield lambda _done: None
             return
-        bar = Progress(
-            TextColumn(label),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]} rows/s"),
-            TimeRemainingColumn(),
-            console=self.console,
-            transient=True,
-        )
-        started = time.monotonic()
-        task = bar.add_task(label, total=total, rate="-")
+        from statestore_cli.cli.progress import progress_bar  # rich.progress only when a bar is shown
 
-        def advance(done: int) -> None:
-            elapsed = time.monotonic() - started
-            bar.update(task, completed=done, rate=f"{done / elapsed:,.0f}" if elapsed > 0 else "-")
-
-        with bar:
+        with progress_bar(self.console, label, total) as advance:
             yield advance
 
     # -- db and config ------------------------------------------------------------------------------
