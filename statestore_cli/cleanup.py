@@ -26,7 +26,7 @@ from sqlalchemy.sql import ColumnElement, Executable, Select
 
 from statestore_cli.database import describe_engine, retry_deadlocks, translate_errors
 from statestore_cli.entries import Timeouts
-from statestore_cli.errors import BackendError, CleanRunningError, InvalidInputError
+from statestore_cli.errors import EXIT_OK, BackendError, CleanRunningError, InvalidInputError, StopReason
 from statestore_cli.schema import task_state_store as _task
 from statestore_cli.timestamps import iso_utc
 
@@ -50,11 +50,16 @@ class CleanReport:
     cutoff: datetime
     notes: tuple[str, ...] = ()
     elapsed: float = 0.0
-    stopped: str | None = None  # why the clean stopped before it was done: interrupted, terminated, max_runtime
+    stopped: StopReason | None = None  # why the clean stopped before it was done
 
     @property
     def rows_per_second(self) -> float:
         return self.deleted / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the clean ran to its end, else the stop reason's code (an ``Outcome``)."""
+        return EXIT_OK if self.stopped is None else self.stopped.exit_code
 
 
 @dataclass(frozen=True)
@@ -69,13 +74,13 @@ class CleanControl:
     timeouts: Timeouts = field(default_factory=Timeouts)
     exclusive: bool = False
     deadline: float | None = None
-    should_stop: Callable[[], str | None] | None = None
+    should_stop: Callable[[], StopReason | None] | None = None
     on_progress: Callable[[int], None] | None = None
 
-    def stop_reason(self) -> str | None:
+    def stop_reason(self) -> StopReason | None:
         reason = self.should_stop() if self.should_stop else None
         if reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
-            return "max_runtime"
+            return StopReason.MAX_RUNTIME
         return reason
 
 
@@ -242,7 +247,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     control = control or CleanControl()
     started = time.monotonic()
     deleted = batches = 0
-    stopped = None
+    stopped: StopReason | None = None
     with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
         run = _batch_runner(conn, now, batch_size)
         after: int | None = 0  # the id the next batch starts after; None once the walk is done

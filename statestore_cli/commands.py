@@ -26,7 +26,7 @@ from statestore_cli.cleanup import (
 from statestore_cli.config import Settings, describe_source
 from statestore_cli.database import describe_engine, mask_url, parse_url, translate_errors
 from statestore_cli.entries import Entry, KeyFilter
-from statestore_cli.errors import BackendError, DatabaseError, InvalidInputError
+from statestore_cli.errors import BackendError, DatabaseError, InvalidInputError, SchemaMissingError, StateStoreError
 from statestore_cli.retention import Retention, utcnow
 from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
@@ -46,6 +46,17 @@ class DbReport:
     @property
     def usable(self) -> bool:
         return self.error is None and self.schema.usable
+
+    def problem(self) -> StateStoreError | None:
+        """Why the store is not usable, as the error to raise; None when it is usable."""
+        if self.error is not None:
+            return DatabaseError(self.error)
+        if not self.schema.usable:
+            return SchemaMissingError(
+                f"the state store is not usable: missing tables {', '.join(self.schema.missing)}; "
+                "run `statestore db init`"
+            )
+        return None
 
 
 def db_init(settings: Settings) -> DbReport:

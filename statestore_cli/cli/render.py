@@ -22,6 +22,7 @@ from rich.text import Text
 from statestore_cli.cli.dry_run import DryRunView
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
 from statestore_cli.entries import Entry
+from statestore_cli.errors import StopReason
 from statestore_cli.timestamps import human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
@@ -29,6 +30,11 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
 
 MODES = ("auto", "table", "plain", "json")
+_STOPPED = {
+    StopReason.INTERRUPTED: "interrupted",
+    StopReason.TERMINATED: "terminated by SIGTERM",
+    StopReason.MAX_RUNTIME: "--max-runtime reached",
+}
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -197,13 +203,9 @@ class Output:
             f"(expired before {human(report.cutoff)}) in {report.elapsed:.1f}s, {report.rows_per_second:,.0f} rows/s"
         )
         if report.stopped:
-            why = {
-                "interrupted": "interrupted",
-                "terminated": "terminated by SIGTERM",
-                "max_runtime": "--max-runtime reached",
-            }
             self.line(
-                f"stopped early ({why[report.stopped]}): every committed batch stays deleted; run clean again to finish"
+                f"stopped early ({_STOPPED[report.stopped]}): every committed batch stays deleted; "
+                "run clean again to finish"
             )
 
     # -- progress -----------------------------------------------------------------------------------
