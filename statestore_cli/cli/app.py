@@ -6,7 +6,6 @@ exit 0 (a clean stopped early) returns it as an ``Outcome``, and the group exits
 import sys
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
@@ -15,6 +14,7 @@ from typer.core import TyperGroup
 
 from statestore_cli import __version__
 from statestore_cli.cli.failure import report, report_error
+from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
@@ -135,13 +135,6 @@ class CliState:
         if self._settings is None:
             self._settings = load_settings(self.config_path, self.conn)
         return self._settings
-
-
-class OutputMode(StrEnum):
-    auto = "auto"
-    table = "table"
-    plain = "plain"
-    json = "json"
 
 
 OutputOpt = Annotated[

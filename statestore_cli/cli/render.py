@@ -11,7 +11,6 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from statestore_cli.cli.documents import entry_json, get_output, iso
 from statestore_cli.cli.dry_run import DryRunView
+from statestore_cli.cli.modes import resolve
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
 from statestore_cli.entries import Entry
 from statestore_cli.errors import StopReason
@@ -29,17 +30,11 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
 
-MODES = ("auto", "table", "plain", "json")
 _STOPPED = {
     StopReason.INTERRUPTED: "interrupted",
     StopReason.TERMINATED: "terminated by SIGTERM",
     StopReason.MAX_RUNTIME: "--max-runtime reached",
 }
-
-
-def iso(moment: datetime | None) -> str | None:
-    """Timestamps for scripts: ISO 8601 in UTC with an explicit offset."""
-    return None if moment is None else moment.isoformat()
 
 
 def _expired_row_json(row: ExpiredRow) -> str:
@@ -49,18 +44,6 @@ def _expired_row_json(row: ExpiredRow) -> str:
         f'"map_index": {row.map_index}, "key": {_quote(row.key)}, "expires_at": "{row.expires_at}"}}'
     )
     return line if line.isascii() and "\x7f" not in line else safe_json_text(line)
-
-
-def entry_json(entry: Entry, with_value: bool = False) -> dict[str, Any]:
-    doc: dict[str, Any] = {"store": entry.store}
-    if entry.store == "task":
-        doc.update(dag_id=entry.dag_id, run_id=entry.run_id, task_id=entry.task_id, map_index=entry.map_index)
-    else:
-        doc.update(asset_id=entry.asset_id, name=entry.name, uri=entry.uri)
-    doc.update(key=entry.key, updated_at=iso(entry.updated_at), expires_at=iso(entry.expires_at))
-    if with_value:
-        doc["value"] = entry.value
-    return doc
 
 
 def _cell(value: object) -> Text:
@@ -79,9 +62,7 @@ class Output:
 
     @classmethod
     def choose(cls, requested: str = "auto") -> Output:
-        if requested == "auto":
-            requested = "table" if sys.stdout.isatty() else "plain"
-        return cls(requested)
+        return cls(resolve(requested))
 
     @property
     def json(self) -> bool:
@@ -99,10 +80,7 @@ class Output:
 
     # -- keys ---------------------------------------------------------------------------------------
     def value(self, entry: Entry) -> None:
-        if self.json:
-            self.write_json(entry_json(entry, with_value=True))
-        else:
-            sys.stdout.write(safe_json(entry.value, indent=2 if self.mode == "table" else None) + "\n")
+        sys.stdout.write(get_output(entry, self.mode))
 
     def entries(self, entries: Iterable[Entry]) -> int:
         if self.json:
