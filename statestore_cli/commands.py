@@ -24,9 +24,17 @@ from statestore_cli.cleanup import (
     iter_expired,
 )
 from statestore_cli.config import Settings, describe_source
+from statestore_cli.config.settings import CONN_OVERRIDE
 from statestore_cli.database import describe_engine, mask_url, parse_url, translate_errors
 from statestore_cli.entries import Entry, KeyFilter
-from statestore_cli.errors import BackendError, DatabaseError, InvalidInputError, SchemaMissingError, StateStoreError
+from statestore_cli.errors import (
+    PARAMETER,
+    BackendError,
+    DatabaseError,
+    InvalidInputError,
+    SchemaMissingError,
+    StateStoreError,
+)
 from statestore_cli.retention import Retention, utcnow
 from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
@@ -111,7 +119,9 @@ def set_value(
     if isinstance(acc, TaskStateStoreAccessor):
         return acc.set(key, value, retention)
     if retention is not None:
-        raise InvalidInputError("--retention applies to task keys only; asset keys never expire")
+        raise InvalidInputError(
+            f"{PARAMETER} applies to task keys only; asset keys never expire", parameter="retention"
+        )
     acc.set(key, value)
     return None
 
@@ -203,6 +213,7 @@ class ConfigRow:
     value: Any
     source: str
     description: str
+    parameter: str | None = None  # the source is this parameter of load_settings (conn_override)
 
 
 def config_rows(settings: Settings) -> list[ConfigRow]:
@@ -211,11 +222,9 @@ def config_rows(settings: Settings) -> list[ConfigRow]:
         value = setting.value
         if setting.spec.secret and isinstance(value, str):
             value = _mask(value)
-        rows.append(
-            ConfigRow(
-                setting.spec.section, setting.spec.option, value, describe_source(setting), setting.spec.description
-            )
-        )
+        parameter = CONN_OVERRIDE if setting.source == CONN_OVERRIDE else None
+        spec = setting.spec
+        rows.append(ConfigRow(spec.section, spec.option, value, describe_source(setting), spec.description, parameter))
     return rows
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Engine, create_engine, make_url
 
-from statestore_cli.errors import ConfigError, DatabaseError, SchemaMissingError, first_line
+from statestore_cli.errors import PARAMETER, ConfigError, DatabaseError, SchemaMissingError, first_line
 
 T = TypeVar("T")
 
@@ -152,7 +152,8 @@ def translate_errors(engine: Engine) -> Iterator[None]:
         if _is_lock_timeout(message):
             raise DatabaseError(
                 f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: "
-                "retry later, or raise --lock-timeout"
+                f"retry later, or raise {PARAMETER}",
+                parameter="lock_seconds",
             ) from None
         raise DatabaseError(f"database error on {where}: {message}") from None
     except sa_exc.SQLAlchemyError as exc:

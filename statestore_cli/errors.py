@@ -7,15 +7,19 @@ but must not exit 0 (a clean stopped early) returns an ``Outcome``, whose ``exit
 uses.
 
 An error about one of the caller's arguments names it by the library's parameter name
-(``parameter``); its message has a ``{parameter}`` placeholder, so a caller with other names for its
-arguments (the CLI's flags) can word the same message in its own terms (``worded``).
+(``parameter``); its message holds ``PARAMETER`` where that name goes, so a caller with other names
+for its arguments (the CLI's flags) can word the same message in its own terms (``worded``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
+
+# Where an argument's name goes in a message; NUL, so no path, URL or quoted value can contain it.
+PARAMETER = "\x00parameter\x00"
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
@@ -35,13 +39,11 @@ class StateStoreError(Exception):
     def __init__(self, message: str, *, parameter: str | None = None) -> None:
         self.template = message
         self.parameter = parameter
-        super().__init__(self.worded({}))
+        super().__init__(_word(message, parameter, {}))
 
     def worded(self, names: Mapping[str, str]) -> str:
-        """The message with ``{parameter}`` spelled as ``names`` calls it (else its library name)."""
-        if self.parameter is None:
-            return self.template
-        return self.template.replace("{parameter}", names.get(self.parameter, self.parameter))
+        """The message with the parameter spelled as ``names`` calls it (else by its library name)."""
+        return _word(self.template, self.parameter, names)
 
 
 class ConfigError(StateStoreError):
@@ -79,11 +81,32 @@ class DatabaseError(BackendError):
 
 
 class CleanRunningError(BackendError):
-    """``clean --exclusive`` found another exclusive clean running on the same database."""
+    """An exclusive clean found another exclusive clean running on the same database."""
 
 
 class SchemaMissingError(DatabaseError):
     """The state store tables do not exist yet (``statestore db init`` creates them)."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something a caller should know that is not an error (a timeout the engine cannot apply);
+    worded like errors: ``PARAMETER`` in the text stands for the parameter it is about."""
+
+    template: str
+    parameter: str | None = None
+
+    def worded(self, names: Mapping[str, str]) -> str:
+        return _word(self.template, self.parameter, names)
+
+    def __str__(self) -> str:
+        return self.worded({})
+
+
+def _word(template: str, parameter: str | None, names: Mapping[str, str]) -> str:
+    if parameter is None:
+        return template
+    return template.replace(PARAMETER, names.get(parameter, parameter))
 
 
 class StopReason(StrEnum):

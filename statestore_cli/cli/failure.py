@@ -14,6 +14,7 @@ FLAGS = {
     "batch_size": "--batch-size",
     "config_path": "--config",
     "conn_override": "--conn",
+    "exclusive": "--exclusive",
     "lock_seconds": "--lock-timeout",
     "retention": "--retention",
     "statement_seconds": "--statement-timeout",

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from statestore_cli.cli.documents import entry_json, get_output, iso
 from statestore_cli.cli.dry_run import DryRunView
+from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.modes import resolve
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
 from statestore_cli.entries import Entry
@@ -155,7 +156,7 @@ class Output:
 
     def clean_report(self, report: CleanReport) -> None:
         for note in report.notes:
-            self.stderr.print(Text(f"note: {note}"), soft_wrap=True)
+            self.stderr.print(Text(f"note: {note.worded(FLAGS)}"), soft_wrap=True)
         if self.json:
             self.write_json(
                 {
@@ -233,19 +234,24 @@ class Output:
         if self.json:
             options: dict[str, dict[str, Any]] = {}
             for row in rows:
-                options.setdefault(row.section, {})[row.option] = {"value": row.value, "source": row.source}
+                options.setdefault(row.section, {})[row.option] = {"value": row.value, "source": _source(row)}
             self.write_json({"config_file": config_file, "airflow_home": airflow_home, "options": options})
             return
         if self.mode == "plain":
             for row in rows:
-                self.plain_row(f"{row.section}.{row.option}", row.value, row.source)
+                self.plain_row(f"{row.section}.{row.option}", row.value, _source(row))
             return
         table = Table(title=Text(f"config file: {safe_text(config_file or 'none found')}"), title_justify="left")
         for column in ("section", "option", "value", "source"):
             table.add_column(column, overflow="fold")
         for row in rows:
-            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(row.source))
+            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(_source(row)))
         self.console.print(table)
+
+
+def _source(row: ConfigRow) -> str:
+    """Where a setting came from; a value passed on the command line is named by its flag."""
+    return FLAGS.get(row.parameter, row.parameter) if row.parameter else row.source
 
 
 def _entry_title(store: str) -> str:
