@@ -4,7 +4,12 @@ reasons carry their exit codes, and the CLI exits with them."""
 from __future__ import annotations
 
 import fcntl
+import os
+import pty
+import select
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -102,3 +107,29 @@ def test_db_check_of_a_store_without_tables_exits_3_with_one_line(cli, tmp_path)
         "the state store is not usable: missing tables task_state_store, asset_state_store, dag_run, asset, "
         "asset_active; run `statestore db init`"
     )
+
+
+def test_a_clear_answered_no_deletes_nothing_and_says_so_as_one_error_line(cli, db_url):
+    assert cli("set", *TASK, "a", "1").exit_code == 0
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "STATESTORE_NO_FAST_PATH": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statestore_cli", "--conn", db_url, "clear", *TASK],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    os.close(secondary)
+    seen = b""
+    while b"[y/N]" not in seen:
+        ready, _, _ = select.select([primary], [], [], 20)
+        assert ready, f"no question on the terminal; so far {seen!r}"
+        seen += os.read(primary, 4096)
+    os.write(primary, b"n\n")
+    _, stderr = proc.communicate(timeout=20)
+    os.close(primary)
+    assert proc.returncode == 1
+    # (the space is the prompt's: Python's input() writes it to stderr on a terminal)
+    assert stderr.decode() == " statestore: error: nothing deleted (not confirmed)\n"
+    assert cli("get", *TASK, "a").exit_code == 0
