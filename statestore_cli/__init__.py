@@ -30,6 +30,7 @@ _EXPORTS = {
     "NotFoundError": "statestore_cli.errors",
     "SchemaMissingError": "statestore_cli.errors",
     "StateStoreError": "statestore_cli.errors",
+    "accessor": "statestore_cli.stores",
 }
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "StoreScope",
     "TaskScope",
     "TaskStateStoreAccessor",
+    "accessor",
     "load_settings",
 ]
 
@@ -76,3 +78,4 @@ if TYPE_CHECKING:
     )
     from statestore_cli.retention import NEVER_EXPIRE
     from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+    from statestore_cli.stores import accessor

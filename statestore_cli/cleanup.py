@@ -26,7 +26,15 @@ from sqlalchemy.sql import ColumnElement, Executable, Select
 
 from statestore_cli.database import describe_engine, retry_deadlocks, translate_errors
 from statestore_cli.entries import Timeouts
-from statestore_cli.errors import BackendError, CleanRunningError, InvalidInputError
+from statestore_cli.errors import (
+    EXIT_OK,
+    PARAMETER,
+    BackendError,
+    CleanRunningError,
+    InvalidInputError,
+    Note,
+    StopReason,
+)
 from statestore_cli.schema import task_state_store as _task
 from statestore_cli.timestamps import iso_utc
 
@@ -48,13 +56,18 @@ class CleanReport:
     batches: int
     batch_size: int
     cutoff: datetime
-    notes: tuple[str, ...] = ()
+    notes: tuple[Note, ...] = ()
     elapsed: float = 0.0
-    stopped: str | None = None  # why the clean stopped before it was done: interrupted, terminated, max_runtime
+    stopped: StopReason | None = None  # why the clean stopped before it was done
 
     @property
     def rows_per_second(self) -> float:
         return self.deleted / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the clean ran to its end, else the stop reason's code (an ``Outcome``)."""
+        return EXIT_OK if self.stopped is None else self.stopped.exit_code
 
 
 @dataclass(frozen=True)
@@ -69,13 +82,13 @@ class CleanControl:
     timeouts: Timeouts = field(default_factory=Timeouts)
     exclusive: bool = False
     deadline: float | None = None
-    should_stop: Callable[[], str | None] | None = None
+    should_stop: Callable[[], StopReason | None] | None = None
     on_progress: Callable[[int], None] | None = None
 
-    def stop_reason(self) -> str | None:
+    def stop_reason(self) -> StopReason | None:
         reason = self.should_stop() if self.should_stop else None
         if reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
-            return "max_runtime"
+            return StopReason.MAX_RUNTIME
         return reason
 
 
@@ -96,11 +109,11 @@ def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
                 yield ExpiredRow(dag_id, run_id, task_id, map_index, key, iso_utc(expires_at))
 
 
-def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
+def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[Note, ...]:
     """Tune the clean's session and set its timeouts; returns a note for each timeout the engine lacks."""
     dialect = conn.dialect.name
     lock, statement = timeouts.lock_seconds, timeouts.statement_seconds
-    notes: list[str] = []
+    notes: list[Note] = []
     if dialect == "postgresql":
         if lock is not None:
             conn.exec_driver_sql(f"SET lock_timeout = {math.ceil(lock * 1000)}")
@@ -113,7 +126,7 @@ def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
             if getattr(conn.dialect, "is_mariadb", False):
                 conn.exec_driver_sql(f"SET SESSION max_statement_time = {statement:.3f}")
             else:
-                notes.append("MySQL has no statement timeout for DELETE; --statement-timeout was not applied")
+                notes.append(_no_statement_timeout("MySQL has no statement timeout for DELETE"))
     else:
         # Nothing references task_state_store, so deleting from it cannot break a foreign key; with
         # the checks on, SQLite spends ~10% of a large delete on them.
@@ -124,9 +137,13 @@ def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[str, ...]:
         if lock is not None:
             conn.exec_driver_sql(f"PRAGMA busy_timeout = {math.ceil(lock * 1000)}")
         if statement is not None:
-            notes.append("SQLite has no statement timeout; --statement-timeout was not applied")
+            notes.append(_no_statement_timeout("SQLite has no statement timeout"))
     conn.commit()
     return tuple(notes)
+
+
+def _no_statement_timeout(why: str) -> Note:
+    return Note(f"{why}; {PARAMETER} was not applied", parameter="statement_seconds")
 
 
 class _Batch(NamedTuple):
@@ -242,7 +259,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     control = control or CleanControl()
     started = time.monotonic()
     deleted = batches = 0
-    stopped = None
+    stopped: StopReason | None = None
     with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
         run = _batch_runner(conn, now, batch_size)
         after: int | None = 0  # the id the next batch starts after; None once the walk is done
@@ -274,7 +291,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
 
 
 @contextmanager
-def _clean_session(engine: Engine, control: CleanControl) -> Iterator[tuple[Connection, tuple[str, ...]]]:
+def _clean_session(engine: Engine, control: CleanControl) -> Iterator[tuple[Connection, tuple[Note, ...]]]:
     """A connection of its own for one clean: tuned, timed out and locked as asked, then discarded."""
     with engine.connect() as conn:
         try:
@@ -283,6 +300,10 @@ def _clean_session(engine: Engine, control: CleanControl) -> Iterator[tuple[Conn
                 yield conn, notes
         finally:
             conn.invalidate()  # its settings (timeouts, SQLite pragmas) must not reach the next user of the pool
+
+
+def _another_clean(where: str) -> str:
+    return f"another {PARAMETER} clean is running on {where}"
 
 
 # A fixed key for PostgreSQL's advisory lock (its locks are per database already): "statestore" in hex.
@@ -308,7 +329,7 @@ def _exclusive(conn: Connection, wanted: bool) -> Iterator[None]:
     got = bool(conn.execute(text(f"SELECT {acquire}"), params).scalar())
     conn.commit()
     if not got:
-        raise CleanRunningError(f"another `statestore clean --exclusive` is running on {describe_engine(conn.engine)}")
+        raise CleanRunningError(_another_clean(describe_engine(conn.engine)), parameter="exclusive")
     try:
         yield
     finally:
@@ -326,5 +347,5 @@ def _file_lock(path: str | None) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise CleanRunningError(f"another `statestore clean --exclusive` is running on {path}") from None
+            raise CleanRunningError(_another_clean(str(path)), parameter="exclusive") from None
         yield

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from statestore_cli.accessors import AssetStateStoreAccessor, TaskStateStoreAccessor
-from statestore_cli.backends.base import BaseStoreBackend, JsonValue
+from statestore_cli.accessors import TaskStateStoreAccessor
+from statestore_cli.backends.base import JsonValue
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.cleanup import (
@@ -24,61 +24,21 @@ from statestore_cli.cleanup import (
     iter_expired,
 )
 from statestore_cli.config import Settings, describe_source
-from statestore_cli.database import (
-    SchemaState,
-    describe_engine,
-    init_schema,
-    inspect_schema,
-    make_engine,
-    mask_url,
-    parse_url,
-    translate_errors,
-)
+from statestore_cli.config.settings import CONN_OVERRIDE
+from statestore_cli.database import describe_engine, mask_url, parse_url, translate_errors
 from statestore_cli.entries import Entry, KeyFilter
-from statestore_cli.errors import BackendError, DatabaseError, InvalidInputError, first_line
+from statestore_cli.errors import (
+    PARAMETER,
+    BackendError,
+    DatabaseError,
+    InvalidInputError,
+    SchemaMissingError,
+    StateStoreError,
+)
 from statestore_cli.retention import Retention, utcnow
+from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
-
-
-# -- opening backends ---------------------------------------------------------------------------------
-def open_metastore(settings: Settings, *, create_file: bool = False) -> MetastoreBackend:
-    return MetastoreBackend(make_engine(settings.sql_alchemy_conn, create_file=create_file))
-
-
-def open_backend(settings: Settings) -> BaseStoreBackend:
-    """The configured ``[state_store] backend``, ready to use."""
-    if settings.uses_builtin_backend:
-        return open_metastore(settings)
-    return _instantiate(settings, "state_store", "backend")
-
-
-def open_worker_backend(settings: Settings) -> BaseStoreBackend | None:
-    if not settings.worker_backend:
-        return None
-    return _instantiate(settings, "workers", "state_store_backend")
-
-
-def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBackend:
-    cls = load_backend_class(settings.setting(section, option))
-    try:
-        return cls()
-    except Exception as exc:  # user code: any failure is the backend's
-        raise BackendError(f"cannot create [{section}] {option} {cls.__qualname__}: {first_line(exc)}") from None
-
-
-def accessor(
-    settings: Settings, scope: StoreScope, *, oversize: str = "warn"
-) -> TaskStateStoreAccessor | AssetStateStoreAccessor:
-    """An accessor for ``scope`` wired as the settings say."""
-    common: dict[str, Any] = {
-        "worker_backend": open_worker_backend(settings),
-        "max_value_storage_bytes": settings.max_value_storage_bytes,
-        "oversize": oversize,
-    }
-    backend = open_backend(settings)
-    if isinstance(scope, TaskScope):
-        return TaskStateStoreAccessor(scope, backend, default_retention_days=settings.default_retention_days, **common)
-    return AssetStateStoreAccessor(scope, backend, **common)
+from statestore_cli.stores import accessor, open_backend, open_metastore
 
 
 # -- db ------------------------------------------------------------------------------------------------
@@ -94,6 +54,17 @@ class DbReport:
     @property
     def usable(self) -> bool:
         return self.error is None and self.schema.usable
+
+    def problem(self) -> StateStoreError | None:
+        """Why the store is not usable, as the error to raise; None when it is usable."""
+        if self.error is not None:
+            return DatabaseError(self.error)
+        if not self.schema.usable:
+            return SchemaMissingError(
+                f"the state store is not usable: missing tables {', '.join(self.schema.missing)}; "
+                "run `statestore db init`"
+            )
+        return None
 
 
 def db_init(settings: Settings) -> DbReport:
@@ -148,7 +119,9 @@ def set_value(
     if isinstance(acc, TaskStateStoreAccessor):
         return acc.set(key, value, retention)
     if retention is not None:
-        raise InvalidInputError("--retention applies to task keys only; asset keys never expire")
+        raise InvalidInputError(
+            f"{PARAMETER} applies to task keys only; asset keys never expire", parameter="retention"
+        )
     acc.set(key, value)
     return None
 
@@ -240,6 +213,7 @@ class ConfigRow:
     value: Any
     source: str
     description: str
+    parameter: str | None = None  # the source is this parameter of load_settings (conn_override)
 
 
 def config_rows(settings: Settings) -> list[ConfigRow]:
@@ -248,11 +222,9 @@ def config_rows(settings: Settings) -> list[ConfigRow]:
         value = setting.value
         if setting.spec.secret and isinstance(value, str):
             value = _mask(value)
-        rows.append(
-            ConfigRow(
-                setting.spec.section, setting.spec.option, value, describe_source(setting), setting.spec.description
-            )
-        )
+        parameter = CONN_OVERRIDE if setting.source == CONN_OVERRIDE else None
+        spec = setting.spec
+        rows.append(ConfigRow(spec.section, spec.option, value, describe_source(setting), spec.description, parameter))
     return rows
 
 

@@ -1,4 +1,4 @@
-"""Engines, error translation and schema management for the metadata database."""
+"""Engines and error translation for the metadata database."""
 
 from __future__ import annotations
 
@@ -6,16 +6,14 @@ import importlib.util
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import event, inspect
+from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
+from sqlalchemy.engine import URL, Engine, create_engine, make_url
 
-from statestore_cli.errors import ConfigError, DatabaseError, SchemaMissingError, first_line
-from statestore_cli.schema import PARENT_TABLES, STATE_TABLES, metadata
+from statestore_cli.errors import PARAMETER, ConfigError, DatabaseError, SchemaMissingError, first_line
 
 T = TypeVar("T")
 
@@ -154,7 +152,8 @@ def translate_errors(engine: Engine) -> Iterator[None]:
         if _is_lock_timeout(message):
             raise DatabaseError(
                 f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: "
-                "retry later, or raise --lock-timeout"
+                f"retry later, or raise {PARAMETER}",
+                parameter="lock_seconds",
             ) from None
         raise DatabaseError(f"database error on {where}: {message}") from None
     except sa_exc.SQLAlchemyError as exc:
@@ -194,49 +193,3 @@ def _is_missing_table(message: str) -> bool:
         or ("relation" in lowered and "does not exist" in lowered)
         or ("table" in lowered and "doesn't exist" in lowered)
     )
-
-
-@dataclass(frozen=True)
-class SchemaState:
-    """What the database holds: the mode (Airflow's own database, or a standalone store) and tables."""
-
-    mode: str  # "airflow" | "standalone" | "empty"
-    present: tuple[str, ...]
-    missing: tuple[str, ...]
-    alembic_revision: str | None
-
-    @property
-    def usable(self) -> bool:
-        return not self.missing
-
-
-def inspect_schema(connection: Connection) -> SchemaState:
-    inspector = inspect(connection)
-    tables = set(inspector.get_table_names())
-    revision = None
-    if "alembic_version" in tables:
-        revision = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-        mode = "airflow"
-    elif tables & set(STATE_TABLES + PARENT_TABLES):
-        mode = "standalone"
-    else:
-        mode = "empty"
-    wanted = STATE_TABLES + PARENT_TABLES
-    present = tuple(t for t in wanted if t in tables)
-    missing = tuple(t for t in wanted if t not in tables)
-    return SchemaState(mode=mode, present=present, missing=missing, alembic_revision=revision)
-
-
-def init_schema(engine: Engine) -> tuple[SchemaState, tuple[str, ...]]:
-    """Create the missing tables of a standalone store; idempotent. Returns the state and what was created."""
-    with translate_errors(engine), engine.begin() as connection:
-        before = inspect_schema(connection)
-        if before.mode == "airflow" and before.missing:
-            raise DatabaseError(
-                f"{describe_engine(engine)} is an Airflow metadata database (revision "
-                f"{before.alembic_revision}) without the state store tables; upgrade it to Airflow 3.3 "
-                "with `airflow db migrate` instead of creating them here"
-            )
-        metadata.create_all(connection, checkfirst=True)
-        after = inspect_schema(connection)
-    return after, tuple(t for t in before.missing if t in after.present)

@@ -1,16 +1,32 @@
 """The one error family of statestore.
 
 Every failure a user can cause or meet is a ``StateStoreError``; the CLI turns it into a one-line
-message and the exit code carried by its class, in exactly one place (``statestore_cli.cli.app``).
+message and the exit code carried by its class, in exactly one place (``statestore_cli.cli.failure``,
+called by the full CLI's ``StateStoreGroup`` and by the fast ``get`` path). A command that finishes
+but must not exit 0 (a clean stopped early) returns an ``Outcome``, whose ``exit_code`` the same place
+uses.
+
+An error about one of the caller's arguments names it by the library's parameter name
+(``parameter``); its message holds ``PARAMETER`` where that name goes, so a caller with other names
+for its arguments (the CLI's flags) can word the same message in its own terms (``worded``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+# Where an argument's name goes in a message; NUL, so no path, URL or quoted value can contain it.
+PARAMETER = "\x00parameter\x00"
+
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
+EXIT_NOT_CONFIRMED = 1  # a confirmation question was answered no
 EXIT_USAGE = 2
 EXIT_OPERATIONAL = 3
-EXIT_STOPPED = 4  # a clean stopped by --max-runtime before it was done
+EXIT_STOPPED = 4  # a clean stopped at its deadline (max runtime) before it was done
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
@@ -19,6 +35,15 @@ class StateStoreError(Exception):
     """Base class of every error statestore raises on purpose."""
 
     exit_code = EXIT_OPERATIONAL
+
+    def __init__(self, message: str, *, parameter: str | None = None) -> None:
+        self.template = message
+        self.parameter = parameter
+        super().__init__(_word(message, parameter, {}))
+
+    def worded(self, names: Mapping[str, str]) -> str:
+        """The message with the parameter spelled as ``names`` calls it (else by its library name)."""
+        return _word(self.template, self.parameter, names)
 
 
 class ConfigError(StateStoreError):
@@ -39,6 +64,12 @@ class NotFoundError(StateStoreError):
     exit_code = EXIT_NOT_FOUND
 
 
+class NotConfirmedError(StateStoreError):
+    """A destructive action was not confirmed; nothing was done."""
+
+    exit_code = EXIT_NOT_CONFIRMED
+
+
 class BackendError(StateStoreError):
     """A store backend failed or cannot do what was asked."""
 
@@ -50,11 +81,59 @@ class DatabaseError(BackendError):
 
 
 class CleanRunningError(BackendError):
-    """``clean --exclusive`` found another exclusive clean running on the same database."""
+    """An exclusive clean found another exclusive clean running on the same database."""
 
 
 class SchemaMissingError(DatabaseError):
     """The state store tables do not exist yet (``statestore db init`` creates them)."""
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something a caller should know that is not an error (a timeout the engine cannot apply);
+    worded like errors: ``PARAMETER`` in the text stands for the parameter it is about."""
+
+    template: str
+    parameter: str | None = None
+
+    def worded(self, names: Mapping[str, str]) -> str:
+        return _word(self.template, self.parameter, names)
+
+    def __str__(self) -> str:
+        return self.worded({})
+
+
+def _word(template: str, parameter: str | None, names: Mapping[str, str]) -> str:
+    if parameter is None:
+        return template
+    return template.replace(PARAMETER, names.get(parameter, parameter))
+
+
+class StopReason(StrEnum):
+    """Why a clean stopped before every expired key was deleted; each reason has its exit code."""
+
+    INTERRUPTED = "interrupted"  # Ctrl-C
+    TERMINATED = "terminated"  # SIGTERM
+    MAX_RUNTIME = "max_runtime"  # the clean's deadline passed
+
+    @property
+    def exit_code(self) -> int:
+        return _STOP_EXIT_CODES[self]
+
+
+_STOP_EXIT_CODES = {
+    StopReason.INTERRUPTED: EXIT_INTERRUPTED,
+    StopReason.TERMINATED: EXIT_TERMINATED,
+    StopReason.MAX_RUNTIME: EXIT_STOPPED,
+}
+
+
+@runtime_checkable
+class Outcome(Protocol):
+    """A result that decides its command's exit status (``CleanReport``: non-zero when stopped early)."""
+
+    @property
+    def exit_code(self) -> int: ...
 
 
 def first_line(exc: BaseException) -> str:

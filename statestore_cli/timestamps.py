@@ -17,6 +17,12 @@ def iso_utc(value: str | datetime) -> str:
     return value.astimezone(UTC).isoformat()
 
 
+def utc_instant(value: str) -> datetime:
+    """A stored timestamp text (SQLite's, as Airflow writes it) as an aware UTC datetime."""
+    moment = datetime.fromisoformat(value)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def human(moment: datetime | None, never: str = "never", zone: str = " UTC") -> str:
     """A UTC instant the way people read it: seconds, no offset, ``UTC`` after it."""
     return never if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S") + zone

@@ -113,7 +113,7 @@ def test_exclusive_clean_refuses_to_queue_behind_another(cli, db_url):
         refused = cli("clean", "--exclusive")
         assert time.monotonic() - started < 10
         assert refused.exit_code == 3, refused.output
-        assert refused.stderr.startswith("statestore: error: another `statestore clean --exclusive` is running on ")
+        assert refused.stderr.startswith("statestore: error: another --exclusive clean is running on ")
         assert remaining(db_url) == 4
         assert cli("clean").exit_code == 0  # without --exclusive nobody is refused
     finally:

@@ -174,7 +174,7 @@ def test_lookup_order_conn_then_env_then_file_then_default(monkeypatch, tmp_path
 
     kwargs = {"config_path": cfg, "conn_override": "sqlite:////from/conn.db"}
     assert value("database", "sql_alchemy_conn", **kwargs) == "sqlite:////from/conn.db"
-    assert source("database", "sql_alchemy_conn", **kwargs) == "--conn"
+    assert source("database", "sql_alchemy_conn", **kwargs) == "conn_override"
 
 
 def test_env_beats_file_for_state_store_options(monkeypatch, tmp_path):
@@ -335,7 +335,9 @@ def test_blank_url_from_env_and_empty_conn_are_errors(monkeypatch):
         load_settings()
     with pytest.raises(ConfigError) as caught:
         load_settings(conn_override="")
-    assert str(caught.value) == f"--conn: invalid value '' for [database] sql_alchemy_conn: expected {URL_EXPECTED}"
+    assert str(caught.value) == (
+        f"conn_override: invalid value '' for [database] sql_alchemy_conn: expected {URL_EXPECTED}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,32 +1,33 @@
 """The ``statestore`` command line: each command resolves the settings, calls one library function
-and hands the result to the render layer. Errors become a message and an exit code in one place,
-``StateStoreGroup``."""
+and hands the result to the render layer. Errors become a message and an exit code in one place:
+``StateStoreGroup`` hands every ``StateStoreError`` to ``cli.failure``; a command whose result must not
+exit 0 (a clean stopped early) returns it as an ``Outcome``, and the group exits with its code."""
 
 import sys
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from statestore_cli import __version__
+from statestore_cli.cli.failure import report, report_error
+from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
-from statestore_cli.cli.safe_text import error_line, safe_text
+from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
 from statestore_cli.cli.stopping import StopOnSignal
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
 from statestore_cli.entries import KeyFilter, Timeouts
 from statestore_cli.errors import (
-    EXIT_INTERRUPTED,
-    EXIT_OPERATIONAL,
-    EXIT_STOPPED,
-    EXIT_TERMINATED,
+    EXIT_OK,
     EXIT_USAGE,
     InvalidInputError,
+    NotConfirmedError,
+    Outcome,
     StateStoreError,
     first_line,
 )
@@ -41,7 +42,8 @@ _NoArgsIsHelp = getattr(click_exceptions, "NoArgsIsHelpError", None)
 
 
 class StateStoreGroup(TyperGroup):
-    """Turns every error into one line on stderr and a documented exit code (see the README)."""
+    """Turns every error into one line on stderr and a documented exit code (see the README), and a
+    command's ``Outcome`` into its exit code."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -49,14 +51,14 @@ class StateStoreGroup(TyperGroup):
         except StateStoreError as exc:
             if ctx.params.get("debug"):
                 raise
-            raise _Reported(str(exc), exc.exit_code) from None
+            raise _Reported(exc) from None
         except (click_exceptions.ClickException, typer.Exit, typer.Abort):
             raise
         except Exception as exc:  # a bug of ours: still no traceback unless --debug asks for it
             if ctx.params.get("debug"):
                 raise
             message = f"unexpected {type(exc).__name__}: {first_line(exc)} (rerun with --debug for the traceback)"
-            raise _Reported(message, EXIT_OPERATIONAL) from None
+            raise _Reported(StateStoreError(message)) from None
 
     def main(  # type: ignore[override]  # same parameters, but standalone handling is ours
         self,
@@ -69,7 +71,7 @@ class StateStoreGroup(TyperGroup):
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _Reported as exc:
-            _fail(exc.message, exc.exit_code)
+            sys.exit(report_error(exc.error))
         except click_exceptions.UsageError as exc:
             if _NoArgsIsHelp is not None and isinstance(exc, _NoArgsIsHelp):
                 sys.stdout.write(exc.format_message())  # rich help is printed already; plain help is here
@@ -80,22 +82,30 @@ class StateStoreGroup(TyperGroup):
             _fail(exc.format_message(), exc.exit_code)
         except typer.Abort:
             _fail("aborted", 1)
-        code = result if isinstance(result, int) else 0
+        code = _exit_code(result)
         if standalone_mode:
             sys.exit(code)
         return code
 
 
+def _exit_code(result: object) -> int:
+    """A command's ``Outcome`` decides its exit code; ``typer.Exit`` (``--version``) gives an int."""
+    if isinstance(result, Outcome):
+        return result.exit_code
+    return result if isinstance(result, int) else EXIT_OK
+
+
 class _Reported(click_exceptions.ClickException):
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    """A ``StateStoreError`` on its way through click to ``StateStoreGroup.main``."""
+
+    def __init__(self, error: StateStoreError) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.exit_code = error.exit_code
 
 
-def _fail(message: str, code: int) -> None:
-    sys.stdout.flush()
-    sys.stderr.write(error_line(message))
-    sys.exit(code)
+def _fail(message: str, code: int) -> NoReturn:
+    sys.exit(report(message, code))
 
 
 app = typer.Typer(
@@ -127,13 +137,6 @@ class CliState:
         return self._settings
 
 
-class OutputMode(StrEnum):
-    auto = "auto"
-    table = "table"
-    plain = "plain"
-    json = "json"
-
-
 OutputOpt = Annotated[
     OutputMode,
     typer.Option("--output", "-o", help="auto (tables on a terminal, plain lines otherwise), table, plain or json."),
@@ -142,13 +145,6 @@ OutputOpt = Annotated[
 
 def _output(requested: OutputMode) -> Output:
     return Output.choose(requested.value)
-
-
-def _commands() -> Any:
-    """The library's command functions, imported on first use: `--help` need not load SQLAlchemy."""
-    from statestore_cli import commands
-
-    return commands
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -187,21 +183,23 @@ def main(
 @db_app.command("init")
 def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
     """Create the state store schema on the configured database (idempotent)."""
+    from statestore_cli import commands  # here, not at the top: `--help` need not load SQLAlchemy
+
     out = _output(output)
-    report = _commands().db_init(_settings(ctx))
-    out.db_report(report, created=True)
+    out.db_report(commands.db_init(_settings(ctx)), created=True)
 
 
 @db_app.command("check")
 def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
     """Connect and report engine, schema state and mode; exit 0 only when the store is usable."""
+    from statestore_cli import commands
+
     out = _output(output)
-    report = _commands().db_check(_settings(ctx))
-    out.db_report(report)
-    if not report.usable:
-        missing = ", ".join(report.schema.missing)
-        reason = report.error or f"the state store is not usable: missing tables {missing}; run `statestore db init`"
-        raise _Reported(reason, EXIT_OPERATIONAL)
+    checked = commands.db_check(_settings(ctx))
+    out.db_report(checked)
+    problem = checked.problem()
+    if problem is not None:
+        raise problem
 
 
 # -- keys -------------------------------------------------------------------------------------------
@@ -214,8 +212,10 @@ def get(
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """Print a key's value as JSON; a missing key exits 1."""
+    from statestore_cli import commands
+
     out = _output(output)
-    entry = _commands().get_entry(_settings(ctx), scope_of(scope_args), key)
+    entry = commands.get_entry(_settings(ctx), scope_of(scope_args), key)
     out.value(entry)
 
 
@@ -235,10 +235,12 @@ def set_(
     ] = False,
 ) -> None:
     """Write a key (insert or replace)."""
+    from statestore_cli import commands
+
     scope = scope_of(scope_args)
     parsed_retention = parse_retention(retention) if retention is not None else None
     document = read_value(value, as_string=string)
-    expires_at = _commands().set_value(_settings(ctx), scope, key, document, parsed_retention)
+    expires_at = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
     expiry = "never expires" if expires_at is None else f"expires {expires_at:%Y-%m-%d %H:%M:%S} UTC"
     Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
 
@@ -247,8 +249,10 @@ def set_(
 @with_scope_options
 def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.")], scope_args: KeyFilter) -> None:
     """Delete one key; a key that is not there is not an error."""
+    from statestore_cli import commands
+
     scope = scope_of(scope_args)
-    removed = _commands().delete_key(_settings(ctx), scope, key)
+    removed = commands.delete_key(_settings(ctx), scope, key)
     what = "deleted" if removed != 0 else "no such key, nothing deleted:"
     Output.choose().line(f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}")
 
@@ -264,18 +268,19 @@ def clear(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete every key of a scope; asks first on a terminal, needs --yes otherwise."""
+    from statestore_cli import commands
+
     scope = scope_of(scope_args)
     settings = _settings(ctx)
     where = safe_text(scope.describe()) + (" (all map indices)" if all_map_indices else "")
     if not yes:
         if not sys.stdin.isatty():
             raise InvalidInputError("clear deletes keys and stdin is not a terminal to confirm on; pass --yes")
-        count = _commands().count_keys(settings, scope, all_map_indices=all_map_indices)
+        count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)
         what = "all keys" if count is None else f"{count} key{'s' if count != 1 else ''}"
         if not typer.confirm(f"Delete {what} of {where}?", default=False):
-            Output.choose().line("nothing deleted")
-            raise typer.Exit(1)
-    removed = _commands().clear_scope(settings, scope, all_map_indices=all_map_indices)
+            raise NotConfirmedError("nothing deleted (not confirmed)")
+    removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
     what = "keys" if removed is None else f"{removed} key{'s' if removed != 1 else ''}"
     Output.choose().line(f"deleted {what} of {where}")
 
@@ -290,11 +295,13 @@ def list_(
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """List keys with their scope, updated_at and expires_at; scope options filter."""
+    from statestore_cli import commands
+
     out = _output(output)
     if store not in (None, "task", "asset"):
         raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
     filt = as_filter(scope_args, store, key)
-    out.entries(_commands().list_entries(_settings(ctx), filt))
+    out.entries(commands.list_entries(_settings(ctx), filt))
 
 
 # -- clean ------------------------------------------------------------------------------------------
@@ -328,21 +335,21 @@ def clean(
         bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
     ] = False,
     output: OutputOpt = OutputMode.auto,
-) -> None:
+) -> Optional[Outcome]:
     """Delete expired task keys (expires_at before now); asset keys and keys that never expire stay."""
+    from statestore_cli import commands
+    from statestore_cli.cleanup import CleanControl
+
     out = _output(output)
     settings = _settings(ctx)
-    commands = _commands()
     if dry_run:
         plan = commands.plan_clean(settings)
         if plan.skipped_reason:
             out.clean_skipped(plan.skipped_reason, dry_run=True)
-            return
+            return None
         total = commands.count_expired_keys(settings, plan.cutoff) if out.shows_progress else None
         out.clean_plan(plan, limit=None if show_all else 100, total=total)
-        return
-    from statestore_cli.cleanup import CleanControl
-
+        return None
     timeouts = Timeouts(
         lock_seconds=_seconds(lock_timeout, "--lock-timeout"),
         statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
@@ -355,11 +362,9 @@ def clean(
         result = commands.clean(settings, batch_size, now=cutoff, control=control)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
-        return
+        return None
     out.clean_report(result)
-    if result.stopped:
-        codes = {"interrupted": EXIT_INTERRUPTED, "terminated": EXIT_TERMINATED, "max_runtime": EXIT_STOPPED}
-        raise typer.Exit(codes[result.stopped])
+    return result  # a clean stopped early exits with its reason's code
 
 
 def _seconds(text: str, option: str) -> float:
@@ -370,7 +375,9 @@ def _seconds(text: str, option: str) -> float:
 @config_app.command("show")
 def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
     """Show every effective setting and where it came from (secrets masked)."""
+    from statestore_cli import commands
+
     out = _output(output)
     settings = _settings(ctx)
     config_file = str(settings.config_file) if settings.config_file else None
-    out.config(_commands().config_rows(settings), config_file, str(settings.airflow_home))
+    out.config(commands.config_rows(settings), config_file, str(settings.airflow_home))

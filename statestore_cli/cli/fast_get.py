@@ -2,8 +2,10 @@
 
 A retrying task or a shell script often runs just this; loading the full CLI costs several times the
 lookup itself. ``answer`` handles the plain case and returns None for everything else (another
-command, an asset scope, a custom backend, another engine, any doubt), and the full CLI takes over,
-so there is one behaviour: tests compare the two paths' output byte for byte.
+command, an asset scope, a custom backend, another engine, an option it does not read, any doubt),
+and the full CLI takes over. What it prints comes from the modules the full CLI prints with
+(``cli.modes``, ``cli.documents``, ``cli.failure``), and tests compare the two paths byte for byte
+and hold the options below to the ``get`` command's.
 """
 
 from __future__ import annotations
@@ -13,14 +15,20 @@ import os
 import sqlite3
 import sys
 from collections.abc import Sequence
+from contextlib import closing
 
-from statestore_cli.cli.safe_text import error_line, safe_json
-from statestore_cli.errors import EXIT_NOT_FOUND, StateStoreError
-from statestore_cli.timestamps import iso_utc
+from statestore_cli.cli.documents import get_output
+from statestore_cli.cli.failure import report_error
+from statestore_cli.cli.modes import MODES, resolve
+from statestore_cli.errors import StateStoreError
 
-_ROOT_OPTIONS = ("--config", "--conn")
-_GET_OPTIONS = {"--dag-id": "dag_id", "--run-id": "run_id", "--task-id": "task_id", "--map-index": "map_index"}
-_OUTPUTS = ("auto", "table", "plain", "json")
+# The options the fast path answers; any other option goes to the full CLI.
+ROOT_OPTIONS = ("--config", "--conn")
+GET_OPTIONS = ("--dag-id", "--run-id", "--task-id", "--map-index", "--output", "-o")
+# Options of the full CLI the fast path leaves to it on purpose (a test holds these lists to the CLI's).
+ROOT_HANDED_OVER = ("--debug", "--version", "--help", "-h")
+GET_HANDED_OVER = ("--asset-name", "--asset-uri", "--asset-id", "--help", "-h")
+
 _QUERY = (
     "SELECT value, updated_at, expires_at FROM task_state_store "
     "WHERE dag_id = ? AND run_id = ? AND task_id = ? AND map_index = ? AND key = ?"
@@ -35,6 +43,8 @@ def _options(args: Sequence[str], names: Sequence[str]) -> tuple[dict[str, str],
     while items:
         item = items.pop(0)
         name, sep, inline = item.partition("=")
+        if sep and not name.startswith("--"):
+            return None  # `-o=json`: click reads the value as "=json"; let it say so
         if name in names and name not in found:
             if not sep and not items:
                 return None
@@ -50,8 +60,8 @@ def _parse(argv: Sequence[str]) -> tuple[dict[str, str], dict[str, str], str] | 
     if "get" not in argv:
         return None
     split = list(argv).index("get")
-    root = _options(argv[:split], _ROOT_OPTIONS)
-    command = _options(argv[split + 1 :], (*_GET_OPTIONS, "--output", "-o"))
+    root = _options(argv[:split], ROOT_OPTIONS)
+    command = _options(argv[split + 1 :], GET_OPTIONS)
     if root is None or command is None or root[1] or len(command[1]) != 1:
         return None
     options = command[0]
@@ -68,7 +78,7 @@ def answer(argv: Sequence[str], environ: dict[str, str] | None = None) -> int | 
         return None
     root, options, key = parsed
     output = options.get("--output", options.get("-o", "auto"))
-    if output not in _OUTPUTS or not all(name in options for name in ("--dag-id", "--run-id", "--task-id")):
+    if output not in MODES or not all(name in options for name in ("--dag-id", "--run-id", "--task-id")):
         return None
     try:
         return _get(root, options, key, output)
@@ -78,7 +88,9 @@ def answer(argv: Sequence[str], environ: dict[str, str] | None = None) -> int | 
 
 def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -> int | None:
     from statestore_cli.config import load_settings
+    from statestore_cli.entries import Entry
     from statestore_cli.scopes import TaskScope, check_key, missing_key
+    from statestore_cli.timestamps import utc_instant
 
     scope = TaskScope(
         options["--dag-id"], options["--run-id"], options["--task-id"], int(options.get("--map-index", "-1"))
@@ -92,27 +104,22 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     if "?" in path or not path or path == ":memory:" or not os.path.isfile(path):
         return None
     uri_path = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")  # urllib costs start-up time
-    with sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=30) as conn:
+    # closing(): a connection's own `with` block ends a transaction but leaves the connection open.
+    with closing(sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=30)) as conn:
         row = conn.execute(_QUERY, (scope.dag_id, scope.run_id, scope.task_id, scope.map_index, key)).fetchone()
     if row is None:
-        sys.stderr.write(error_line(str(missing_key(scope, key))))
-        return EXIT_NOT_FOUND
-    value = json.loads(row[0])
-    if output == "auto":
-        output = "table" if sys.stdout.isatty() else "plain"
-    if output == "json":
-        document = {
-            "store": "task",
-            "dag_id": scope.dag_id,
-            "run_id": scope.run_id,
-            "task_id": scope.task_id,
-            "map_index": scope.map_index,
-            "key": key,
-            "updated_at": iso_utc(row[1]),
-            "expires_at": None if row[2] is None else iso_utc(row[2]),
-            "value": value,
-        }
-        sys.stdout.write(safe_json(document) + "\n")
-    else:
-        sys.stdout.write(safe_json(value, indent=2 if output == "table" else None) + "\n")
+        return report_error(missing_key(scope, key))
+    value, updated_at, expires_at = row
+    entry = Entry(
+        "task",
+        key,
+        utc_instant(updated_at),
+        None if expires_at is None else utc_instant(expires_at),
+        scope.dag_id,
+        scope.run_id,
+        scope.task_id,
+        scope.map_index,
+        value=json.loads(value),
+    )
+    sys.stdout.write(get_output(entry, resolve(output)))
     return 0

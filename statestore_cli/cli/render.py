@@ -9,33 +9,33 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from statestore_cli.cli.documents import entry_json, get_output, iso
 from statestore_cli.cli.dry_run import DryRunView
+from statestore_cli.cli.failure import FLAGS
+from statestore_cli.cli.modes import resolve
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
 from statestore_cli.entries import Entry
+from statestore_cli.errors import StopReason
 from statestore_cli.timestamps import human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
 
-MODES = ("auto", "table", "plain", "json")
-
-
-def iso(moment: datetime | None) -> str | None:
-    """Timestamps for scripts: ISO 8601 in UTC with an explicit offset."""
-    return None if moment is None else moment.isoformat()
+_STOPPED = {
+    StopReason.INTERRUPTED: "interrupted",
+    StopReason.TERMINATED: "terminated by SIGTERM",
+    StopReason.MAX_RUNTIME: "--max-runtime reached",
+}
 
 
 def _expired_row_json(row: ExpiredRow) -> str:
@@ -45,18 +45,6 @@ def _expired_row_json(row: ExpiredRow) -> str:
         f'"map_index": {row.map_index}, "key": {_quote(row.key)}, "expires_at": "{row.expires_at}"}}'
     )
     return line if line.isascii() and "\x7f" not in line else safe_json_text(line)
-
-
-def entry_json(entry: Entry, with_value: bool = False) -> dict[str, Any]:
-    doc: dict[str, Any] = {"store": entry.store}
-    if entry.store == "task":
-        doc.update(dag_id=entry.dag_id, run_id=entry.run_id, task_id=entry.task_id, map_index=entry.map_index)
-    else:
-        doc.update(asset_id=entry.asset_id, name=entry.name, uri=entry.uri)
-    doc.update(key=entry.key, updated_at=iso(entry.updated_at), expires_at=iso(entry.expires_at))
-    if with_value:
-        doc["value"] = entry.value
-    return doc
 
 
 def _cell(value: object) -> Text:
@@ -75,9 +63,7 @@ class Output:
 
     @classmethod
     def choose(cls, requested: str = "auto") -> Output:
-        if requested == "auto":
-            requested = "table" if sys.stdout.isatty() else "plain"
-        return cls(requested)
+        return cls(resolve(requested))
 
     @property
     def json(self) -> bool:
@@ -95,10 +81,7 @@ class Output:
 
     # -- keys ---------------------------------------------------------------------------------------
     def value(self, entry: Entry) -> None:
-        if self.json:
-            self.write_json(entry_json(entry, with_value=True))
-        else:
-            sys.stdout.write(safe_json(entry.value, indent=2 if self.mode == "table" else None) + "\n")
+        sys.stdout.write(get_output(entry, self.mode))
 
     def entries(self, entries: Iterable[Entry]) -> int:
         if self.json:
@@ -173,7 +156,7 @@ class Output:
 
     def clean_report(self, report: CleanReport) -> None:
         for note in report.notes:
-            self.stderr.print(Text(f"note: {note}"), soft_wrap=True)
+            self.stderr.print(Text(f"note: {note.worded(FLAGS)}"), soft_wrap=True)
         if self.json:
             self.write_json(
                 {
@@ -199,13 +182,9 @@ class Output:
             f"(expired before {human(report.cutoff)}) in {report.elapsed:.1f}s, {report.rows_per_second:,.0f} rows/s"
         )
         if report.stopped:
-            why = {
-                "interrupted": "interrupted",
-                "terminated": "terminated by SIGTERM",
-                "max_runtime": "--max-runtime reached",
-            }
             self.line(
-                f"stopped early ({why[report.stopped]}): every committed batch stays deleted; run clean again to finish"
+                f"stopped early ({_STOPPED[report.stopped]}): every committed batch stays deleted; "
+                "run clean again to finish"
             )
 
     # -- progress -----------------------------------------------------------------------------------
@@ -220,23 +199,9 @@ class Output:
         if not self.shows_progress:
             yield lambda _done: None
             return
-        bar = Progress(
-            TextColumn(label),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]} rows/s"),
-            TimeRemainingColumn(),
-            console=self.console,
-            transient=True,
-        )
-        started = time.monotonic()
-        task = bar.add_task(label, total=total, rate="-")
+        from statestore_cli.cli.progress import progress_bar  # rich.progress only when a bar is shown
 
-        def advance(done: int) -> None:
-            elapsed = time.monotonic() - started
-            bar.update(task, completed=done, rate=f"{done / elapsed:,.0f}" if elapsed > 0 else "-")
-
-        with bar:
+        with progress_bar(self.console, label, total) as advance:
             yield advance
 
     # -- db and config ------------------------------------------------------------------------------
@@ -269,19 +234,24 @@ class Output:
         if self.json:
             options: dict[str, dict[str, Any]] = {}
             for row in rows:
-                options.setdefault(row.section, {})[row.option] = {"value": row.value, "source": row.source}
+                options.setdefault(row.section, {})[row.option] = {"value": row.value, "source": _source(row)}
             self.write_json({"config_file": config_file, "airflow_home": airflow_home, "options": options})
             return
         if self.mode == "plain":
             for row in rows:
-                self.plain_row(f"{row.section}.{row.option}", row.value, row.source)
+                self.plain_row(f"{row.section}.{row.option}", row.value, _source(row))
             return
         table = Table(title=Text(f"config file: {safe_text(config_file or 'none found')}"), title_justify="left")
         for column in ("section", "option", "value", "source"):
             table.add_column(column, overflow="fold")
         for row in rows:
-            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(row.source))
+            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(_source(row)))
         self.console.print(table)
+
+
+def _source(row: ConfigRow) -> str:
+    """Where a setting came from; a value passed on the command line is named by its flag."""
+    return FLAGS.get(row.parameter, row.parameter) if row.parameter else row.source
 
 
 def _entry_title(store: str) -> str:

@@ -6,7 +6,9 @@ import signal
 from types import FrameType
 from typing import Any
 
-_REASONS: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+from statestore_cli.errors import StopReason
+
+_REASONS: dict[int, StopReason] = {signal.SIGINT: StopReason.INTERRUPTED, signal.SIGTERM: StopReason.TERMINATED}
 
 
 class StopOnSignal:
@@ -14,10 +16,10 @@ class StopOnSignal:
     process; a second Ctrl-C stops at once, for an operator who really means it."""
 
     def __init__(self) -> None:
-        self._reason: str | None = None
+        self._reason: StopReason | None = None
         self._previous: dict[int, Any] = {}
 
-    def reason(self) -> str | None:
+    def reason(self) -> StopReason | None:
         return self._reason
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:

@@ -2,9 +2,9 @@
 
 Lookup order, first match wins, for every option:
 
-1. ``--conn`` (``sql_alchemy_conn`` only), passed as ``conn_override``;
+1. ``conn_override`` (``sql_alchemy_conn`` only; the CLI's ``--conn``);
 2. the environment variable ``AIRFLOW__{SECTION}__{OPTION}``;
-3. the INI file: ``--config PATH`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
+3. the INI file: ``config_path`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
    ``$AIRFLOW_HOME/airflow.cfg`` with ``AIRFLOW_HOME`` defaulting to ``~/airflow`` (a discovered
    file that does not exist is simply skipped, as Airflow does before it writes one);
 4. the default declared in ``options.toml``.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statestore_cli.errors import ConfigError
+from statestore_cli.errors import PARAMETER, ConfigError
 
 BUILTIN_BACKEND = "statestore_cli.backends.metastore.MetastoreBackend"
 _BUILTIN_ALIASES = {BUILTIN_BACKEND, "statestore_cli.MetastoreBackend"}  # the public re-export, same class
@@ -54,7 +54,7 @@ class Setting:
 
     spec: OptionSpec
     value: Any
-    source: str  # "default", "env AIRFLOW__...", "file /path/airflow.cfg", "--conn"
+    source: str  # "default", "env AIRFLOW__...", "file /path/airflow.cfg", "conn_override"
 
 
 def load_option_specs() -> tuple[OptionSpec, ...]:
@@ -68,6 +68,9 @@ def load_option_specs() -> tuple[OptionSpec, ...]:
     return tuple(specs)
 
 
+CONN_OVERRIDE = "conn_override"  # the source of a URL passed as load_settings(conn_override=...)
+
+
 def _where(source: str) -> str:
     if source.startswith("env "):
         return f"environment variable {source[4:]}"
@@ -77,8 +80,10 @@ def _where(source: str) -> str:
 
 
 def _invalid(spec: OptionSpec, raw: str, source: str, expected: str) -> ConfigError:
+    parameter = CONN_OVERRIDE if source == CONN_OVERRIDE else None  # named as the caller names it
+    where = PARAMETER if parameter else _where(source)
     return ConfigError(
-        f"{_where(source)}: invalid value {raw!r} for [{spec.section}] {spec.option}: expected {expected}"
+        f"{where}: invalid value {raw!r} for [{spec.section}] {spec.option}: expected {expected}", parameter=parameter
     )
 
 
@@ -131,9 +136,14 @@ def find_config_file(config_path: str | os.PathLike[str] | None, environ: Mappin
     if config_path is not None:
         path = Path(config_path).expanduser()
         if not path.exists():
-            raise ConfigError(f"config file {path} does not exist; pass an existing file to --config")
+            raise ConfigError(
+                f"config file {path} does not exist; pass an existing file to {PARAMETER}", parameter="config_path"
+            )
         if not path.is_file():
-            raise ConfigError(f"config file {path} is not a file; pass an airflow.cfg-style file to --config")
+            raise ConfigError(
+                f"config file {path} is not a file; pass an airflow.cfg-style file to {PARAMETER}",
+                parameter="config_path",
+            )
         return path
     if environ.get("AIRFLOW_CONFIG"):
         path = Path(environ["AIRFLOW_CONFIG"]).expanduser()
@@ -242,7 +252,7 @@ def load_settings(
     resolved: dict[tuple[str, str], Setting] = {}
     for spec in load_option_specs():
         if spec.option == "sql_alchemy_conn" and conn_override is not None:
-            raw, source = conn_override, "--conn"
+            raw, source = conn_override, CONN_OVERRIDE
         elif spec.env_var in env:
             raw, source = env[spec.env_var], f"env {spec.env_var}"
         elif parser is not None and parser.has_option(spec.section, spec.option):

@@ -1,0 +1,37 @@
+"""What the CLI prints for a key, built in one place for the full CLI and the fast ``get`` path:
+``get``'s value text and JSON document, and the JSON rows of ``list``. Free of rich and SQLAlchemy,
+so the fast path can use it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.safe_text import safe_json
+from statestore_cli.entries import Entry
+
+
+def iso(moment: datetime | None) -> str | None:
+    """Timestamps for scripts: ISO 8601 in UTC with an explicit offset."""
+    return None if moment is None else moment.isoformat()
+
+
+def entry_json(entry: Entry, with_value: bool = False) -> dict[str, Any]:
+    """A key as a JSON object: store, scope, key, timestamps and (for ``get``) the value."""
+    doc: dict[str, Any] = {"store": entry.store}
+    if entry.store == "task":
+        doc.update(dag_id=entry.dag_id, run_id=entry.run_id, task_id=entry.task_id, map_index=entry.map_index)
+    else:
+        doc.update(asset_id=entry.asset_id, name=entry.name, uri=entry.uri)
+    doc.update(key=entry.key, updated_at=iso(entry.updated_at), expires_at=iso(entry.expires_at))
+    if with_value:
+        doc["value"] = entry.value
+    return doc
+
+
+def get_output(entry: Entry, mode: str) -> str:
+    """What ``get`` writes on stdout in ``mode`` (table, plain or json; ``auto`` already resolved)."""
+    if mode == OutputMode.json:
+        return safe_json(entry_json(entry, with_value=True)) + "\n"
+    return safe_json(entry.value, indent=2 if mode == OutputMode.table else None) + "\n"

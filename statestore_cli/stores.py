@@ -1,0 +1,55 @@
+"""Opening stores as the settings say: the configured backend, the worker backend, and accessors
+wired with both."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statestore_cli.accessors import AssetStateStoreAccessor, TaskStateStoreAccessor
+from statestore_cli.backends.base import BaseStoreBackend
+from statestore_cli.backends.loader import load_backend_class
+from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.config import Settings
+from statestore_cli.database import make_engine
+from statestore_cli.errors import BackendError, first_line
+from statestore_cli.scopes import StoreScope, TaskScope
+
+
+def open_metastore(settings: Settings, *, create_file: bool = False) -> MetastoreBackend:
+    return MetastoreBackend(make_engine(settings.sql_alchemy_conn, create_file=create_file))
+
+
+def open_backend(settings: Settings) -> BaseStoreBackend:
+    """The configured ``[state_store] backend``, ready to use."""
+    if settings.uses_builtin_backend:
+        return open_metastore(settings)
+    return _instantiate(settings, "state_store", "backend")
+
+
+def open_worker_backend(settings: Settings) -> BaseStoreBackend | None:
+    if not settings.worker_backend:
+        return None
+    return _instantiate(settings, "workers", "state_store_backend")
+
+
+def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBackend:
+    cls = load_backend_class(settings.setting(section, option))
+    try:
+        return cls()
+    except Exception as exc:  # user code: any failure is the backend's
+        raise BackendError(f"cannot create [{section}] {option} {cls.__qualname__}: {first_line(exc)}") from None
+
+
+def accessor(
+    settings: Settings, scope: StoreScope, *, oversize: str = "warn"
+) -> TaskStateStoreAccessor | AssetStateStoreAccessor:
+    """An accessor for ``scope`` wired as the settings say."""
+    common: dict[str, Any] = {
+        "worker_backend": open_worker_backend(settings),
+        "max_value_storage_bytes": settings.max_value_storage_bytes,
+        "oversize": oversize,
+    }
+    backend = open_backend(settings)
+    if isinstance(scope, TaskScope):
+        return TaskStateStoreAccessor(scope, backend, default_retention_days=settings.default_retention_days, **common)
+    return AssetStateStoreAccessor(scope, backend, **common)
