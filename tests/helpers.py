@@ -210,3 +210,66 @@ class NotABackend:
 
 not_a_class = 42
 '''
+
+
+# -- what people see --------------------------------------------------------------------------------------
+EXPECTED = REPO / "tests" / "expected"
+UPDATE_EXPECTED = "STATESTORE_UPDATE_EXPECTED"
+
+
+def assert_expected(name: str, actual: str) -> None:
+    """``actual`` must equal the checked-in ``tests/expected/NAME``, so any change to what people see is
+    deliberate. With ``STATESTORE_UPDATE_EXPECTED=1`` the file is written instead and the test fails:
+    the new output is then reviewed in the diff and the test run again."""
+    path = EXPECTED / name
+    if os.environ.get(UPDATE_EXPECTED) == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual, encoding="utf-8")
+        pytest.fail(f"wrote {path.relative_to(REPO)}: review it, then run the test without {UPDATE_EXPECTED}")
+    assert path.exists(), f"no expected output {path.relative_to(REPO)}; create it with {UPDATE_EXPECTED}=1"
+    expected = path.read_text(encoding="utf-8")
+    assert actual == expected, f"{path.relative_to(REPO)} differs:\n--- expected\n{expected}--- actual\n{actual}"
+
+
+# A store as operators have them: scheduled and manual runs, long task ids, mapped tasks with 4-digit
+# map indexes, 60-character keys; fixed timestamps, so what is shown does not depend on the day.
+REALISTIC_RUNS = ("scheduled__2026-11-30T00:00:00+00:00", "manual__2026-11-29T17:45:12.345678+00:00")
+REALISTIC_KEY = "external_system_reference_for_partition_2026_11_30_eu_west_1"  # 60 characters
+REALISTIC_UPDATED = datetime(2026, 11, 29, 10, 15, 30, tzinfo=UTC)
+REALISTIC_EXPIRED = datetime(2026, 11, 1, 3, 0, 0, tzinfo=UTC)
+REALISTIC_LATER = datetime(2027, 6, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def realistic_keys() -> list[tuple[str, str, str, int, str, datetime | None]]:
+    """(dag_id, run_id, task_id, map_index, key, expires_at) of the realistic store's task keys."""
+    keys = []
+    for dag_id in ("etl_orders_daily", "ml_feature_store_refresh_with_a_rather_long_dag_id"):
+        for run_id in REALISTIC_RUNS:
+            keys.append((dag_id, run_id, "submit_spark_job", -1, "job_id", REALISTIC_EXPIRED))
+            keys.append((dag_id, run_id, "submit_spark_job", -1, REALISTIC_KEY, REALISTIC_LATER))
+            keys.append((dag_id, run_id, "wait_for_emr_cluster_to_finish_processing", 7, "checkpoint", None))
+            keys.append((dag_id, run_id, "load_partition", 1023, REALISTIC_KEY, REALISTIC_EXPIRED))
+    return keys
+
+
+def seed_realistic(url: str) -> None:
+    """Write the realistic store's task keys and two asset keys, with fixed ``updated_at``."""
+    from statestore_cli import AssetScope, MetastoreBackend, TaskScope
+    from statestore_cli.database import make_engine
+
+    backend = MetastoreBackend(make_engine(url))
+    try:
+        for dag_id, run_id, task_id, map_index, key, expires_at in realistic_keys():
+            value = '{"job_id": "spark-application-1764460800123_0042", "attempt": 2}'
+            backend.set(TaskScope(dag_id, run_id, task_id, map_index), key, value, expires_at=expires_at)
+        for name in ("s3://warehouse/orders/daily_partitions", "watermark"):
+            backend.set(AssetScope(name=name, uri=name), "last_processed_partition", '"2026-11-29"')
+    finally:
+        backend.engine.dispose()
+    moment: object = REALISTIC_UPDATED  # as each engine stores it: SQLite text, MySQL naive UTC
+    if url.startswith("sqlite"):
+        moment = REALISTIC_UPDATED.strftime("%Y-%m-%d %H:%M:%S.%f")
+    elif url.startswith(("mysql", "mariadb")):
+        moment = REALISTIC_UPDATED.replace(tzinfo=None)
+    for table in ("task_state_store", "asset_state_store"):
+        sql(url, f"UPDATE {table} SET updated_at = :moment", moment=moment)
