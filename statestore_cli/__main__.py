@@ -1,3 +1,4 @@
+import gc
 import sys
 
 
@@ -8,6 +9,10 @@ def main() -> None:
     code = answer(sys.argv[1:])
     if code is not None:
         sys.exit(code)
+    # Start-up creates a few hundred thousand objects (SQLAlchemy, typer, the command tree) that all
+    # live until exit; collecting garbage every 700 new objects cost a command ~8% of its run time
+    # in full collections that free nothing. Garbage is still collected, just in larger rounds.
+    gc.set_threshold(50_000)
     from statestore_cli.cli.app import app
 
     app()

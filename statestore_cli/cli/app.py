@@ -108,12 +108,18 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(report(message, code))
 
 
+# Help is rich on a terminal and plain (click's layout) into a pipe or a file, as command output is:
+# typer's rich help layer loads rich.markdown, rich.syntax and pygments, a third of a `--help` run.
+_RICH_HELP = sys.stdout.isatty()
+_DATABASE = "\\[database]" if _RICH_HELP else "[database]"  # rich help reads [...] as markup
+
 app = typer.Typer(
     cls=StateStoreGroup,
     name="statestore",
     help="Manage Apache Airflow's task and asset state store: read, write and garbage-collect keys.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion and _STATESTORE_COMPLETE
+    rich_markup_mode="rich" if _RICH_HELP else None,
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -169,7 +175,7 @@ def main(
     ] = None,
     conn: Annotated[
         Optional[str],
-        typer.Option("--conn", help="SQLAlchemy URL of the database; overrides \\[database] sql_alchemy_conn."),
+        typer.Option("--conn", help=f"SQLAlchemy URL of the database; overrides {_DATABASE} sql_alchemy_conn."),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show the Python traceback of an error.")] = False,
     version: Annotated[

@@ -26,7 +26,7 @@ from statestore_cli.errors import StateStoreError
 ROOT_OPTIONS = ("--config", "--conn")
 GET_OPTIONS = ("--dag-id", "--run-id", "--task-id", "--map-index", "--output", "-o")
 # Options of the full CLI the fast path leaves to it on purpose (a test holds these lists to the CLI's).
-ROOT_HANDED_OVER = ("--debug", "--version", "--help", "-h")
+ROOT_HANDED_OVER = ("--debug", "--version", "--help", "-h", "--install-completion", "--show-completion")
 GET_HANDED_OVER = ("--asset-name", "--asset-uri", "--asset-id", "--help", "-h")
 
 _QUERY = (

@@ -3,6 +3,8 @@
 The mode is decided once per command (``Output.choose``): ``json`` when asked for, else rich tables
 on a terminal and plain tab-separated lines when stdout is a pipe or a file. Stored text is always
 passed through ``safe_text``/``safe_json`` and into rich only as ``Text`` objects, never as markup.
+rich is imported only when a table or a progress bar is drawn: plain and JSON output (cron, CI, a
+pipe) never pay for it.
 """
 
 from __future__ import annotations
@@ -11,15 +13,11 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from statestore_cli.cli.documents import entry_json, get_output, iso
-from statestore_cli.cli.dry_run import DryRunView
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.modes import resolve
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
@@ -28,6 +26,10 @@ from statestore_cli.errors import StopReason
 from statestore_cli.timestamps import human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
 
@@ -48,6 +50,8 @@ def _expired_row_json(row: ExpiredRow) -> str:
 
 
 def _cell(value: object) -> Text:
+    from rich.text import Text
+
     return Text("" if value is None else safe_text(value))
 
 
@@ -56,10 +60,14 @@ class Output:
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
-        # NO_COLOR (no-color.org) asks for no ANSI styling at all, not only no colours.
-        plain = bool(os.environ.get("NO_COLOR"))
-        self.console = Console(highlight=False, soft_wrap=False, color_system=None if plain else "auto")
-        self.stderr = Console(stderr=True, highlight=False, soft_wrap=True, color_system=None if plain else "auto")
+
+    @cached_property
+    def console(self) -> Console:
+        return _console(stderr=False)
+
+    @cached_property
+    def stderr(self) -> Console:
+        return _console(stderr=True)
 
     @classmethod
     def choose(cls, requested: str = "auto") -> Output:
@@ -71,7 +79,16 @@ class Output:
 
     def line(self, text: str) -> None:
         """A message for people, already safe: on stdout except in json mode, where it goes to stderr."""
-        (self.stderr if self.json else self.console).print(Text(text), soft_wrap=True)
+        self._message(text, stderr=self.json)
+
+    def _message(self, text: str, *, stderr: bool) -> None:
+        if self.mode != "table":  # unstyled, unwrapped: what rich prints for it, without loading rich
+            stream = sys.stderr if stderr else sys.stdout
+            stream.write(text + "\n")
+            return
+        from rich.text import Text
+
+        (self.stderr if stderr else self.console).print(Text(text), soft_wrap=True)
 
     def write_json(self, document: Any) -> None:
         sys.stdout.write(safe_json(document) + "\n")
@@ -128,6 +145,8 @@ class Output:
                 f"(expired before {human(plan.cutoff)})"
             )
             return count
+        from statestore_cli.cli.dry_run import DryRunView
+
         with self.progress("reading expired keys", total) as advance:
             return DryRunView(self.console, limit, advance).render(plan)
 
@@ -156,7 +175,7 @@ class Output:
 
     def clean_report(self, report: CleanReport) -> None:
         for note in report.notes:
-            self.stderr.print(Text(f"note: {note.worded(FLAGS)}"), soft_wrap=True)
+            self._message(f"note: {note.worded(FLAGS)}", stderr=True)
         if self.json:
             self.write_json(
                 {
@@ -228,7 +247,7 @@ class Output:
             if self.mode == "plain":
                 self.plain_row(name, "-" if shown in (None, "") else shown)
             else:
-                self.console.print(Text(f"{name:<17}") + _cell("-" if shown in (None, "") else shown))
+                self.console.print(_cell(f"{name:<17}") + _cell("-" if shown in (None, "") else shown))
 
     def config(self, rows: list[ConfigRow], config_file: str | None, airflow_home: str) -> None:
         if self.json:
@@ -241,7 +260,9 @@ class Output:
             for row in rows:
                 self.plain_row(f"{row.section}.{row.option}", row.value, _source(row))
             return
-        table = Table(title=Text(f"config file: {safe_text(config_file or 'none found')}"), title_justify="left")
+        from rich.table import Table
+
+        table = Table(title=_cell(f"config file: {config_file or 'none found'}"), title_justify="left")
         for column in ("section", "option", "value", "source"):
             table.add_column(column, overflow="fold")
         for row in rows:
@@ -258,7 +279,17 @@ def _entry_title(store: str) -> str:
     return "task state keys" if store == "task" else "asset state keys"
 
 
+def _console(*, stderr: bool) -> Console:
+    from rich.console import Console
+
+    # NO_COLOR (no-color.org) asks for no ANSI styling at all, not only no colours.
+    plain = bool(os.environ.get("NO_COLOR"))
+    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")
+
+
 def _entry_table(store: str) -> Table:
+    from rich.table import Table
+
     table = Table(title=_entry_title(store), title_justify="left")
     scope = ("dag_id", "run_id", "task_id", "map_index") if store == "task" else ("asset_id", "name", "uri")
     for column in (*scope, "key"):

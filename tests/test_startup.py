@@ -1,0 +1,109 @@
+"""What each kind of command loads at start-up (in a fresh process): help, the version and shell
+completion load no SQLAlchemy; plain output loads no rich; nothing loads pydantic.
+
+Only modules are checked here, never times: ``bench/startup.py`` measures those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
+WATCHED = ("sqlalchemy", "rich", "pydantic", "typer")
+PROBE = """
+import json, sys
+sys.argv = ["statestore", *{argv!r}]
+from statestore_cli.__main__ import main
+code = 0
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+finally:
+    sys.stdout.flush()
+    loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set({watched!r}))
+    print("LOADED=" + json.dumps([code, loaded]), file=sys.stderr)
+"""
+
+
+def probe(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, str, set[str]]:
+    """Run the CLI with ``argv`` in a new interpreter, stdout to a pipe: exit code, stdout, top-level modules."""
+    script = PROBE.format(argv=argv, watched=WATCHED)
+    full_env = {k: v for k, v in os.environ.items() if k != "STATESTORE_NO_FAST_PATH"} | env
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=full_env, cwd=tmp_path)
+    _, _, tail = proc.stderr.rpartition("LOADED=")
+    assert tail, proc.stderr
+    code, loaded = json.loads(tail)
+    return code or 0, proc.stdout, set(loaded)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["-h"], ["get", "--help"], ["clean", "--help"], ["db", "--help"], ["db", "init", "--help"], []],
+    ids=lambda argv: " ".join(argv) or "no arguments",
+)
+def test_help_loads_no_sqlalchemy(argv, tmp_path):
+    code, stdout, loaded = probe(argv, tmp_path)
+    assert code == 0
+    assert "Usage: statestore" in stdout
+    assert "sqlalchemy" not in loaded
+    assert "rich" not in loaded, "help into a pipe is plain: typer's rich help layer is not loaded"
+    assert "pydantic" not in loaded
+
+
+def test_version_loads_no_sqlalchemy(tmp_path):
+    from statestore_cli import __version__
+
+    code, stdout, loaded = probe(["--version"], tmp_path)
+    assert (code, stdout) == (0, f"statestore {__version__}\n")
+    assert loaded.isdisjoint({"sqlalchemy", "rich", "pydantic"})
+
+
+@pytest.mark.parametrize(
+    ("words", "cword", "expected"),
+    [("statestore cl", "1", {"clear", "clean"}), ("statestore get --dag", "2", {"--dag-id"})],
+)
+def test_shell_completion_loads_no_sqlalchemy(words, cword, expected, tmp_path):
+    code, stdout, loaded = probe([], tmp_path, _STATESTORE_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=cword)
+    assert code == 0
+    assert set(stdout.split()) == expected
+    assert loaded.isdisjoint({"sqlalchemy", "rich", "pydantic"})
+
+
+def test_show_completion_prints_the_script(tmp_path):
+    code, stdout, loaded = probe(["--show-completion", "bash"], tmp_path)
+    assert code == 0
+    assert "_STATESTORE_COMPLETE=complete_bash" in stdout
+    assert "sqlalchemy" not in loaded
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list"],
+        ["list", "-o", "json"],
+        ["get", "k", *TASK],
+        ["set", "k2", "2", *TASK],
+        ["delete", "k2", *TASK],
+        ["db", "check"],
+        ["clean", "--dry-run"],
+        ["clean"],
+        ["config", "show"],
+    ],
+    ids=" ".join,
+)
+def test_plain_output_loads_no_rich(argv, tmp_path, cli, db_url):
+    """Into a pipe, the database commands print plain lines or JSON: rich is never imported."""
+    assert cli("db", "init").exit_code == 0
+    assert cli("set", *TASK, "k", '"v"').exit_code == 0
+    code, stdout, loaded = probe(["--conn", db_url, *argv], tmp_path, STATESTORE_NO_FAST_PATH="1")
+    assert code == 0, stdout
+    assert "sqlalchemy" in loaded
+    assert "rich" not in loaded
+    assert "pydantic" not in loaded, "typer coerces options through pydantic from 0.29 on"
