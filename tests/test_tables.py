@@ -282,6 +282,8 @@ def test_the_library_refuses_a_negative_limit(db_url):
     backend = MetastoreBackend(make_engine(db_url))
     try:
         with pytest.raises(InvalidInputError):
-            list(backend.entries(KeyFilter(), limit=-1))
+            backend.entries(KeyFilter(), limit=-1)  # at the call, before any row is read
+        with pytest.raises(InvalidInputError):
+            backend.entries(KeyFilter(), offset=-1)
     finally:
         backend.engine.dispose()

@@ -262,6 +262,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         """
         if (limit is not None and limit < 0) or offset < 0:
             raise InvalidInputError(f"limit and offset must be 0 or more, got limit={limit} offset={offset}")
+        return self._stream(filt, limit, offset)
+
+    def _stream(self, filt: KeyFilter, limit: int | None, offset: int) -> Iterator[Entry]:
         with self.connection() as conn:
             yield from self._entries(conn, filt, with_values=False, limit=limit, offset=offset)
 
