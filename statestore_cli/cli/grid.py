@@ -149,7 +149,7 @@ class Column:
     @property
     def least(self) -> int:
         """The narrowest a shrinkable column gets."""
-        return max(cell_width(self.header), min(self.min_width, 12), 8) + self.indent
+        return max(cell_width(self.header), 8) + self.indent
 
 
 def frame(columns: int) -> int:
