@@ -148,11 +148,13 @@ def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool 
     return removed
 
 
-def list_entries(settings: Settings, filt: KeyFilter) -> Iterator[Entry]:
+def list_entries(settings: Settings, filt: KeyFilter, *, limit: int | None = None, offset: int = 0) -> Iterator[Entry]:
+    """The keys ``filt`` selects, ordered by scope and key (task keys by dag, run, task, map index and key,
+    then asset keys); ``offset`` skips that many and ``limit`` stops after that many, in the database."""
     backend = open_backend(settings)
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`list` needs the metastore backend; [state_store] backend is {settings.backend}")
-    return backend.entries(filt)
+    return backend.entries(filt, limit=limit, offset=offset)
 
 
 # -- clean ---------------------------------------------------------------------------------------------

@@ -155,33 +155,36 @@ def test_dry_run_terminal_view_groups_by_dag_run_task_and_map_index(cli, db_url)
     result = cli("clean", "--dry-run", "-o", "table")
     assert result.exit_code == 0, result.output
     assert _fixed_cutoff(result.stdout) == (
-        "dag etl\n"
-        "┏━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
-        "┃ run_id       ┃ task_id ┃ map_index ┃ keys ┃ key    ┃ expires_at              ┃\n"
-        "┡━━━━━━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
-        "│ manual__1    │ extract │        -1 │    2 │ job_id │ 2020-01-02 03:04:05 UTC │\n"
-        "│              │         │           │      │ offset │ 2020-01-02 03:04:05 UTC │\n"
-        "├──────────────┼─────────┼───────────┼──────┼────────┼─────────────────────────┤\n"
-        "│              │ load    │         0 │    1 │ batch  │ 2020-01-02 03:04:05 UTC │\n"
-        "├──────────────┼─────────┼───────────┼──────┼────────┼─────────────────────────┤\n"
-        "│              │ load    │         1 │    1 │ batch  │ 2020-01-02 03:04:05 UTC │\n"
-        "├──────────────┼─────────┼───────────┼──────┼────────┼─────────────────────────┤\n"
-        "│ scheduled__2 │ extract │        -1 │    1 │ job_id │ 2020-01-02 03:04:05 UTC │\n"
-        "└──────────────┴─────────┴───────────┴──────┴────────┴─────────────────────────┘\n"
-        "dag report\n"
-        "┏━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
-        "┃ run_id ┃ task_id ┃ map_index ┃ keys ┃ key             ┃ expires_at              ┃\n"
-        "┡━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
-        "│ r1     │ send    │        -1 │    1 │ [red]mail[/red] │ 2020-01-02 03:04:05 UTC │\n"
-        "└────────┴─────────┴───────────┴──────┴─────────────────┴─────────────────────────┘\n"
+        "dag_id etl  run_id manual__1\n"
+        "┏━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
+        "┃ task_id ┃ map_index ┃ keys ┃ key    ┃ expires_at              ┃\n"
+        "┡━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
+        "│ extract │        -1 │    2 │ job_id │ 2020-01-02 03:04:05 UTC │\n"
+        "│         │           │      │ offset │ 2020-01-02 03:04:05 UTC │\n"
+        "│ load    │         0 │    1 │ batch  │ 2020-01-02 03:04:05 UTC │\n"
+        "│ load    │         1 │    1 │ batch  │ 2020-01-02 03:04:05 UTC │\n"
+        "└─────────┴───────────┴──────┴────────┴─────────────────────────┘\n"
+        "dag_id etl  run_id scheduled__2\n"
+        "┏━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
+        "┃ task_id ┃ map_index ┃ keys ┃ key    ┃ expires_at              ┃\n"
+        "┡━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
+        "│ extract │        -1 │    1 │ job_id │ 2020-01-02 03:04:05 UTC │\n"
+        "└─────────┴───────────┴──────┴────────┴─────────────────────────┘\n"
+        "dag_id report  run_id r1\n"
+        "┏━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━┳━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
+        "┃ task_id ┃ map_index ┃ keys ┃ key             ┃ expires_at              ┃\n"
+        "┡━━━━━━━━━╇━━━━━━━━━━━╇━━━━━━╇━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
+        "│ send    │        -1 │    1 │ [red]mail[/red] │ 2020-01-02 03:04:05 UTC │\n"
+        "└─────────┴───────────┴──────┴─────────────────┴─────────────────────────┘\n"
         "expired keys per dag\n"
-        "┏━━━━━━━━┳━━━━━━┳━━━━━━━━━━━━━━━━┳━━━━━━┓\n"
-        "┃ dag_id ┃ runs ┃ task instances ┃ keys ┃\n"
-        "┡━━━━━━━━╇━━━━━━╇━━━━━━━━━━━━━━━━╇━━━━━━┩\n"
-        "│ etl    │    2 │              4 │    5 │\n"
-        "│ report │    1 │              1 │    1 │\n"
-        "└────────┴──────┴────────────────┴──────┘\n"
-        "Dry run: 6 expired task keys would be deleted (expired before <now>). Nothing was deleted.\n"
+        "┏━━━━━━━━┳━━━━━━┳━━━━━━━━━━━┳━━━━━━┓\n"
+        "┃ dag_id ┃ runs ┃ instances ┃ keys ┃\n"
+        "┡━━━━━━━━╇━━━━━━╇━━━━━━━━━━━╇━━━━━━┩\n"
+        "│ etl    │    2 │         4 │    5 │\n"
+        "│ report │    1 │         1 │    1 │\n"
+        "└────────┴──────┴───────────┴──────┘\n"
+        "Dry run: 6 expired task keys would be deleted (expired before <now>). Nothing was\n"
+        "deleted.\n"
     )
     assert len(identities(db_url)) == 6
 
@@ -191,7 +194,7 @@ def test_dry_run_terminal_view_collapses_long_listings_visibly(cli, db_url):
     short = cli("clean", "--dry-run", "-o", "table").stdout
     assert short.count(" k0") + short.count(" k1") == 100
     assert "30 more rows not listed above; --all lists every row.\n" in short
-    assert "│ d      │    1 │              1 │  130 │" in short
+    assert "│ d      │    1 │         1 │  130 │" in short
     full = cli("clean", "--dry-run", "--all", "-o", "table").stdout
     assert all(f" k{i:03} " in full for i in range(130))
     assert "more rows not listed" not in full

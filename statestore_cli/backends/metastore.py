@@ -254,26 +254,55 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             query = select(func.count()).select_from(_asset_kv).where(_asset_kv.c.asset_id == asset_id)
             return int(conn.execute(query).scalar_one())
 
-    def entries(self, filt: KeyFilter) -> Iterator[Entry]:
-        """Every key matching ``filt``, task keys first, each store in scope order; streamed."""
-        with self.connection() as conn:
-            yield from self._entries(conn, filt, with_values=False)
+    def entries(self, filt: KeyFilter, *, limit: int | None = None, offset: int = 0) -> Iterator[Entry]:
+        """Every key matching ``filt``, task keys first, each store in scope order; streamed.
 
-    def _entries(self, conn: Connection, filt: KeyFilter, *, with_values: bool) -> Generator[Entry, None, None]:
+        ``offset`` skips that many keys of that order and ``limit`` stops after that many, both in the
+        database (``LIMIT``/``OFFSET``), so paging through a large store never reads what it skips.
+        """
+        if (limit is not None and limit < 0) or offset < 0:
+            raise InvalidInputError(f"limit and offset must be 0 or more, got limit={limit} offset={offset}")
+        return self._stream(filt, limit, offset)
+
+    def _stream(self, filt: KeyFilter, limit: int | None, offset: int) -> Iterator[Entry]:
+        with self.connection() as conn:
+            yield from self._entries(conn, filt, with_values=False, limit=limit, offset=offset)
+
+    def _entries(
+        self, conn: Connection, filt: KeyFilter, *, with_values: bool, limit: int | None = None, offset: int = 0
+    ) -> Generator[Entry, None, None]:
+        if limit == 0:
+            return
         if filt.store in (None, "task") and not filt.has_asset_fields:
-            yield from self._task_entries(conn, filt, with_values)
+            shown = 0
+            for entry in self._task_entries(conn, filt, with_values, limit, offset):
+                shown += 1
+                yield entry
+            if limit is not None:
+                limit -= shown
+                if limit == 0:
+                    return
+            if shown:
+                offset = 0  # the offset ended among the task keys
+            elif offset:  # it skipped every task key: the asset keys start after the rest of it
+                counted = select(func.count()).select_from(_task).where(*self._task_filters(filt))
+                offset = max(0, offset - int(conn.execute(counted).scalar_one()))
         if filt.store in (None, "asset") and not filt.has_task_fields:
-            yield from self._asset_entries(conn, filt, with_values)
+            yield from self._asset_entries(conn, filt, with_values, limit, offset)
 
     @staticmethod
-    def _task_entries(conn: Connection, filt: KeyFilter, with_values: bool) -> Iterator[Entry]:
+    def _task_filters(filt: KeyFilter) -> list[ColumnElement[bool]]:
+        names = ("dag_id", "run_id", "task_id", "map_index", "key")
+        return [_task.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
+
+    @classmethod
+    def _task_entries(
+        cls, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
+    ) -> Iterator[Entry]:
         cols = [_task.c.dag_id, _task.c.run_id, _task.c.task_id, _task.c.map_index, _task.c.key]
         query = select(*cols, _task.c.updated_at, _task.c.expires_at, *([_task.c.value] if with_values else []))
-        for name in ("dag_id", "run_id", "task_id", "map_index", "key"):
-            wanted = getattr(filt, name)
-            if wanted is not None:
-                query = query.where(_task.c[name] == wanted)
-        for row in conn.execution_options(yield_per=1000).execute(query.order_by(*cols)):
+        query = query.where(*cls._task_filters(filt)).order_by(*cols).limit(limit).offset(offset or None)
+        for row in conn.execution_options(yield_per=1000).execute(query):
             yield Entry(
                 store="task",
                 key=row.key,
@@ -287,7 +316,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             )
 
     @staticmethod
-    def _asset_entries(conn: Connection, filt: KeyFilter, with_values: bool) -> Iterator[Entry]:
+    def _asset_entries(
+        conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
+    ) -> Iterator[Entry]:
         cols = [asset.c.id, asset.c.name, asset.c.uri, _asset_kv.c.key, _asset_kv.c.updated_at]
         query = select(*cols, *([_asset_kv.c.value] if with_values else [])).join(
             asset, asset.c.id == _asset_kv.c.asset_id
@@ -297,9 +328,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 query = query.where(column == wanted)
         if filt.key is not None:
             query = query.where(_asset_kv.c.key == filt.key)
-        for row in conn.execution_options(yield_per=1000).execute(
-            query.order_by(asset.c.name, asset.c.uri, _asset_kv.c.key)
-        ):
+        query = query.order_by(asset.c.name, asset.c.uri, _asset_kv.c.key).limit(limit).offset(offset or None)
+        for row in conn.execution_options(yield_per=1000).execute(query):
             yield Entry(
                 store="asset",
                 key=row.key,

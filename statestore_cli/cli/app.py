@@ -298,16 +298,22 @@ def list_(
     scope_args: KeyFilter,
     key: Annotated[Optional[str], typer.Option("--key", help="Only this key.")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")] = None,
+    limit: Annotated[
+        Optional[int], typer.Option("--limit", min=0, help="Show at most N keys (after --offset).", metavar="N")
+    ] = None,
+    offset: Annotated[
+        int, typer.Option("--offset", min=0, help="Skip the first N keys of the listing's order.", metavar="N")
+    ] = 0,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
-    """List keys with their scope, updated_at and expires_at; scope options filter."""
+    """List keys with their scope, updated_at and expires_at, ordered by scope and key; scope options filter."""
     from statestore_cli import commands
 
     out = _output(output)
     if store not in (None, "task", "asset"):
         raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
     filt = as_filter(scope_args, store, key)
-    out.entries(commands.list_entries(_settings(ctx), filt))
+    out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset))
 
 
 # -- clean ------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""The terminal view of ``clean --dry-run``: rich tables grouped by dag, run, task and map index.
+"""The terminal view of ``clean --dry-run``: one table per dag run, grouped by task instance.
 
 Rows arrive sorted by dag, run, task, map index and key, so groups are finished as soon as the next
 one starts and only what is on screen is held: at most ``limit`` listed rows (all with ``--all``,
-flushed in chunks). Rows past the limit are still counted per dag and announced, never dropped.
+streamed as they come). Rows past the limit are still counted per dag and announced, never dropped.
 """
 
 from __future__ import annotations
@@ -11,17 +11,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
+from statestore_cli.cli.grid import Column, Out, TableStream, draw
 from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.timestamps import human, human_iso
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from statestore_cli.cleanup import ExpiredRow
 
-CHUNK = 500  # rows per printed table when everything is listed
+SCOPE = (Column("task_id", shrink=True), Column("map_index", right=True), Column("keys", right=True))
+BODY = (Column("key", shrink=True), Column("expires_at", min_width=23))
+SUMMARY = (
+    Column("dag_id", shrink=True),
+    Column("runs", right=True),
+    Column("instances", right=True),
+    Column("keys", right=True),
+)
 
 
 def _plural(count: int, word: str) -> str:
@@ -38,15 +44,14 @@ class DagCount:
 
 class DryRunView:
     def __init__(self, console: Console, limit: int | None, on_progress: Callable[[int], None] | None = None) -> None:
-        self.console = console
+        self.out = Out(console)
         self.on_progress = on_progress
         self.limit = limit
         self.listed = 0
         self.dags: list[DagCount] = []
         self.group: list[ExpiredRow] = []  # listed rows of the current task instance
         self.group_size = 0
-        self.table: Table | None = None
-        self.table_run: str | None = None  # the run whose id the table showed last
+        self.table: TableStream | None = None  # the current dag run's
         self.previous: ExpiredRow | None = None
 
     def render(self, plan) -> int:  # type: ignore[no-untyped-def]
@@ -55,22 +60,23 @@ class DryRunView:
             if self.on_progress and count % 1000 == 0:
                 self.on_progress(count)
         self._end_group()
-        self._print_table()
+        self._close_table()
         total = sum(d.keys for d in self.dags)
         if self.dags:
             self._print_summary()
         hidden = total - self.listed
         if hidden:
-            self.console.print(
-                Text(f"{_plural(hidden, 'more row')} not listed above; --all lists every row."), soft_wrap=True
-            )
-        self.console.print(
-            Text(
-                f"Dry run: {_plural(total, 'expired task key')} would be deleted "
-                f"(expired before {human(plan.cutoff)}). Nothing was deleted."
-            ),
-            soft_wrap=True,
+            self.out.message(f"{_plural(hidden, 'more row')} not listed above; --all lists every row.".split())
+        self.out.message(
+            [
+                *f"Dry run: {_plural(total, 'expired task key')} would be deleted (expired before".split(),
+                human(plan.cutoff) + ").",
+                "Nothing",
+                "was",
+                "deleted.",
+            ]
         )
+        self.out.flush()
         return total
 
     def _add(self, row: ExpiredRow) -> None:
@@ -82,8 +88,9 @@ class DryRunView:
             new_dag = prev is None or prev.dag_id != row.dag_id
             new_run = new_dag or prev is None or prev.run_id != row.run_id
             self._end_group()
+            if new_run:
+                self._close_table()
             if new_dag:
-                self._print_table()
                 self.dags.append(DagCount(row.dag_id))
             dag = self.dags[-1]
             dag.runs += new_run
@@ -99,46 +106,23 @@ class DryRunView:
         if not self.group:
             self.group_size = 0
             return
-        if self.table is None or (self.limit is None and self.table.row_count >= CHUNK):
-            self._print_table()
-            self.table = self._new_table(self.group[0].dag_id)
-        show_run = self.group[0].run_id != self.table_run
-        self.table_run = self.group[0].run_id
-        for index, row in enumerate(self.group):
-            first = index == 0
-            self.table.add_row(
-                Text(safe_text(row.run_id) if first and show_run else ""),
-                Text(safe_text(row.task_id) if first else ""),
-                Text(str(row.map_index) if first else ""),
-                Text(str(self.group_size) if first else ""),
-                Text(safe_text(row.key)),
-                Text(human_iso(row.expires_at)),
-                end_section=index == len(self.group) - 1,
-            )
+        first = self.group[0]
+        if self.table is None:
+            heading = (f"dag_id {safe_text(first.dag_id)}", f"run_id {safe_text(first.run_id)}")
+            self.table = TableStream(self.out, heading, SCOPE, BODY, outer=1)
+        task_id, map_index, keys = safe_text(first.task_id), str(first.map_index), str(self.group_size)
+        parts = (f"task_id {task_id}", f"map_index {map_index}", _plural(self.group_size, "key"))
+        self.table.group((task_id, map_index, keys), parts)
+        for row in self.group:
+            self.table.row((safe_text(row.key), human_iso(row.expires_at)))
         self.group = []
         self.group_size = 0
 
-    def _new_table(self, dag_id: str) -> Table:
-        table = Table(title=Text(f"dag {safe_text(dag_id)}"), title_justify="left", show_lines=False)
-        table.add_column("run_id", overflow="fold")
-        table.add_column("task_id", overflow="fold")
-        table.add_column("map_index", justify="right")
-        table.add_column("keys", justify="right")
-        table.add_column("key", overflow="fold")
-        table.add_column("expires_at", no_wrap=True)
-        return table
-
-    def _print_table(self) -> None:
-        if self.table is not None and self.table.row_count:
-            self.console.print(self.table)
+    def _close_table(self) -> None:
+        if self.table is not None:
+            self.table.close()
         self.table = None
-        self.table_run = None
 
     def _print_summary(self) -> None:
-        table = Table(title="expired keys per dag", title_justify="left")
-        table.add_column("dag_id", overflow="fold")
-        for column in ("runs", "task instances", "keys"):
-            table.add_column(column, justify="right")
-        for dag in self.dags:
-            table.add_row(Text(safe_text(dag.dag_id)), str(dag.runs), str(dag.instances), str(dag.keys))
-        self.console.print(table)
+        rows = [(safe_text(d.dag_id), str(d.runs), str(d.instances), str(d.keys)) for d in self.dags]
+        draw(self.out, "expired keys per dag", SUMMARY, rows)

@@ -27,7 +27,6 @@ from statestore_cli.timestamps import human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
     from rich.console import Console
-    from rich.table import Table
     from rich.text import Text
 
     from statestore_cli.cleanup import CleanReport, ExpiredRow
@@ -103,23 +102,16 @@ class Output:
     def entries(self, entries: Iterable[Entry]) -> int:
         if self.json:
             return self._stream_json_array(entry_json(e) for e in entries)
-        count = 0
-        table: Table | None = None
-        for entry in entries:
-            count += 1
-            cells = _entry_cells(entry, zone=" UTC" if self.mode == "plain" else "")
-            if self.mode == "plain":
-                self.plain_row(*cells)
-                continue
-            if table is None or table.title != _entry_title(entry.store):
-                if table is not None:
-                    self.console.print(table)
-                table = _entry_table(entry.store)
-            table.add_row(*(_cell(c) for c in cells[1:]))  # the table title names the store
-        if table is not None:
-            self.console.print(table)
-        if self.mode == "table":
-            self.line(f"{count} key{'s' if count != 1 else ''}")
+        if self.mode == "plain":
+            count = 0
+            for entry in entries:
+                count += 1
+                self.plain_row(*_entry_cells(entry, zone=" UTC"))
+            return count
+        from statestore_cli.cli.list_view import ListView
+
+        count = ListView(self.console).render(entries)
+        self.line(f"{count} key{'s' if count != 1 else ''}")
         return count
 
     def _stream_json_array(self, documents: Iterator[dict[str, Any]]) -> int:
@@ -275,31 +267,12 @@ def _source(row: ConfigRow) -> str:
     return FLAGS.get(row.parameter, row.parameter) if row.parameter else row.source
 
 
-def _entry_title(store: str) -> str:
-    return "task state keys" if store == "task" else "asset state keys"
-
-
 def _console(*, stderr: bool) -> Console:
     from rich.console import Console
 
     # NO_COLOR (no-color.org) asks for no ANSI styling at all, not only no colours.
     plain = bool(os.environ.get("NO_COLOR"))
     return Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")
-
-
-def _entry_table(store: str) -> Table:
-    from rich.table import Table
-
-    table = Table(title=_entry_title(store), title_justify="left")
-    scope = ("dag_id", "run_id", "task_id", "map_index") if store == "task" else ("asset_id", "name", "uri")
-    for column in (*scope, "key"):
-        if column in ("map_index", "asset_id"):
-            table.add_column(column, no_wrap=True, justify="right")
-        else:
-            table.add_column(column, overflow="fold", min_width=6)
-    table.add_column("updated_at (UTC)", no_wrap=True)
-    table.add_column("expires_at (UTC)", no_wrap=True)
-    return table
 
 
 def _entry_cells(entry: Entry, zone: str) -> tuple[object, ...]:
