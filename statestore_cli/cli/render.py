@@ -30,6 +30,7 @@ from statestore_cli.timestamps import human, human_iso
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
+    from statestore_cli.stats import StoreStats
 
 _STOPPED = {
     StopReason.INTERRUPTED: "interrupted",
@@ -113,6 +114,11 @@ class Output:
             count += 1
         sys.stdout.write("\n]\n" if count else "]\n")
         return count
+
+    def stats(self, stats: StoreStats) -> None:
+        from statestore_cli.cli.stats_view import show  # its own module: tables, plain lines, JSON
+
+        show(self, stats)
 
     # -- clean --------------------------------------------------------------------------------------
     def clean_plan(self, plan: CleanPlan, *, limit: int | None, total: int | None = None) -> int:
