@@ -302,3 +302,22 @@ def test_stats_needs_the_metastore_backend(cli, backends, monkeypatch):
     assert result.stderr == (
         f"statestore: error: `stats` needs the metastore backend; [state_store] backend is {backends}.DictBackend\n"
     )
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_stats_table_shortens_long_ids_in_the_middle_to_fit_80_columns(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    dag_id = "team_payments_" + "x" * 60 + "_reconciliation_hourly"  # 96 characters
+    for i in range(3):
+        cli("set", "--dag-id", dag_id, "--run-id", "r", "--task-id", "t", f"k{i}", '"a long value"')
+    big = '"' + "v" * 100 + '"'  # one key, but the largest value: first by size, last by keys
+    cli("set", "--dag-id", "small\x1b[31m", "--run-id", "r", "--task-id", "t", "k", big, "--retention", "3d")
+    result = cli("stats", "-o", "table")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    shortened = [line for line in lines if "team_payments_x" in line]
+    assert len(shortened) == 2  # by keys and by value size: the order differs, so two tables
+    assert all("…" in line and "_reconciliation_hourly │" in line for line in shortened)
+    assert "\x1b" not in result.stdout and "small\\x1b[31m" in result.stdout  # stored text is shown escaped
+    assert "dags with the most keys" in result.stdout and "dags with the largest values" in result.stdout

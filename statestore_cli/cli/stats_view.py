@@ -219,6 +219,7 @@ def expiry_chart(days: list[DayCount], width: int) -> list[str]:
 
 # -- the terminal view ------------------------------------------------------------------------------------
 def draw(console: Console, stats: StoreStats) -> None:
+    """Tables and the chart, a blank line between sections, every line within ``console.width`` (80 and up)."""
     from rich.text import Text
 
     from statestore_cli.timestamps import human
@@ -228,13 +229,16 @@ def draw(console: Console, stats: StoreStats) -> None:
     console.print(_overview(stats))
     task = stats.task
     if task is not None and task.rows:
+        console.print()
         console.print(_expiry_table(task))
-        days = task.expiring_per_day
-        if days:
+        if task.expiring_per_day:
+            console.print()
             _print_chart(console, task.expiring_per_day, width)
+        console.print()
         _print_dags(console, task, width)
     assets = stats.asset
     if assets is not None and assets.top_assets:
+        console.print()
         console.print(_asset_table(assets, width))
         if len(assets.top_assets) < assets.assets:
             shown = len(assets.top_assets)
@@ -341,6 +345,7 @@ def _print_dags(console: Console, task: TaskStats, width: int) -> None:
         console.print(_dag_table(f"dags by keys and by value size{more}", by_rows, width))
         return
     console.print(_dag_table(f"dags with the most keys{more}", by_rows, width))
+    console.print()
     console.print(_dag_table(f"dags with the largest values{more}", by_bytes, width))
 
 
