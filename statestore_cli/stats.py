@@ -164,9 +164,10 @@ def _task_stats(conn: Any, filt: KeyFilter, now: datetime, limit: int, top: int,
     size = vlen(_task.c.value)
     over = [_count_if(size > limit)] if limit > 0 else []
     # One pass over the rows for what needs every value: the figures per dag, summed here (one row per
-    # dag reaches Python). The expiry buckets are counted in that pass on PostgreSQL and MySQL; SQLite
-    # counts them faster apart, as ranges of the expires_at index, than as a CASE per row.
-    in_pass = conn.dialect.name != "sqlite"
+    # dag reaches Python). The expiry buckets are counted in that pass on PostgreSQL; SQLite and MariaDB
+    # count them faster apart, as ranges of the expires_at index (measured at a million rows: a CASE
+    # per row comparing timestamps costs MariaDB seconds, SQLite half a second).
+    in_pass = conn.dialect.name == "postgresql"
     buckets = [_count_if(c) for c in _bucket_conditions(now)] if in_pass else []
     query = select(
         _task.c.dag_id,
