@@ -226,6 +226,9 @@ def draw(console: Console, stats: StoreStats) -> None:
 
     width = min(console.width, 120)
     console.print(Text(f"state store statistics as of {human(stats.now)}"), soft_wrap=True)
+    if stats.task is None and stats.asset is None:
+        console.print(Text("no store selected: task options select task keys only, asset options asset keys only"))
+        return
     console.print(_overview(stats))
     task = stats.task
     if task is not None and task.rows:
