@@ -278,7 +278,7 @@ def _overview(stats: StoreStats) -> Table:
         table.add_row(Text(label), *(Text(c) for c in cells))
 
     row("keys", *(count(f.rows) for _, f in stores))
-    row("dags / assets", *(_holders(f) for _, f in stores))
+    row(" / ".join("dags" if name == "task" else "assets" for name, _ in stores), *(_holders(f) for _, f in stores))
     row("value size", *(size(f.value_bytes) for _, f in stores))
     row("oldest updated_at (UTC)", *(_moment(f.oldest_updated_at) for _, f in stores))
     row("newest updated_at (UTC)", *(_moment(f.newest_updated_at) for _, f in stores))
