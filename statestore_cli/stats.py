@@ -242,11 +242,22 @@ def _per_day(conn: Any, filt: KeyFilter, now: datetime, days: int) -> list[DayCo
     if not spans:
         return []
     expires = _task.c.expires_at
-    # The day's number as a CASE over bound day ends, so no engine's date functions are needed.
-    day = case(*[(expires < end, i) for i, (_day, end) in enumerate(spans)], else_=len(spans))
-    inner = _task_where(select(day.label("day")), filt).where(expires >= now, expires < spans[-1][1]).subquery()
-    counts = {int(d): int(n) for d, n in conn.execute(select(inner.c.day, func.count()).group_by(inner.c.day))}
-    return [DayCount(d, counts.get(i, 0)) for i, (d, _end) in enumerate(spans)]
+    if conn.dialect.name == "postgresql":
+        # The day's number as a CASE over bound day ends, grouped: one range scan of the window.
+        day = case(*[(expires < end, i) for i, (_day, end) in enumerate(spans)], else_=len(spans))
+        inner = _task_where(select(day.label("day")), filt).where(expires >= now, expires < spans[-1][1]).subquery()
+        found = dict(conn.execute(select(inner.c.day, func.count()).group_by(inner.c.day)).all())
+        counts = [int(found.get(i, 0)) for i in range(len(spans))]
+    else:
+        # SQLite and MariaDB: one range count of the expires_at index per day, in one statement (a CASE
+        # per row comparing timestamps is several times slower there when the window holds many keys).
+        starts = [now] + [end for _day, end in spans[:-1]]
+        ranges = [
+            _task_where(select(func.count()), filt).where(expires >= low, expires < high).scalar_subquery()
+            for low, (_day, high) in zip(starts, spans, strict=True)
+        ]
+        counts = [int(n) for n in conn.execute(select(*ranges)).one()]
+    return [DayCount(day, n) for (day, _end), n in zip(spans, counts, strict=True)]
 
 
 # -- asset keys ------------------------------------------------------------------------------------------
