@@ -1,7 +1,8 @@
 """Figures about a metastore state store, counted by the database: ``statestore stats``.
 
-Every figure is an aggregate computed by SQL (``COUNT``, ``SUM(CASE ...)``, ``GROUP BY``), so memory
-stays flat however many rows the store holds; Python only ever sees one row per dag, per asset or per
+Every figure is an aggregate computed by SQL (``GROUP BY``, ``SUM(CASE ...)``, ``COUNT`` of ranges of the
+``expires_at`` index, whichever the engine does faster), so memory stays flat however many rows the store
+holds; Python only ever sees one row per dag, per asset or per
 day, and keeps the top ``top`` of each. All moments are bound as parameters computed from one ``now``
 (SQLite stores timestamps as text ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, PostgreSQL as
 ``timestamptz``, MySQL as naive UTC; each compares a bound instant correctly), so no figure depends on
@@ -188,8 +189,8 @@ def _task_stats(conn: Any, filt: KeyFilter, now: datetime, limit: int, top: int,
     oldest: datetime | None = None
     newest: datetime | None = None
     over_limit = 0
-    by_rows: list[tuple[int, str, DagFigures]] = []
-    by_bytes: list[tuple[int, str, DagFigures]] = []
+    by_rows: list[tuple[int, _Reversed, DagFigures]] = []
+    by_bytes: list[tuple[int, _Reversed, DagFigures]] = []
     for dag_id, count, nbytes, first, last, *rest in conn.execution_options(yield_per=1000).execute(
         _task_where(query, filt)
     ):
