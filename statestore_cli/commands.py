@@ -38,6 +38,7 @@ from statestore_cli.errors import (
 from statestore_cli.retention import Retention, utcnow
 from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
+from statestore_cli.stats import StoreStats, store_stats
 from statestore_cli.stores import accessor, open_backend, open_metastore
 
 
@@ -155,6 +156,14 @@ def list_entries(settings: Settings, filt: KeyFilter, *, limit: int | None = Non
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`list` needs the metastore backend; [state_store] backend is {settings.backend}")
     return backend.entries(filt, limit=limit, offset=offset)
+
+
+def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> StoreStats:
+    """Figures of the keys ``filt`` selects (``statestore_cli.stats``), as of ``now`` (default: this moment)."""
+    backend = open_backend(settings)
+    if not isinstance(backend, MetastoreBackend):
+        raise BackendError(f"`stats` needs the metastore backend; [state_store] backend is {settings.backend}")
+    return store_stats(backend.engine, filt, now or utcnow(), max_value_storage_bytes=settings.max_value_storage_bytes)
 
 
 # -- clean ---------------------------------------------------------------------------------------------

@@ -316,6 +316,24 @@ def list_(
     out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset))
 
 
+@app.command("stats")
+@with_scope_options
+def stats(
+    ctx: typer.Context,
+    scope_args: KeyFilter,
+    key: Annotated[Optional[str], typer.Option("--key", help="Only this key.")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")] = None,
+    output: OutputOpt = OutputMode.auto,
+) -> None:
+    """Count keys per store, by expiry, per dag and per asset; on a terminal, chart when task keys expire."""
+    from statestore_cli import commands
+
+    out = _output(output)
+    if store not in (None, "task", "asset"):
+        raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
+    out.stats(commands.stats(_settings(ctx), as_filter(scope_args, store, key)))
+
+
 # -- clean ------------------------------------------------------------------------------------------
 @app.command("clean")
 def clean(

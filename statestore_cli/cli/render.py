@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
 
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
+    from statestore_cli.stats import StoreStats
 
 _STOPPED = {
     StopReason.INTERRUPTED: "interrupted",
@@ -122,6 +123,11 @@ class Output:
             count += 1
         sys.stdout.write("\n]\n" if count else "]\n")
         return count
+
+    def stats(self, stats: StoreStats) -> None:
+        from statestore_cli.cli.stats_view import show  # its own module: tables, plain lines, JSON
+
+        show(self, stats)
 
     # -- clean --------------------------------------------------------------------------------------
     def clean_plan(self, plan: CleanPlan, *, limit: int | None, total: int | None = None) -> int:

@@ -1,0 +1,213 @@
+"""Benchmark ``statestore stats -o json`` against the floor of one ``SELECT count(*)`` (see bench/README.md).
+
+    .venv/bin/python bench/stats.py                       # 1,000,000 and 10,000 rows; SQLite, PostgreSQL, MariaDB
+    .venv/bin/python bench/stats.py --quick --engines sqlite
+
+The floor is ``SELECT count(*) FROM task_state_store`` through the engine's own shell (``sqlite3``,
+``psql``, ``mysql``; a bare ``python -c`` with the sqlite3 module when there is no ``sqlite3`` shell):
+the least any tool does to look at every row once. ``stats`` does more (value bytes, the updated_at range,
+per-dag and per-asset groups, the expiry buckets and the per-day histogram), and its process starts
+Python, typer and SQLAlchemy, so it is compared two ways: with the floor alone, and with the floor plus
+our start-up (``statestore --conn URL db check -o json``, which connects and inspects the schema).
+Times are wall-clock seconds of the whole process, the median of --repeat runs, the three commands taking
+turns; peak RSS is the stats process's own, at the large store and at the small one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import generate
+import stores
+from floors import libpq_env
+from generate import Spec, driver_params
+from measure import RSS_METHOD, Sample, median, run_process
+from sqlalchemy.engine import make_url
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SERVERS = {
+    "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
+COUNT = "SELECT count(*) FROM task_state_store"
+FLOOR, STARTUP, STATS = "count(*) floor", "start-up (db check)", "stats -o json"
+TIME_TARGET = 2.0  # stats within 2x of the floor plus our start-up
+MEMORY_TARGET = 1.10  # peak RSS at the large store within 1.10x of the small store's
+
+
+@dataclass
+class Row:
+    engine: str
+    rows: int
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    stats_rss_kb: list[int] = field(default_factory=list)
+    floor_how: str = ""
+
+    def median(self, name: str) -> float:
+        return median(self.seconds[name])
+
+
+def count_command(engine: str, url: str) -> tuple[list[str], dict[str, str], str]:
+    """The floor's command line, extra environment and how it ran."""
+    if engine == "sqlite":
+        path = make_url(url).database or ""
+        shell = shutil.which("sqlite3")
+        if shell:
+            return [shell, path, COUNT], {}, "sqlite3 shell"
+        script = f"import sqlite3, sys\nprint(sqlite3.connect(sys.argv[1]).execute({COUNT!r}).fetchone()[0])\n"
+        return [sys.executable, "-c", script, path], {}, "python -c with the sqlite3 module"
+    if engine == "postgresql":
+        return ["psql", "-X", "-A", "-t", "-c", COUNT], libpq_env(url), "psql"
+    params = driver_params(url)
+    argv = ["mysql", "-N", "-B", "-h", params["host"], "-P", str(params.get("port", 3306)), "-u", params["user"]]
+    env = {"MYSQL_PWD": params["password"]} if params.get("password") else {}
+    return [*argv, params["database"], "-e", COUNT], env, "mysql client"
+
+
+def measure_store(engine: str, original: stores.Original, repeat: int, env: dict[str, str], scratch: Path) -> Row:
+    url, spec = original.url, original.spec
+    ours = generate.statestore_executable()
+    floor_argv, floor_env, how = count_command(engine, url)
+    commands = {
+        FLOOR: (floor_argv, {**env, **floor_env}),
+        STARTUP: ([ours, "--conn", url, "db", "check", "-o", "json"], env),
+        STATS: ([ours, "--conn", url, "stats", "-o", "json"], env),
+    }
+    row = Row(engine, spec.rows, {name: [] for name in commands}, floor_how=how)
+    run_process(commands[STATS][0], env=env, scratch=scratch)  # warm the caches once, not measured
+    order = list(commands)
+    for round_ in range(repeat):
+        for name in order[round_ % 3 :] + order[: round_ % 3]:
+            argv, run_env = commands[name]
+            sample: Sample = run_process(argv, env=run_env, scratch=scratch)
+            row.seconds[name].append(sample.seconds)
+            if name == STATS:
+                row.stats_rss_kb.append(sample.peak_rss_kb)
+                counted = json.loads(sample.stdout)["task"]["rows"]
+                if counted != spec.rows:
+                    raise SystemExit(f"{engine}: stats counted {counted} task rows, the store has {spec.rows}")
+            elif name == FLOOR and int(sample.stdout.split()[-1]) != spec.rows:
+                raise SystemExit(f"{engine}: the floor counted {sample.stdout.strip()}, expected {spec.rows}")
+    return row
+
+
+def report(rows: list[Row], large: int, small: int) -> str:
+    header = ["engine", "rows", FLOOR, STARTUP, STATS, "x floor", "x (floor+start-up)", "peak RSS"]
+    lines = [header]
+    for r in rows:
+        floor, startup, ours = r.median(FLOOR), r.median(STARTUP), r.median(STATS)
+        lines.append(
+            [
+                r.engine,
+                f"{r.rows:,}",
+                f"{floor:.3f} s",
+                f"{startup:.3f} s",
+                f"{ours:.3f} s",
+                f"{ours / floor:.1f}x",
+                f"{ours / (floor + startup):.2f}x",
+                f"{max(r.stats_rss_kb) / 1024:.1f} MB",
+            ]
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = [
+        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
+        for line in lines
+    ]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    out.append("")
+    for engine in dict.fromkeys(r.engine for r in rows):
+        big = next((r for r in rows if r.engine == engine and r.rows == large), None)
+        little = next((r for r in rows if r.engine == engine and r.rows == small), None)
+        if big is None:
+            continue
+        ratio = big.median(STATS) / (big.median(FLOOR) + big.median(STARTUP))
+        verdict = "PASS" if ratio <= TIME_TARGET else "FAIL"
+        out.append(
+            f"{engine}: stats at {large:,} rows is {ratio:.2f}x floor + start-up (target <= {TIME_TARGET}x): {verdict}"
+        )
+        if little is not None:
+            memory = max(big.stats_rss_kb) / max(little.stats_rss_kb)
+            verdict = "PASS" if memory <= MEMORY_TARGET else "FAIL"
+            out.append(
+                f"{engine}: peak RSS at {large:,} rows is {memory:.2f}x that at {small:,} "
+                f"(target <= {MEMORY_TARGET}x): {verdict}"
+            )
+    floors_used = sorted({f"{r.engine}: {r.floor_how}" for r in rows})
+    out.append(f"floors: {'; '.join(floors_used)}; peak RSS: {RSS_METHOD}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=1_000_000, help="task keys in the large store (1000000)")
+    p.add_argument("--small-rows", type=int, default=10_000, help="task keys in the small store (10000)")
+    p.add_argument("--repeat", type=int, default=5, help="runs of each command; the median counts (5)")
+    p.add_argument("--engines", default="sqlite,postgresql,mariadb", help="unreachable servers are skipped")
+    p.add_argument("--pg-url", default=DEFAULT_SERVERS["postgresql"])
+    p.add_argument("--mysql-url", default=DEFAULT_SERVERS["mariadb"])
+    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
+    p.add_argument("--json-out", type=Path, help="write the medians and samples as JSON here")
+    p.add_argument("--quick", action="store_true", help="4000 and 400 rows, one run each: a smoke test")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows, args.small_rows, args.repeat = 4000, 400, 1
+    workdir = args.workdir.resolve()
+    if workdir.is_relative_to(REPO) and not workdir.is_relative_to(REPO / "bench" / "data"):
+        raise SystemExit(f"--workdir {workdir} is inside the repository: use a temporary directory or bench/data/")
+    env = generate.tool_env(workdir / "airflow-home")
+    rows: list[Row] = []
+    skipped: dict[str, str] = {}
+    for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
+        store: stores.Stores
+        if engine == "sqlite":
+            store = stores.SqliteStores(workdir, env, regenerate=False)
+        else:
+            url = args.pg_url if engine == "postgresql" else args.mysql_url
+            problem = stores.reachable(url)
+            if problem is not None:
+                skipped[engine] = problem
+                print(f"{engine}: skipped, not reachable ({problem})", file=sys.stderr)
+                continue
+            store = stores.ServerStores(engine, url, env)
+        try:
+            for size in (args.rows, args.small_rows):
+                print(f"{engine}: store of {size:,} rows", file=sys.stderr, flush=True)
+                original = store.original(Spec(rows=size, expired=size // 2))
+                rows.append(measure_store(engine, original, max(1, args.repeat), env, workdir / "run" / engine))
+        finally:
+            store.close()
+    print(report(rows, args.rows, args.small_rows))
+    for engine, problem in skipped.items():
+        print(f"{engine}: skipped ({problem})")
+    if args.json_out:
+        doc = {
+            "rows": args.rows,
+            "small_rows": args.small_rows,
+            "repeat": args.repeat,
+            "rss_method": RSS_METHOD,
+            "skipped": skipped,
+            "measurements": [
+                {
+                    "engine": r.engine,
+                    "rows": r.rows,
+                    "floor": r.floor_how,
+                    "median_seconds": {name: round(r.median(name), 4) for name in r.seconds},
+                    "samples": r.seconds,
+                    "stats_peak_rss_kb": r.stats_rss_kb,
+                }
+                for r in rows
+            ],
+        }
+        args.json_out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

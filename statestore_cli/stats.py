@@ -1,0 +1,355 @@
+"""Figures about a metastore state store, counted by the database: ``statestore stats``.
+
+Every figure is an aggregate computed by SQL (``GROUP BY``, ``SUM(CASE ...)``, ``COUNT`` of ranges of the
+``expires_at`` index, whichever the engine does faster), so memory stays flat however many rows the store
+holds; Python only ever sees one row per dag, per asset or per
+day, and keeps the top ``top`` of each. All moments are bound as parameters computed from one ``now``
+(SQLite stores timestamps as text ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, PostgreSQL as
+``timestamptz``, MySQL as naive UTC; each compares a bound instant correctly), so no figure depends on
+the server's clock or time zone.
+
+Value sizes are bytes of the stored (UTF-8) text on every engine: ``octet_length`` on PostgreSQL,
+``LENGTH`` on MySQL/MariaDB (bytes there) and ``length(CAST(value AS BLOB))`` on SQLite, the same
+measure the accessors hold against ``[state_store] max_value_storage_bytes``. Values written by
+Airflow or this tool are JSON with non-ASCII characters escaped, so for them bytes and characters
+are the same number anyway.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
+from typing import Any
+
+from sqlalchemy import LargeBinary, and_, case, cast, func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.sql import ColumnElement, Select
+
+from statestore_cli.database import translate_errors
+from statestore_cli.entries import KeyFilter
+from statestore_cli.errors import InvalidInputError
+from statestore_cli.schema import asset, asset_active, asset_state_store, task_state_store
+
+_task = task_state_store
+_asset_kv = asset_state_store
+
+# The expiry buckets of task keys, in order; non-overlapping, each the half-open interval
+# [lower, upper) of expires_at relative to now. "never" is expires_at NULL.
+EXPIRY_BUCKETS = ("expired", "within_1_day", "within_1_to_7_days", "within_7_to_30_days", "after_30_days", "never")
+_BUCKET_DAYS = (1, 7, 30)  # the bounds after now, in days
+TOP = 10  # dags and assets listed by default
+CHART_DAYS = 35  # days in the expiry histogram: today (from now) and the 34 after it, UTC
+
+
+@dataclass(frozen=True)
+class DagFigures:
+    dag_id: str
+    rows: int
+    value_bytes: int
+
+
+@dataclass(frozen=True)
+class AssetFigures:
+    asset_id: int
+    name: str
+    uri: str
+    rows: int
+    value_bytes: int
+    active: bool  # a row in asset_active with the same name and uri
+
+
+@dataclass(frozen=True)
+class DayCount:
+    day: date  # a UTC calendar day; the first one counts from ``now`` only
+    rows: int
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    rows: int
+    value_bytes: int
+    dags: int
+    oldest_updated_at: datetime | None
+    newest_updated_at: datetime | None
+    over_limit: int | None  # values over max_value_storage_bytes; None when there is no limit (0)
+    expiry: dict[str, int]  # EXPIRY_BUCKETS -> rows
+    top_dags_by_rows: list[DagFigures]
+    top_dags_by_bytes: list[DagFigures]
+    expiring_per_day: list[DayCount]  # CHART_DAYS days from today, zeros included
+
+
+@dataclass(frozen=True)
+class AssetStats:
+    rows: int
+    value_bytes: int
+    assets: int  # assets holding at least one key
+    inactive_assets: int  # of which not active any more
+    inactive_rows: int  # keys of those inactive assets
+    oldest_updated_at: datetime | None
+    newest_updated_at: datetime | None
+    over_limit: int | None
+    top_assets: list[AssetFigures]  # by keys, then name
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    now: datetime
+    max_value_storage_bytes: int  # 0 = no limit
+    filter: KeyFilter
+    task: TaskStats | None  # None when the filter leaves out the task store
+    asset: AssetStats | None  # likewise for the asset store
+
+
+def expiry_bounds(now: datetime) -> dict[str, datetime]:
+    """The instants separating the expiry buckets: now, now + 1, 7 and 30 days."""
+    return {"now": now, **{f"{days}d": now + timedelta(days=days) for days in _BUCKET_DAYS}}
+
+
+def chart_days(now: datetime, days: int = CHART_DAYS) -> list[tuple[date, datetime]]:
+    """The histogram's days (UTC) with the instant each ends at; the first starts at ``now``."""
+    midnight = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    return [((midnight + timedelta(days=i)).date(), midnight + timedelta(days=i + 1)) for i in range(days)]
+
+
+def store_stats(
+    engine: Engine,
+    filt: KeyFilter,
+    now: datetime,
+    *,
+    max_value_storage_bytes: int = 0,
+    top: int = TOP,
+    days: int = CHART_DAYS,
+) -> StoreStats:
+    """The figures of the keys ``filt`` selects, as of ``now`` (an aware datetime)."""
+    if now.tzinfo is None:
+        raise InvalidInputError("now must be timezone-aware")
+    if top < 0 or days < 0:
+        raise InvalidInputError("top and days must not be negative")
+    now = now.astimezone(UTC)
+    wants_task = filt.store in (None, "task") and not filt.has_asset_fields
+    wants_asset = filt.store in (None, "asset") and not filt.has_task_fields
+    limit = max_value_storage_bytes
+    with translate_errors(engine), engine.connect() as conn:
+        vlen = _value_bytes(engine.dialect.name)
+        task = _task_stats(conn, filt, now, limit, top, days, vlen) if wants_task else None
+        assets = _asset_stats(conn, filt, limit, top, vlen) if wants_asset else None
+    return StoreStats(now, limit, filt, task, assets)
+
+
+def _value_bytes(dialect: str) -> Any:
+    """SQL for the size of a value in bytes on this engine (see the module's docstring)."""
+    if dialect == "postgresql":
+        return lambda column: func.octet_length(column)
+    if dialect in ("mysql", "mariadb"):
+        return lambda column: func.length(column)
+    return lambda column: func.length(cast(column, LargeBinary))
+
+
+def _count_if(condition: ColumnElement[bool]) -> Any:
+    return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+
+def _task_where(query: Select[Any], filt: KeyFilter) -> Select[Any]:
+    for name in ("dag_id", "run_id", "task_id", "map_index", "key"):
+        wanted = getattr(filt, name)
+        if wanted is not None:
+            query = query.where(_task.c[name] == wanted)
+    return query
+
+
+# -- task keys -------------------------------------------------------------------------------------------
+def _task_stats(conn: Any, filt: KeyFilter, now: datetime, limit: int, top: int, days: int, vlen: Any) -> TaskStats:
+    size = vlen(_task.c.value)
+    over = [_count_if(size > limit)] if limit > 0 else []
+    # One pass over the rows for what needs every value: the figures per dag, summed here (one row per
+    # dag reaches Python). The expiry buckets are counted in that pass on PostgreSQL; SQLite and MariaDB
+    # count them faster apart, as ranges of the expires_at index (measured at a million rows: a CASE
+    # per row comparing timestamps costs MariaDB seconds, SQLite half a second).
+    in_pass = conn.dialect.name == "postgresql"
+    buckets = [_count_if(c) for c in _bucket_conditions(now)] if in_pass else []
+    query = select(
+        _task.c.dag_id,
+        func.count(),
+        func.coalesce(func.sum(size), 0),
+        func.min(_task.c.updated_at),
+        func.max(_task.c.updated_at),
+        *buckets,
+        *over,
+    ).group_by(_task.c.dag_id)
+    if not filt.has_task_fields and filt.key is None:
+        # MySQL would walk the (dag_id, ...) index and fetch every row through it, twice as slow as
+        # reading the table once; with a filter that index is the quick way in, so it stays.
+        query = query.with_hint(_task, "IGNORE INDEX (idx_task_state_store_lookup)", "mysql")
+        query = query.with_hint(_task, "IGNORE INDEX (idx_task_state_store_lookup)", "mariadb")
+    expiry = [0] * len(EXPIRY_BUCKETS)
+    rows = value_bytes = dags = 0
+    oldest: datetime | None = None
+    newest: datetime | None = None
+    over_limit = 0
+    by_rows: list[tuple[int, _Reversed, DagFigures]] = []
+    by_bytes: list[tuple[int, _Reversed, DagFigures]] = []
+    for dag_id, count, nbytes, first, last, *rest in conn.execution_options(yield_per=1000).execute(
+        _task_where(query, filt)
+    ):
+        count, nbytes = int(count), int(nbytes)
+        dags += 1
+        rows += count
+        value_bytes += nbytes
+        first, last = _as_utc(first), _as_utc(last)
+        for i, n in enumerate(rest[: len(buckets)]):
+            expiry[i] += int(n)
+        oldest = first if oldest is None or first < oldest else oldest
+        newest = last if newest is None or last > newest else newest
+        if over:
+            over_limit += int(rest[-1])
+        figures = DagFigures(dag_id, count, nbytes)
+        _keep_top(by_rows, top, (count, _Reversed(dag_id), figures))
+        _keep_top(by_bytes, top, (nbytes, _Reversed(dag_id), figures))
+    return TaskStats(
+        rows=rows,
+        value_bytes=value_bytes,
+        dags=dags,
+        oldest_updated_at=oldest,
+        newest_updated_at=newest,
+        over_limit=over_limit if over else None,
+        expiry=dict(zip(EXPIRY_BUCKETS, expiry if in_pass else _expiry(conn, filt, now), strict=True)),
+        top_dags_by_rows=_ranked(by_rows),
+        top_dags_by_bytes=_ranked(by_bytes),
+        expiring_per_day=_per_day(conn, filt, now, days),
+    )
+
+
+def _bucket_conditions(now: datetime) -> list[ColumnElement[bool]]:
+    """Which task rows each of EXPIRY_BUCKETS holds: half-open ranges of expires_at, then NULL."""
+    expires = _task.c.expires_at
+    bounds = list(expiry_bounds(now).values())
+    conditions = [expires < now]
+    conditions += [and_(expires >= low, expires < high) for low, high in pairwise(bounds)]
+    return [*conditions, expires >= bounds[-1], expires.is_(None)]
+
+
+def _expiry(conn: Any, filt: KeyFilter, now: datetime) -> list[int]:
+    """Task rows per expiry bucket, one range count of the expires_at index each, in one statement."""
+    counts = [_task_where(select(func.count()), filt).where(c).scalar_subquery() for c in _bucket_conditions(now)]
+    return [int(n) for n in conn.execute(select(*counts)).one()]
+
+
+def _per_day(conn: Any, filt: KeyFilter, now: datetime, days: int) -> list[DayCount]:
+    """Task keys expiring on each of the next ``days`` UTC days (the first from ``now`` on)."""
+    spans = chart_days(now, days)
+    if not spans:
+        return []
+    expires = _task.c.expires_at
+    if conn.dialect.name == "postgresql":
+        # The day's number as a CASE over bound day ends, grouped: one range scan of the window.
+        day = case(*[(expires < end, i) for i, (_day, end) in enumerate(spans)], else_=len(spans))
+        inner = _task_where(select(day.label("day")), filt).where(expires >= now, expires < spans[-1][1]).subquery()
+        found = dict(conn.execute(select(inner.c.day, func.count()).group_by(inner.c.day)).all())
+        counts = [int(found.get(i, 0)) for i in range(len(spans))]
+    else:
+        # SQLite and MariaDB: one range count of the expires_at index per day, in one statement (a CASE
+        # per row comparing timestamps is several times slower there when the window holds many keys).
+        starts = [now] + [end for _day, end in spans[:-1]]
+        ranges = [
+            _task_where(select(func.count()), filt).where(expires >= low, expires < high).scalar_subquery()
+            for low, (_day, high) in zip(starts, spans, strict=True)
+        ]
+        counts = [int(n) for n in conn.execute(select(*ranges)).one()]
+    return [DayCount(day, n) for (day, _end), n in zip(spans, counts, strict=True)]
+
+
+# -- asset keys ------------------------------------------------------------------------------------------
+def _asset_stats(conn: Any, filt: KeyFilter, limit: int, top: int, vlen: Any) -> AssetStats:
+    size = vlen(_asset_kv.c.value)
+    over = [_count_if(size > limit).label("over")] if limit > 0 else []
+    per_asset = select(
+        _asset_kv.c.asset_id,
+        func.count().label("rows"),
+        func.coalesce(func.sum(size), 0).label("nbytes"),
+        func.min(_asset_kv.c.updated_at).label("oldest"),
+        func.max(_asset_kv.c.updated_at).label("newest"),
+        *over,
+    ).group_by(_asset_kv.c.asset_id)
+    if filt.key is not None:
+        per_asset = per_asset.where(_asset_kv.c.key == filt.key)
+    grouped = per_asset.subquery()
+    is_active = case((asset_active.c.name.is_not(None), 1), else_=0)
+    query = (
+        select(grouped, asset.c.name, asset.c.uri, is_active.label("active"))
+        .join(asset, asset.c.id == grouped.c.asset_id)
+        .outerjoin(asset_active, and_(asset_active.c.name == asset.c.name, asset_active.c.uri == asset.c.uri))
+    )
+    for column, wanted in ((asset.c.id, filt.asset_id), (asset.c.name, filt.name), (asset.c.uri, filt.uri)):
+        if wanted is not None:
+            query = query.where(column == wanted)
+    rows = value_bytes = assets = inactive = inactive_rows = over_limit = 0
+    oldest: datetime | None = None
+    newest: datetime | None = None
+    ranked: list[tuple[int, _Reversed, AssetFigures]] = []
+    for row in conn.execution_options(yield_per=1000).execute(query):
+        count, nbytes, active = int(row.rows), int(row.nbytes), bool(row.active)
+        assets += 1
+        rows += count
+        value_bytes += nbytes
+        if not active:
+            inactive += 1
+            inactive_rows += count
+        if over:
+            over_limit += int(row.over)
+        # min()/max() of the subquery lose the column type on some engines: read them as the column does.
+        first, last = _as_utc(row.oldest), _as_utc(row.newest)
+        oldest = first if oldest is None or first < oldest else oldest
+        newest = last if newest is None or last > newest else newest
+        figures = AssetFigures(int(row.asset_id), row.name, row.uri, count, nbytes, active)
+        _keep_top(ranked, top, (count, _Reversed(f"{row.name}\x00{row.uri}"), figures))
+    return AssetStats(
+        rows=rows,
+        value_bytes=value_bytes,
+        assets=assets,
+        inactive_assets=inactive,
+        inactive_rows=inactive_rows,
+        oldest_updated_at=oldest,
+        newest_updated_at=newest,
+        over_limit=over_limit if over else None,
+        top_assets=_ranked(ranked),
+    )
+
+
+def _as_utc(value: Any) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# -- top N -----------------------------------------------------------------------------------------------
+class _Reversed:
+    """Orders names backwards, so a min-heap of (count, _Reversed(name)) drops the highest name first and
+    equal counts rank by name ascending."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __lt__(self, other: _Reversed) -> bool:
+        return self.name > other.name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Reversed) and self.name == other.name
+
+
+def _keep_top(heap: list[Any], size: int, item: tuple[Any, ...]) -> None:
+    if size == 0:
+        return
+    if len(heap) < size:
+        heapq.heappush(heap, item)
+    elif item[:2] > heap[0][:2]:
+        heapq.heapreplace(heap, item)
+
+
+def _ranked(heap: Iterable[tuple[Any, Any, Any]]) -> list[Any]:
+    """The kept items, largest count first, ties by name."""
+    return [figures for _count, _name, figures in sorted(heap, key=lambda item: item[:2], reverse=True)]
