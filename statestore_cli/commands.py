@@ -9,20 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statestore_cli.accessors import TaskStateStoreAccessor
 from statestore_cli.backends.base import JsonValue
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.cleanup import (
-    CleanControl,
-    CleanReport,
-    ExpiredRow,
-    count_expired,
-    delete_expired,
-    iter_expired,
-)
 from statestore_cli.config import Settings, describe_source
 from statestore_cli.config.settings import CONN_OVERRIDE
 from statestore_cli.database import describe_engine, mask_url, parse_url, translate_errors
@@ -38,8 +30,11 @@ from statestore_cli.errors import (
 from statestore_cli.retention import Retention, utcnow
 from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
-from statestore_cli.stats import StoreStats, store_stats
 from statestore_cli.stores import accessor, open_backend, open_metastore
+
+if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` need them, and they cost start-up
+    from statestore_cli.cleanup import CleanControl, CleanReport, ExpiredRow
+    from statestore_cli.stats import StoreStats
 
 
 # -- db ------------------------------------------------------------------------------------------------
@@ -163,6 +158,8 @@ def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> S
     backend = open_backend(settings)
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`stats` needs the metastore backend; [state_store] backend is {settings.backend}")
+    from statestore_cli.stats import store_stats
+
     return store_stats(backend.engine, filt, now or utcnow(), max_value_storage_bytes=settings.max_value_storage_bytes)
 
 
@@ -191,6 +188,8 @@ def plan_clean(settings: Settings, now: datetime | None = None) -> CleanPlan:
     reason = _skip_reason(settings)
     if reason:
         return CleanPlan(cutoff, iter(()), reason)
+    from statestore_cli.cleanup import iter_expired
+
     return CleanPlan(cutoff, iter_expired(open_metastore(settings).engine, cutoff))
 
 
@@ -206,6 +205,8 @@ def clean(
     if reason:
         return reason
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
+    from statestore_cli.cleanup import delete_expired
+
     return delete_expired(open_metastore(settings).engine, cutoff, size, control)
 
 
@@ -213,6 +214,8 @@ def count_expired_keys(settings: Settings, now: datetime) -> int:
     """How many task keys a clean at ``now`` deletes (0 with a custom backend)."""
     if _skip_reason(settings):
         return 0
+    from statestore_cli.cleanup import count_expired
+
     return count_expired(open_metastore(settings).engine, now)
 
 

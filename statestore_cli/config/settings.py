@@ -12,16 +12,18 @@ Lookup order, first match wins, for every option:
 
 from __future__ import annotations
 
-import configparser
 import os
 import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statestore_cli.errors import PARAMETER, ConfigError
+
+if TYPE_CHECKING:
+    import configparser
 
 BUILTIN_BACKEND = "statestore_cli.backends.metastore.MetastoreBackend"
 _BUILTIN_ALIASES = {BUILTIN_BACKEND, "statestore_cli.MetastoreBackend"}  # the public re-export, same class
@@ -153,6 +155,8 @@ def find_config_file(config_path: str | os.PathLike[str] | None, environ: Mappin
 
 
 def _read_ini(path: Path) -> configparser.RawConfigParser:
+    import configparser  # only when there is a file to read: a cron job with AIRFLOW__ variables has none
+
     # Raw: SQLAlchemy URLs carry percent-encoded passwords that interpolation would mangle.
     parser = configparser.RawConfigParser(strict=False)
     try:
