@@ -7,7 +7,7 @@ them; rendering is the caller's business.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +92,7 @@ def get_entry(settings: Settings, scope: StoreScope, key: str) -> Entry:
     if isinstance(acc.backend, MetastoreBackend):
         entry = acc.backend.describe(scope, key)
         if entry is not None:
-            return replace(entry, value=acc.decode(entry.value))
+            return entry._replace(value=acc.decode(entry.value))
     else:
         missing = object()
         value = acc.get(key, default=missing)

@@ -1,14 +1,16 @@
-"""Plain records the library hands to its callers (and the CLI renders)."""
+"""Plain records the library hands to its callers (and the CLI renders).
+
+They are ``NamedTuple``s, immutable like frozen dataclasses: creating the classes costs a tenth of what
+a frozen dataclass costs at every command's start, and ``list`` builds an ``Entry`` per row.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One stored key with its scope. Task fields are None for an asset key and vice versa."""
 
     store: str  # "task" | "asset"
@@ -25,8 +27,7 @@ class Entry:
     value: Any = None
 
 
-@dataclass(frozen=True)
-class KeyFilter:
+class KeyFilter(NamedTuple):
     """Which keys ``list`` shows: every field given narrows the selection."""
 
     store: str | None = None  # "task", "asset" or None for both
@@ -48,8 +49,7 @@ class KeyFilter:
         return any(v is not None for v in (self.asset_id, self.name, self.uri))
 
 
-@dataclass(frozen=True)
-class Timeouts:
+class Timeouts(NamedTuple):
     """Per-session limits so a clean never hangs behind another transaction; None = the server's own."""
 
     lock_seconds: float | None = 30.0

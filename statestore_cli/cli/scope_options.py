@@ -3,7 +3,6 @@
 import functools
 import inspect
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Annotated, Any, Optional
 
 import typer
@@ -61,7 +60,7 @@ def as_filter(given: KeyFilter, store: str | None, key: str | None) -> KeyFilter
     """Any subset of the scope options, as a filter for ``list``."""
     if given.has_task_fields and given.has_asset_fields:
         raise InvalidInputError("filter by task options or by asset options, not both")
-    return replace(given, store=store, key=key)
+    return given._replace(store=store, key=key)
 
 
 _FILTER_FIELDS = {"asset_name": "name", "asset_uri": "uri"}  # option name -> KeyFilter field

@@ -46,7 +46,7 @@ def show(out: Output, stats: StoreStats) -> None:
 def stats_document(stats: StoreStats) -> dict[str, Any]:
     """The ``-o json`` document (its keys are documented in the README and stay stable)."""
     filt = stats.filter
-    given = {name: getattr(filt, name) for name in filt.__dataclass_fields__ if getattr(filt, name) is not None}
+    given = {name: value for name, value in filt._asdict().items() if value is not None}
     return {
         "now": iso(stats.now),
         "filter": given,
