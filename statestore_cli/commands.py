@@ -7,9 +7,8 @@ them; rendering is the caller's business.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.accessors import TaskStateStoreAccessor
 from statestore_cli.backends.base import JsonValue
@@ -38,8 +37,7 @@ if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` ne
 
 
 # -- db ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DbReport:
+class DbReport(NamedTuple):
     database: str
     engine: str
     schema: SchemaState
@@ -164,8 +162,7 @@ def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> S
 
 
 # -- clean ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CleanPlan:
+class CleanPlan(NamedTuple):
     """What a clean at ``cutoff`` deletes, or why nothing is cleaned (a custom backend)."""
 
     cutoff: datetime
@@ -220,8 +217,7 @@ def count_expired_keys(settings: Settings, now: datetime) -> int:
 
 
 # -- config --------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ConfigRow:
+class ConfigRow(NamedTuple):
     section: str
     option: str
     value: Any

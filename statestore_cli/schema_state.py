@@ -3,7 +3,7 @@ and creating the missing tables of a standalone store."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, Engine
@@ -13,8 +13,7 @@ from statestore_cli.errors import DatabaseError
 from statestore_cli.schema import PARENT_TABLES, STATE_TABLES, metadata
 
 
-@dataclass(frozen=True)
-class SchemaState:
+class SchemaState(NamedTuple):
     """What the database holds: the mode (Airflow's own database, or a standalone store) and tables."""
 
     mode: str  # "airflow" | "standalone" | "empty"

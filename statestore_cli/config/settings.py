@@ -16,9 +16,8 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.errors import PARAMETER, ConfigError
 
@@ -34,8 +33,7 @@ _TRUE = {"true", "1", "yes", "on", "t", "y"}
 _FALSE = {"false", "0", "no", "off", "f", "n"}
 
 
-@dataclass(frozen=True)
-class OptionSpec:
+class OptionSpec(NamedTuple):
     section: str
     option: str
     type: str
@@ -50,8 +48,7 @@ class OptionSpec:
         return f"AIRFLOW__{self.section.upper()}__{self.option.upper()}"
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """One effective option: its value and where it came from."""
 
     spec: OptionSpec
