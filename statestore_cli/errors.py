@@ -14,9 +14,8 @@ for its arguments (the CLI's flags) can word the same message in its own terms (
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 # Where an argument's name goes in a message; NUL, so no path, URL or quoted value can contain it.
 PARAMETER = "\x00parameter\x00"
@@ -88,8 +87,7 @@ class SchemaMissingError(DatabaseError):
     """The state store tables do not exist yet (``statestore db init`` creates them)."""
 
 
-@dataclass(frozen=True)
-class Note:
+class Note(NamedTuple):
     """Something a caller should know that is not an error (a timeout the engine cannot apply);
     worded like errors: ``PARAMETER`` in the text stands for the parameter it is about."""
 

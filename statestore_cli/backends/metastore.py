@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.engine import Connection, CursorResult, Engine
@@ -27,8 +26,7 @@ _task = task_state_store
 _asset_kv = asset_state_store
 
 
-@dataclass(frozen=True)
-class UpdatedBy:
+class UpdatedBy(NamedTuple):
     """Who wrote an asset key (``last_updated_by_*``): kind is ``task``, ``watcher`` or ``api``."""
 
     kind: str
