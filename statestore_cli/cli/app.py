@@ -172,7 +172,7 @@ _TASK = "--dag-id etl --run-id manual__1 --task-id submit"
 app = typer.Typer(
     cls=StateStoreGroup,
     name="statestore",
-    help="Manage Apache Airflow's task and asset state store: read, write and garbage-collect keys.\n\n"
+    help="Read, write and garbage-collect Airflow's task and asset state store.\n\n"
     "Root options (--config, --conn, --debug) go before the command; the command's own options after it.",
     epilog=_examples(
         "db check",
@@ -297,7 +297,7 @@ def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
 @with_scope_options
 def get(
     ctx: typer.Context,
-    key: Annotated[str, typer.Argument(help="The key.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
     scope_args: KeyFilter,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
@@ -321,8 +321,8 @@ def get(
 @with_scope_options
 def set_(
     ctx: typer.Context,
-    key: Annotated[str, typer.Argument(help="The key.")],
-    value: Annotated[str, typer.Argument(help="A JSON value, or - to read it from stdin.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="A JSON value, or - to read it from stdin.")],
     scope_args: KeyFilter,
     retention: Annotated[
         Optional[str],
@@ -350,7 +350,9 @@ def set_(
 
 @app.command("delete", epilog=_examples(f"delete {_TASK} job_id"))
 @with_scope_options
-def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.")], scope_args: KeyFilter) -> None:
+def delete(
+    ctx: typer.Context, key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")], scope_args: KeyFilter
+) -> None:
     """Delete one key.
 
     A key that is not there is not an error."""

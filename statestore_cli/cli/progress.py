@@ -33,6 +33,9 @@ def progress_bar(console: Console, label: str, total: int | None) -> Iterator[Ca
         elapsed = time.monotonic() - started
         bar.update(task, completed=done, done=f"{done:,}", rate=f"{done / elapsed:,.0f}" if elapsed > 0 else "-")
 
-    with bar:
+    try:  # not `with bar`: a Ctrl-C inside its start must stop it too, or it keeps drawing after the error
+        bar.start()
         yield advance
         bar.refresh()  # draw the last count: the bar redraws itself only a few times a second
+    finally:
+        bar.stop()

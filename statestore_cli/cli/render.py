@@ -299,10 +299,13 @@ class Output:
         # Section and option names are never broken; values and sources (paths, URLs) fold.
         table.add_column("section", no_wrap=True)
         table.add_column("option", no_wrap=True)
-        table.add_column("value", overflow="fold", ratio=3)
-        table.add_column("source", overflow="fold", ratio=2)
+        table.add_column("value", overflow="fold")
+        # Sources (an environment variable's long name) take a third at most of what the names leave.
+        table.add_column("source", overflow="fold", max_width=max(12, (self.console.width - 45) // 3))
         for row in rows:
-            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(_source(row)))
+            # The file is named above the table: its rows say "config file", not the path again.
+            source = "config file" if config_file and row.source == config_file else _source(row)
+            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(source))
         self.console.print(table)
 
 
