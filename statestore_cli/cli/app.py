@@ -379,8 +379,9 @@ def clear(
 ) -> None:
     """Delete every key of a scope.
 
-    Counts the keys first (none: nothing to do, exit 0), then asks on a terminal; anywhere else it needs
-    --yes. Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130."""
+    Counts the keys first: with none it says so and exits 0.
+    Then it asks on a terminal; anywhere else it needs --yes.
+    Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130."""
     from statestore_cli import commands
     from statestore_cli.scopes import describe_keys_of
 
