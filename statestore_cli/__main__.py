@@ -15,7 +15,7 @@ def main() -> None:
     gc.set_threshold(50_000)
     from statestore_cli.cli.app import app
 
-    app()
+    app(prog_name="statestore")  # also under `python -m statestore_cli`
 
 
 if __name__ == "__main__":

@@ -91,6 +91,8 @@ def get_entry(settings: Settings, scope: StoreScope, key: str) -> Entry:
         entry = acc.backend.describe(scope, key)
         if entry is not None:
             return entry._replace(value=acc.decode(entry.value))
+        if isinstance(scope, TaskScope):  # one more query, on the not-found path only
+            raise missing_key(scope, key, run_exists=acc.backend.has_run(scope))
     else:
         missing = object()
         value = acc.get(key, default=missing)

@@ -69,6 +69,12 @@ class NotConfirmedError(StateStoreError):
     exit_code = EXIT_NOT_CONFIRMED
 
 
+class InterruptedByUser(StateStoreError):
+    """Ctrl-C ended a command (a question, a dry run) before it was done; the message says what was done."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
 class BackendError(StateStoreError):
     """A store backend failed or cannot do what was asked."""
 

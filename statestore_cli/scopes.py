@@ -80,6 +80,18 @@ class AssetScope:
 StoreScope = Union[TaskScope, AssetScope]
 
 
-def missing_key(scope: StoreScope, key: str) -> NotFoundError:
-    """The error of a `get` that found nothing (the CLI and its fast path say it the same way)."""
-    return NotFoundError(f"no key {key!r} for {scope.describe()}")
+def describe_keys_of(scope: StoreScope, *, all_map_indices: bool = False) -> str:
+    """What ``clear`` deletes: the scope, with "all map indices" in place of the map index when asked."""
+    if isinstance(scope, TaskScope) and all_map_indices:
+        text = f"dag_id={scope.dag_id} run_id={scope.run_id} task_id={scope.task_id}, all map indices"
+        return text + (f" region_id={scope.region_id}" if scope.region_id.int else "")
+    return scope.describe()
+
+
+def missing_key(scope: StoreScope, key: str, *, run_exists: bool = True) -> NotFoundError:
+    """The error of a `get` that found nothing (the CLI and its fast path say it the same way);
+    ``run_exists=False`` adds that the task's dag run itself does not exist (a mistyped run id)."""
+    message = f"no key {key!r} for {scope.describe()}"
+    if isinstance(scope, TaskScope) and not run_exists:
+        message += f"; the dag run dag_id={scope.dag_id} run_id={scope.run_id} does not exist"
+    return NotFoundError(message)

@@ -106,6 +106,7 @@ def test_value_over_max_value_storage_bytes_is_refused(cli, db_url, monkeypatch)
 
 
 def test_get_missing_key_exits_1_with_message_on_stderr(cli):
+    assert cli("set", *TASK, "present", "1").exit_code == 0  # the run exists: only the key is missing
     result = cli("get", *TASK, "absent")
     assert result.exit_code == 1
     assert result.stdout == ""

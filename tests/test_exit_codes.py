@@ -34,7 +34,7 @@ def test_1_get_did_not_find_the_key(cli):
 @pytest.mark.parametrize(
     "args, text",
     [
-        (("get", *TASK), "Missing argument 'key'"),
+        (("get", *TASK), "Missing argument 'KEY'"),
         (("get", "--bogus", "k"), "No such option: --bogus"),
         (("nonsense",), "No such command 'nonsense'"),
         (("get", "--map-index", "x", *TASK, "k"), "Invalid value for '--map-index'"),
@@ -45,6 +45,8 @@ def test_1_get_did_not_find_the_key(cli):
     ],
 )
 def test_2_bad_usage_or_input(cli, args, text):
+    if args[0] == "clear":  # a scope with keys: one without has nothing to clear and asks nothing
+        assert cli("set", *TASK, "k", "1").exit_code == 0
     assert_one_line_error(cli(*args), 2, text)
 
 

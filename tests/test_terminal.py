@@ -92,6 +92,6 @@ def test_clean_shows_a_progress_bar_on_a_terminal_only(cli, db_url):
     status, screen = run_in_pty(["--conn", db_url, "clean", "--batch-size", "10"], None, env)
     assert status == 0, screen
     assert "deleting expired keys" in screen and "rows/s" in screen
-    assert "deleted 3000 expired task keys in 300 batches of up to 10" in screen
+    assert "deleted 3,000 expired task keys in 300 batches of up to 10" in screen
     piped = cli("clean", "--batch-size", "10")  # in-process: not a terminal
     assert "deleting expired keys" not in piped.stdout + piped.stderr

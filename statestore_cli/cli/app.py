@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from statestore_cli import __version__
-from statestore_cli.cli.failure import report, report_error
+from statestore_cli.cli.failure import FLAGS, report, report_error
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
@@ -23,8 +23,10 @@ from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
 from statestore_cli.entries import KeyFilter, Timeouts
 from statestore_cli.errors import (
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    InterruptedByUser,
     InvalidInputError,
     NotConfirmedError,
     Outcome,
@@ -76,16 +78,56 @@ class StateStoreGroup(TyperGroup):
             if _NoArgsIsHelp is not None and isinstance(exc, _NoArgsIsHelp):
                 sys.stdout.write(exc.format_message())  # rich help is printed already; plain help is here
                 sys.exit(0)
+            argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
+            placement = _placement_hint(self, exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
+            if placement:
+                _fail(f"{exc.format_message()}; {placement}", EXIT_USAGE)
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             _fail(f"{exc.format_message()}{hint}", EXIT_USAGE)
         except click_exceptions.ClickException as exc:
             _fail(exc.format_message(), exc.exit_code)
-        except typer.Abort:
+        except typer.Abort as exc:
+            if isinstance(exc.__cause__, KeyboardInterrupt):  # click has ended the ^C line already
+                _fail("interrupted", EXIT_INTERRUPTED)
             _fail("aborted", 1)
         code = _exit_code(result)
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def _placement_hint(root: Any, exc: Any, argv: list[str]) -> str | None:
+    """Where an option given on the wrong side of the command name goes, with the corrected command:
+    root options (``--conn``, ``--config``, ``--debug``) before it, the command's own after it."""
+    name = exc.option_name
+    words = [a for a in argv if not a.startswith("-")]
+    path: list[str] = []
+    command = root
+    for word in words:  # the command the user meant: `list`, or `db check`
+        sub = command.commands.get(word) if hasattr(command, "commands") else None
+        if sub is None:
+            if path:
+                break
+            continue
+        path.append(word)
+        command = sub
+    if not path:
+        return None
+    failed_in_root = exc.ctx is not None and exc.ctx.command is root
+    owner = command if failed_in_root else root
+    param = next((p for p in owner.params if name in (*p.opts, *p.secondary_opts)), None)
+    if param is None:
+        return None
+    given = [name]
+    at = next((i for i, a in enumerate(argv) if a == name or a.startswith(name + "=")), None)
+    if at is not None and "=" in argv[at]:
+        given = [argv[at]]
+    elif at is not None and not getattr(param, "is_flag", False) and at + 1 < len(argv):
+        given.append(argv[at + 1])
+    spelled = "/".join(param.opts)
+    if failed_in_root:
+        return f"{spelled} goes after the command: statestore {' '.join([*path, *given])}"
+    return f"{spelled} goes before the command: statestore {' '.join([*given, *path])}"
 
 
 def _exit_code(result: object) -> int:
@@ -111,20 +153,49 @@ def _fail(message: str, code: int) -> NoReturn:
 # Help is rich on a terminal and plain (click's layout) into a pipe or a file, as command output is:
 # typer's rich help layer loads rich.markdown, rich.syntax and pygments, a third of a `--help` run.
 _RICH_HELP = sys.stdout.isatty()
-_DATABASE = "\\[database]" if _RICH_HELP else "[database]"  # rich help reads [...] as markup
+
+
+def _section(name: str) -> str:
+    """A config section as help shows it: rich help reads [...] as markup."""
+    return f"\\[{name}]" if _RICH_HELP else f"[{name}]"
+
+
+def _examples(*lines: str) -> str:
+    """A help epilog of example command lines, each on its own line in plain and rich help."""
+    body = "Examples:\n" + "\n".join(f"  statestore {line}" for line in lines)
+    return body if _RICH_HELP else "\b\n" + body  # \b: click keeps the lines as they are
+
+
+_DATABASE = _section("database")
+_TASK = "--dag-id etl --run-id manual__1 --task-id submit"
 
 app = typer.Typer(
     cls=StateStoreGroup,
     name="statestore",
-    help="Manage Apache Airflow's task and asset state store: read, write and garbage-collect keys.",
+    help="Read, write and garbage-collect Airflow's task and asset state store.\n\n"
+    "Root options (--config, --conn, --debug) go before the command; the command's own options after it.",
+    epilog=_examples(
+        "db check",
+        f"get {_TASK} job_id",
+        "clean --dry-run",
+        "--config /opt/airflow/airflow.cfg clean --batch-size 10000",
+    ),
     no_args_is_help=True,
     add_completion=True,  # --install-completion, --show-completion and _STATESTORE_COMPLETE
     rich_markup_mode="rich" if _RICH_HELP else None,
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-db_app = typer.Typer(help="Create and check the state store schema.", no_args_is_help=True)
-config_app = typer.Typer(help="Show the effective configuration.", no_args_is_help=True)
+db_app = typer.Typer(
+    help="Create and check the state store schema.",
+    epilog=_examples("db init", "db check", "--conn postgresql+psycopg://airflow@db/airflow db check -o json"),
+    no_args_is_help=True,
+)
+config_app = typer.Typer(
+    help="Show the effective configuration.",
+    epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"),
+    no_args_is_help=True,
+)
 app.add_typer(db_app, name="db")
 app.add_typer(config_app, name="config")
 
@@ -145,7 +216,12 @@ class CliState:
 
 OutputOpt = Annotated[
     OutputMode,
-    typer.Option("--output", "-o", help="auto (tables on a terminal, plain lines otherwise), table, plain or json."),
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="MODE",
+        help="auto, table, plain or json; auto gives tables on a terminal, plain lines otherwise.",
+    ),
 ]
 
 
@@ -170,12 +246,16 @@ def main(
     config: Annotated[
         Optional[Path],
         typer.Option(
-            "--config", help="airflow.cfg-style file (default: $AIRFLOW_CONFIG, else $AIRFLOW_HOME/airflow.cfg)."
+            "--config",
+            metavar="PATH",
+            help="airflow.cfg-style file (default: $AIRFLOW_CONFIG, else $AIRFLOW_HOME/airflow.cfg).",
         ),
     ] = None,
     conn: Annotated[
         Optional[str],
-        typer.Option("--conn", help=f"SQLAlchemy URL of the database; overrides {_DATABASE} sql_alchemy_conn."),
+        typer.Option(
+            "--conn", metavar="URL", help=f"SQLAlchemy URL of the database; overrides {_DATABASE} sql_alchemy_conn."
+        ),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show the Python traceback of an error.")] = False,
     version: Annotated[
@@ -186,18 +266,22 @@ def main(
 
 
 # -- db ---------------------------------------------------------------------------------------------
-@db_app.command("init")
+@db_app.command("init", epilog=_examples("db init", "--conn postgresql+psycopg://airflow@db/airflow db init"))
 def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
-    """Create the state store schema on the configured database (idempotent)."""
+    """Create the state store schema (idempotent).
+
+    Refuses to touch an Airflow database older than 3.3."""
     from statestore_cli import commands  # here, not at the top: `--help` need not load SQLAlchemy
 
     out = _output(output)
     out.db_report(commands.db_init(_settings(ctx)), created=True)
 
 
-@db_app.command("check")
+@db_app.command("check", epilog=_examples("db check", "db check -o json"))
 def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
-    """Connect and report engine, schema state and mode; exit 0 only when the store is usable."""
+    """Report engine, schema state and mode.
+
+    Exits 0 only when the store is usable, else 3 with the reason."""
     from statestore_cli import commands
 
     out = _output(output)
@@ -209,15 +293,17 @@ def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
 
 
 # -- keys -------------------------------------------------------------------------------------------
-@app.command("get")
+@app.command("get", epilog=_examples(f"get {_TASK} job_id", "get --asset-name orders watermark -o json"))
 @with_scope_options
 def get(
     ctx: typer.Context,
-    key: Annotated[str, typer.Argument(help="The key.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
     scope_args: KeyFilter,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
-    """Print a key's value as JSON; a missing key exits 1."""
+    """Print a key's value as JSON.
+
+    A missing key exits 1."""
     from statestore_cli import commands
 
     out = _output(output)
@@ -225,16 +311,27 @@ def get(
     out.value(entry)
 
 
-@app.command("set")
+@app.command(
+    "set",
+    epilog=_examples(
+        f'set {_TASK} job_id \'{{"id": "j-123"}}\' --retention 6h',
+        "set --asset-name orders watermark 2026-11-30 --string",
+    ),
+)
 @with_scope_options
 def set_(
     ctx: typer.Context,
-    key: Annotated[str, typer.Argument(help="The key.")],
-    value: Annotated[str, typer.Argument(help="A JSON value, or - to read it from stdin.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="A JSON value, or - to read it from stdin.")],
     scope_args: KeyFilter,
     retention: Annotated[
         Optional[str],
-        typer.Option("--retention", help="never, or a duration: 90s, 15m, 6h, 7d, 1d12h, P7D (task keys only)."),
+        typer.Option(
+            "--retention",
+            metavar="DURATION",
+            help="never, or a duration: 90s, 15m, 6h, 7d, 1d12h, P7D (task keys only). "
+            f"Default: {_section('state_store')} default_retention_days (30 unless configured).",
+        ),
     ] = None,
     string: Annotated[
         bool, typer.Option("--string", help="Store VALUE as a JSON string instead of parsing it.")
@@ -251,10 +348,14 @@ def set_(
     Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
 
 
-@app.command("delete")
+@app.command("delete", epilog=_examples(f"delete {_TASK} job_id"))
 @with_scope_options
-def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.")], scope_args: KeyFilter) -> None:
-    """Delete one key; a key that is not there is not an error."""
+def delete(
+    ctx: typer.Context, key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")], scope_args: KeyFilter
+) -> None:
+    """Delete one key.
+
+    A key that is not there is not an error."""
     from statestore_cli import commands
 
     scope = scope_of(scope_args)
@@ -263,7 +364,10 @@ def delete(ctx: typer.Context, key: Annotated[str, typer.Argument(help="The key.
     Output.choose().line(f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}")
 
 
-@app.command("clear")
+@app.command(
+    "clear",
+    epilog=_examples(f"clear {_TASK}", "clear --dag-id etl --run-id manual__1 --task-id load --all-map-indices --yes"),
+)
 @with_scope_options
 def clear(
     ctx: typer.Context,
@@ -273,25 +377,55 @@ def clear(
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete every key of a scope; asks first on a terminal, needs --yes otherwise."""
+    """Delete every key of a scope.
+
+    Counts the keys first: with none it says so and exits 0.
+    Then it asks on a terminal; anywhere else it needs --yes.
+    Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130."""
     from statestore_cli import commands
+    from statestore_cli.scopes import describe_keys_of
 
     scope = scope_of(scope_args)
     settings = _settings(ctx)
-    where = safe_text(scope.describe()) + (" (all map indices)" if all_map_indices else "")
+    where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
+    count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
+    if count == 0:
+        Output.choose().line(f"nothing to clear: no keys for {where}")
+        return
     if not yes:
         if not sys.stdin.isatty():
             raise InvalidInputError("clear deletes keys and stdin is not a terminal to confirm on; pass --yes")
-        count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)
-        what = "all keys" if count is None else f"{count} key{'s' if count != 1 else ''}"
-        if not typer.confirm(f"Delete {what} of {where}?", default=False):
+        what = "all keys" if count is None else _keys(count)
+        if not _confirm(f"Delete {what} of {where}? [y/N] "):
             raise NotConfirmedError("nothing deleted (not confirmed)")
     removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
-    what = "keys" if removed is None else f"{removed} key{'s' if removed != 1 else ''}"
-    Output.choose().line(f"deleted {what} of {where}")
+    Output.choose().line(f"deleted {'keys' if removed is None else _keys(removed)} of {where}")
 
 
-@app.command("list")
+def _keys(count: int) -> str:
+    return f"{count:,} key{'s' if count != 1 else ''}"
+
+
+def _confirm(question: str) -> bool:
+    """Ask ``question`` on the terminal (stderr, so stdout keeps only results): only y or yes confirms.
+    Ctrl-C and end of input (Ctrl-D) end the command with their own error, on a line of their own."""
+    sys.stdout.flush()
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")  # the terminal shows ^C after the question: the error goes below it
+        raise InterruptedByUser("interrupted at the question; nothing deleted") from None
+    if not answer:  # end of input: no line was typed, so the cursor is still after the question
+        sys.stderr.write("\n")
+        raise NotConfirmedError("no answer (end of input); nothing deleted")
+    return answer.strip().lower() in ("y", "yes")
+
+
+@app.command(
+    "list", epilog=_examples("list --dag-id etl", "list --store asset -o json", "list --limit 50 --offset 100")
+)
 @with_scope_options
 def list_(
     ctx: typer.Context,
@@ -306,7 +440,9 @@ def list_(
     ] = 0,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
-    """List keys with their scope, updated_at and expires_at, ordered by scope and key; scope options filter."""
+    """List keys with their scope, updated_at and expires_at.
+
+    Ordered by scope and key; any scope option filters."""
     from statestore_cli import commands
 
     out = _output(output)
@@ -316,7 +452,7 @@ def list_(
     out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset))
 
 
-@app.command("stats")
+@app.command("stats", epilog=_examples("stats", "stats --dag-id etl -o json"))
 @with_scope_options
 def stats(
     ctx: typer.Context,
@@ -325,7 +461,9 @@ def stats(
     store: Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")] = None,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
-    """Count keys per store, by expiry, per dag and per asset; on a terminal, chart when task keys expire."""
+    """Count keys per store, by expiry, per dag and per asset.
+
+    On a terminal it also charts when task keys expire."""
     from statestore_cli import commands
 
     out = _output(output)
@@ -335,7 +473,10 @@ def stats(
 
 
 # -- clean ------------------------------------------------------------------------------------------
-@app.command("clean")
+@app.command(
+    "clean",
+    epilog=_examples("clean --dry-run", "clean --batch-size 10000 --max-runtime 2h --exclusive", "clean -o json"),
+)
 def clean(
     ctx: typer.Context,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")] = False,
@@ -344,32 +485,48 @@ def clean(
         typer.Option(
             "--batch-size",
             min=0,
-            max=2_147_483_647,
-            help="Rows per committed batch; 0 = one statement (default: state_cleanup_batch_size).",
+            metavar="N",
+            help="Rows per committed batch; 0 = one statement. "
+            f"Default: {_section('state_store')} state_cleanup_batch_size (0 unless configured).",
         ),
     ] = None,
     show_all: Annotated[
         bool, typer.Option("--all", help="With --dry-run on a terminal: list every row, not the first 100.")
     ] = False,
     lock_timeout: Annotated[
-        str, typer.Option("--lock-timeout", help="Give up when a lock is not granted within this time (e.g. 30s, 2m).")
+        str,
+        typer.Option(
+            "--lock-timeout", metavar="DURATION", help="Give up when a lock is not granted within this time (30s, 2m)."
+        ),
     ] = "30s",
     statement_timeout: Annotated[
-        Optional[str], typer.Option("--statement-timeout", help="Cancel one statement after this long (default: none).")
+        Optional[str],
+        typer.Option(
+            "--statement-timeout", metavar="DURATION", help="Cancel one statement after this long (default: none)."
+        ),
     ] = None,
     max_runtime: Annotated[
         Optional[str],
-        typer.Option("--max-runtime", help="Start no new batch after this long (e.g. 10m); exit 4 if not done."),
+        typer.Option(
+            "--max-runtime",
+            metavar="DURATION",
+            help="Start no new batch after this long (e.g. 10m); exit 4 if not done.",
+        ),
     ] = None,
     exclusive: Annotated[
         bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
     ] = False,
     output: OutputOpt = OutputMode.auto,
 ) -> Optional[Outcome]:
-    """Delete expired task keys (expires_at before now); asset keys and keys that never expire stay."""
+    """Delete expired task keys.
+
+    Deletes task keys whose expires_at is before now; asset keys and keys that never expire stay.
+    Ctrl-C stops after the current batch (exit 130)."""
     from statestore_cli import commands
     from statestore_cli.cleanup import CleanControl
 
+    if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
+        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     out = _output(output)
     settings = _settings(ctx)
     if dry_run:
@@ -397,17 +554,23 @@ def clean(
     return result  # a clean stopped early exits with its reason's code
 
 
+_MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LIMIT
+
+
 def _seconds(text: str, option: str) -> float:
     return parse_duration(text, option).total_seconds()
 
 
 # -- config -----------------------------------------------------------------------------------------
-@config_app.command("show")
+@config_app.command("show", epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"))
 def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
-    """Show every effective setting and where it came from (secrets masked)."""
+    """Show every effective setting and where it came from.
+
+    Secrets are masked."""
     from statestore_cli import commands
 
     out = _output(output)
     settings = _settings(ctx)
     config_file = str(settings.config_file) if settings.config_file else None
-    out.config(commands.config_rows(settings), config_file, str(settings.airflow_home))
+    searched = settings.config_search.worded(FLAGS) if settings.config_search else None
+    out.config(commands.config_rows(settings), config_file, str(settings.airflow_home), searched)

@@ -31,7 +31,7 @@ SUMMARY = (
 
 
 def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
 @dataclass
@@ -54,14 +54,22 @@ class DryRunView:
         self.table: TableStream | None = None  # the current dag run's
         self.previous: ExpiredRow | None = None
 
+    @property
+    def read(self) -> int:
+        """Expired rows read so far (listed or only counted)."""
+        return sum(d.keys for d in self.dags)
+
     def render(self, plan) -> int:  # type: ignore[no-untyped-def]
+        count = 0
         for count, row in enumerate(plan.rows, 1):
             self._add(row)
             if self.on_progress and count % 1000 == 0:
                 self.on_progress(count)
+        if self.on_progress:
+            self.on_progress(count)  # the bar ends at the final count, not at the last thousand
         self._end_group()
         self._close_table()
-        total = sum(d.keys for d in self.dags)
+        total = self.read
         if self.dags:
             self._print_summary()
         hidden = total - self.listed
@@ -110,7 +118,7 @@ class DryRunView:
         if self.table is None:
             heading = (f"dag_id {safe_text(first.dag_id)}", f"run_id {safe_text(first.run_id)}")
             self.table = TableStream(self.out, heading, SCOPE, BODY, outer=1)
-        task_id, map_index, keys = safe_text(first.task_id), str(first.map_index), str(self.group_size)
+        task_id, map_index, keys = safe_text(first.task_id), str(first.map_index), f"{self.group_size:,}"
         parts = (f"task_id {task_id}", f"map_index {map_index}", _plural(self.group_size, "key"))
         self.table.group((task_id, map_index, keys), parts)
         for row in self.group:
@@ -118,11 +126,16 @@ class DryRunView:
         self.group = []
         self.group_size = 0
 
+    def stop(self) -> None:
+        """End the table being drawn (a dry run interrupted midway): no half-drawn box is left open."""
+        self._close_table()
+        self.out.flush()
+
     def _close_table(self) -> None:
         if self.table is not None:
             self.table.close()
         self.table = None
 
     def _print_summary(self) -> None:
-        rows = [(safe_text(d.dag_id), str(d.runs), str(d.instances), str(d.keys)) for d in self.dags]
+        rows = [(safe_text(d.dag_id), f"{d.runs:,}", f"{d.instances:,}", f"{d.keys:,}") for d in self.dags]
         draw(self.out, "expired keys per dag", SUMMARY, rows)

@@ -33,6 +33,7 @@ _QUERY = (
     "SELECT value, updated_at, expires_at FROM task_state_store "
     "WHERE dag_id = ? AND run_id = ? AND task_id = ? AND map_index = ? AND key = ?"
 )
+_RUN_QUERY = "SELECT 1 FROM dag_run WHERE dag_id = ? AND run_id = ? LIMIT 1"
 
 
 def _options(args: Sequence[str], names: Sequence[str]) -> tuple[dict[str, str], list[str]] | None:
@@ -107,8 +108,9 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     # closing(): a connection's own `with` block ends a transaction but leaves the connection open.
     with closing(sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=30)) as conn:
         row = conn.execute(_QUERY, (scope.dag_id, scope.run_id, scope.task_id, scope.map_index, key)).fetchone()
+        run_exists = row is not None or conn.execute(_RUN_QUERY, (scope.dag_id, scope.run_id)).fetchone() is not None
     if row is None:
-        return report_error(missing_key(scope, key))
+        return report_error(missing_key(scope, key, run_exists=run_exists))
     value, updated_at, expires_at = row
     entry = Entry(
         "task",

@@ -22,7 +22,7 @@ from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.modes import resolve
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
 from statestore_cli.entries import Entry
-from statestore_cli.errors import StopReason
+from statestore_cli.errors import InterruptedByUser, StopReason
 from statestore_cli.timestamps import human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
@@ -112,7 +112,7 @@ class Output:
         from statestore_cli.cli.list_view import ListView
 
         count = ListView(self.console).render(entries)
-        self.line(f"{count} key{'s' if count != 1 else ''}")
+        self.line(f"{count:,} key{'s' if count != 1 else ''}")
         return count
 
     def _stream_json_array(self, documents: Iterator[dict[str, Any]]) -> int:
@@ -131,24 +131,44 @@ class Output:
 
     # -- clean --------------------------------------------------------------------------------------
     def clean_plan(self, plan: CleanPlan, *, limit: int | None, total: int | None = None) -> int:
-        if self.json:
-            return self._clean_plan_json(plan)
-        if self.mode == "plain":
-            count = 0
-            for row in plan.rows:
-                count += 1
-                self.plain_row(row.dag_id, row.run_id, row.task_id, row.map_index, row.key, human_iso(row.expires_at))
-            self.line(
-                f"dry run: {count} expired task key{'s' if count != 1 else ''} would be deleted "
-                f"(expired before {human(plan.cutoff)})"
-            )
-            return count
-        from statestore_cli.cli.dry_run import DryRunView
+        """Show what a clean would delete; Ctrl-C midway ends it with ``InterruptedByUser`` saying how
+        many rows were read and that nothing was deleted (a dry run never deletes)."""
+        read = [0]  # rows read so far, for that message
+        try:
+            if self.json:
+                return self._clean_plan_json(plan, read)
+            if self.mode == "plain":
+                for row in plan.rows:
+                    read[0] += 1
+                    self.plain_row(
+                        row.dag_id, row.run_id, row.task_id, row.map_index, row.key, human_iso(row.expires_at)
+                    )
+                count = read[0]
+                self.line(
+                    f"dry run: {count:,} expired task key{'s' if count != 1 else ''} would be deleted "
+                    f"(expired before {human(plan.cutoff)})"
+                )
+                return count
+            from statestore_cli.cli.dry_run import DryRunView
 
-        with self.progress("reading expired keys", total) as advance:
-            return DryRunView(self.console, limit, advance).render(plan)
+            view = DryRunView(self.console, limit)
+            try:
+                with self.progress("reading expired keys", total) as advance:
+                    view.on_progress = advance
+                    return view.render(plan)
+            except KeyboardInterrupt:
+                view.stop()
+                read[0] = view.read
+                raise
+        except KeyboardInterrupt:
+            sys.stdout.flush()
+            count = read[0]
+            raise InterruptedByUser(
+                f"dry run interrupted after listing {count:,} expired task key{'s' if count != 1 else ''}; "
+                "nothing was deleted"
+            ) from None
 
-    def _clean_plan_json(self, plan: CleanPlan) -> int:
+    def _clean_plan_json(self, plan: CleanPlan, read: list[int]) -> int:
         # Streamed: rows first, the count last, so memory stays flat however many rows there are.
         write = sys.stdout.write
         write('{"dry_run": true, "cutoff": ' + safe_json(iso(plan.cutoff)) + ', "rows": [')
@@ -157,6 +177,7 @@ class Output:
         for row in plan.rows:
             lines.append(_expired_row_json(row))
             count += 1
+            read[0] = count
             if len(lines) == 1000:
                 write(("," if count > 1000 else "") + "\n  " + ",\n  ".join(lines))
                 lines.clear()
@@ -190,12 +211,12 @@ class Output:
             )
             return
         batches = (
-            f"in {report.batches} batch{'es' if report.batches != 1 else ''} of up to {report.batch_size}"
+            f"in {report.batches:,} batch{'es' if report.batches != 1 else ''} of up to {report.batch_size:,}"
             if report.batch_size
             else "in one statement"
         )
         self.line(
-            f"deleted {report.deleted} expired task key{'s' if report.deleted != 1 else ''} {batches} "
+            f"deleted {report.deleted:,} expired task key{'s' if report.deleted != 1 else ''} {batches} "
             f"(expired before {human(report.cutoff)}) in {report.elapsed:.1f}s, {report.rows_per_second:,.0f} rows/s"
         )
         if report.stopped:
@@ -224,6 +245,7 @@ class Output:
     # -- db and config ------------------------------------------------------------------------------
     def db_report(self, report: DbReport, *, created: bool = False) -> None:
         schema = report.schema
+        problem = report.problem()  # the reason the store is not usable, in the report itself too
         doc = {
             "ok": report.usable,
             "database": report.database,
@@ -233,21 +255,32 @@ class Output:
             "tables_present": list(schema.present),
             "tables_missing": list(schema.missing),
             "backend": report.backend,
-            "error": report.error,
+            "error": None if problem is None else str(problem),
         }
         if created:
             doc["tables_created"] = list(report.created)
         if self.json:
             self.write_json(doc)
             return
+        if self.mode == "plain":
+            for name, value in doc.items():
+                shown = ", ".join(value) if isinstance(value, list) else value
+                self.plain_row(name, "-" if shown in (None, "") else shown)
+            return
+        from rich.table import Table
+
+        # Names never wrap; values (URLs, table lists, the reason) wrap at spaces, long words fold.
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
         for name, value in doc.items():
             shown = ", ".join(value) if isinstance(value, list) else value
-            if self.mode == "plain":
-                self.plain_row(name, "-" if shown in (None, "") else shown)
-            else:
-                self.console.print(_cell(f"{name:<17}") + _cell("-" if shown in (None, "") else shown))
+            grid.add_row(_cell(name), _cell("-" if shown in (None, "") else shown))
+        self.console.print(grid)
 
-    def config(self, rows: list[ConfigRow], config_file: str | None, airflow_home: str) -> None:
+    def config(
+        self, rows: list[ConfigRow], config_file: str | None, airflow_home: str, searched: str | None = None
+    ) -> None:
         if self.json:
             options: dict[str, dict[str, Any]] = {}
             for row in rows:
@@ -260,11 +293,19 @@ class Output:
             return
         from rich.table import Table
 
-        table = Table(title=_cell(f"config file: {config_file or 'none found'}"), title_justify="left")
-        for column in ("section", "option", "value", "source"):
-            table.add_column(column, overflow="fold")
+        found = config_file or "none found" + (f" (tried: {searched})" if searched else "")
+        self.console.print(_cell(f"config file: {found}"))
+        table = Table()
+        # Section and option names are never broken; values and sources (paths, URLs) fold.
+        table.add_column("section", no_wrap=True)
+        table.add_column("option", no_wrap=True)
+        table.add_column("value", overflow="fold")
+        # Sources (an environment variable's long name) take a third at most of what the names leave.
+        table.add_column("source", overflow="fold", max_width=max(12, (self.console.width - 45) // 3))
         for row in rows:
-            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(_source(row)))
+            # The file is named above the table: its rows say "config file", not the path again.
+            source = "config file" if config_file and row.source == config_file else _source(row)
+            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(source))
         self.console.print(table)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from statestore_cli.errors import PARAMETER, ConfigError
+from statestore_cli.errors import PARAMETER, ConfigError, Note
 
 if TYPE_CHECKING:
     import configparser
@@ -151,6 +151,21 @@ def find_config_file(config_path: str | os.PathLike[str] | None, environ: Mappin
     return path if path.is_file() else None
 
 
+def describe_search(config_path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Note:
+    """Which files the lookup tried, in order, as a person reads it (said when none was found);
+    ``PARAMETER`` in it stands for ``config_path``."""
+    if config_path is not None:
+        return Note(f"{Path(config_path).expanduser()} ({PARAMETER})", parameter="config_path")
+    tried = [f"no {PARAMETER}"]
+    if environ.get("AIRFLOW_CONFIG"):
+        tried.append(f"$AIRFLOW_CONFIG {Path(environ['AIRFLOW_CONFIG']).expanduser()} does not exist")
+    else:
+        where = "$AIRFLOW_HOME" if environ.get("AIRFLOW_HOME") else "$AIRFLOW_HOME unset, so ~/airflow"
+        tried.append("$AIRFLOW_CONFIG not set")
+        tried.append(f"{airflow_home(environ) / 'airflow.cfg'} ({where}/airflow.cfg) does not exist")
+    return Note("; ".join(tried), parameter="config_path")
+
+
 def _read_ini(path: Path) -> configparser.RawConfigParser:
     import configparser  # only when there is a file to read: a cron job with AIRFLOW__ variables has none
 
@@ -186,10 +201,17 @@ def _read_ini(path: Path) -> configparser.RawConfigParser:
 class Settings:
     """The effective configuration, with the source of every value."""
 
-    def __init__(self, settings: dict[tuple[str, str], Setting], config_file: Path | None, home: Path) -> None:
+    def __init__(
+        self,
+        settings: dict[tuple[str, str], Setting],
+        config_file: Path | None,
+        home: Path,
+        searched: Note | None = None,
+    ) -> None:
         self._settings = settings
         self.config_file = config_file
         self.airflow_home = home
+        self.config_search = searched  # where the INI file was looked for (``describe_search``)
 
     def setting(self, section: str, option: str) -> Setting:
         return self._settings[(section, option)]
@@ -265,7 +287,7 @@ def load_settings(
             resolved[(spec.section, spec.option)] = Setting(spec, default, "default")
             continue
         resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, raw, source), source)
-    return Settings(resolved, config_file, home)
+    return Settings(resolved, config_file, home, describe_search(config_path, env))
 
 
 def describe_source(setting: Setting) -> str:
