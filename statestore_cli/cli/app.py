@@ -214,6 +214,9 @@ class CliState:
         return self._settings
 
 
+# The filters `list` and `stats` take beside the scope options.
+KeyOpt = Annotated[Optional[str], typer.Option("--key", help="Only this key.")]
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")]
 OutputOpt = Annotated[
     OutputMode,
     typer.Option(
@@ -430,8 +433,8 @@ def _confirm(question: str) -> bool:
 def list_(
     ctx: typer.Context,
     scope_args: KeyFilter,
-    key: Annotated[Optional[str], typer.Option("--key", help="Only this key.")] = None,
-    store: Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")] = None,
+    key: KeyOpt = None,
+    store: StoreOpt = None,
     limit: Annotated[
         Optional[int], typer.Option("--limit", min=0, help="Show at most N keys (after --offset).", metavar="N")
     ] = None,
@@ -446,8 +449,6 @@ def list_(
     from statestore_cli import commands
 
     out = _output(output)
-    if store not in (None, "task", "asset"):
-        raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
     filt = as_filter(scope_args, store, key)
     out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset))
 
@@ -457,8 +458,8 @@ def list_(
 def stats(
     ctx: typer.Context,
     scope_args: KeyFilter,
-    key: Annotated[Optional[str], typer.Option("--key", help="Only this key.")] = None,
-    store: Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")] = None,
+    key: KeyOpt = None,
+    store: StoreOpt = None,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """Count keys per store, by expiry, per dag and per asset.
@@ -467,9 +468,8 @@ def stats(
     from statestore_cli import commands
 
     out = _output(output)
-    if store not in (None, "task", "asset"):
-        raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
-    out.stats(commands.stats(_settings(ctx), as_filter(scope_args, store, key)))
+    filt = as_filter(scope_args, store, key)
+    out.stats(commands.stats(_settings(ctx), filt))
 
 
 # -- clean ------------------------------------------------------------------------------------------

@@ -57,7 +57,9 @@ def scope_of(given: KeyFilter) -> StoreScope:
 
 
 def as_filter(given: KeyFilter, store: str | None, key: str | None) -> KeyFilter:
-    """Any subset of the scope options, as a filter for ``list``."""
+    """Any subset of the scope options, with ``--store`` and ``--key``, as a filter for ``list`` and ``stats``."""
+    if store not in (None, "task", "asset"):
+        raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
     if given.has_task_fields and given.has_asset_fields:
         raise InvalidInputError("filter by task options or by asset options, not both")
     return given._replace(store=store, key=key)
