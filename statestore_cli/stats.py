@@ -198,11 +198,9 @@ def _task_stats(conn: Any, filt: KeyFilter, now: datetime, limit: int, top: int,
         dags += 1
         rows += count
         value_bytes += nbytes
-        first, last = _as_utc(first), _as_utc(last)
         for i, n in enumerate(rest[: len(buckets)]):
             expiry[i] += int(n)
-        oldest = first if oldest is None or first < oldest else oldest
-        newest = last if newest is None or last > newest else newest
+        oldest, newest = _widen(oldest, newest, first, last)
         if over:
             over_limit += int(rest[-1])
         figures = DagFigures(dag_id, count, nbytes)
@@ -299,10 +297,7 @@ def _asset_stats(conn: Any, filt: KeyFilter, limit: int, top: int, vlen: Any) ->
             inactive_rows += count
         if over:
             over_limit += int(row.over)
-        # min()/max() of the subquery lose the column type on some engines: read them as the column does.
-        first, last = _as_utc(row.oldest), _as_utc(row.newest)
-        oldest = first if oldest is None or first < oldest else oldest
-        newest = last if newest is None or last > newest else newest
+        oldest, newest = _widen(oldest, newest, row.oldest, row.newest)
         figures = AssetFigures(int(row.asset_id), row.name, row.uri, count, nbytes, active)
         _keep_top(ranked, top, (count, _Reversed(f"{row.name}\x00{row.uri}"), figures))
     return AssetStats(
@@ -316,6 +311,13 @@ def _asset_stats(conn: Any, filt: KeyFilter, limit: int, top: int, vlen: Any) ->
         over_limit=over_limit if over else None,
         top_assets=_ranked(ranked),
     )
+
+
+def _widen(oldest: datetime | None, newest: datetime | None, first: Any, last: Any) -> tuple[datetime, datetime]:
+    """The ``updated_at`` range so far, grown to cover one group's ``min()``/``max()``. Those lose the
+    column type on some engines, so they are read as the column does (``_as_utc``)."""
+    first, last = _as_utc(first), _as_utc(last)
+    return (first if oldest is None or first < oldest else oldest, last if newest is None or last > newest else newest)
 
 
 def _as_utc(value: Any) -> datetime:
