@@ -14,10 +14,11 @@ Running the CLI:
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,6 +83,28 @@ def run_statestore_process(
         check=False,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr, None)
+
+
+def read_terminal(primary: int, proc: subprocess.Popen, on_output: Callable[[bytes], None] | None = None) -> bytes:
+    """Everything ``proc`` writes to the pseudo-terminal whose other side is ``primary``, until it closes
+    it; ``on_output`` sees what was read so far after each read (to answer a prompt). Closes ``primary``."""
+    seen = b""
+    while True:
+        ready, _, _ = select.select([primary], [], [], 20)
+        if not ready:
+            proc.kill()
+            pytest.fail(f"no output on the terminal; so far {seen!r}")
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if on_output is not None:
+            on_output(seen)
+    os.close(primary)
+    return seen
 
 
 # -- database servers and stores -----------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
+from helpers import read_terminal
 
 from statestore_cli.cli import fast_get
 from statestore_cli.cli.app import app
@@ -111,20 +111,7 @@ def run_on_terminal(argv: list[str], cwd: Path, fast: bool) -> tuple[int, bytes,
         cwd=cwd,
     )
     os.close(secondary)
-    seen = b""
-    while True:
-        ready, _, _ = select.select([primary], [], [], 20)
-        if not ready:
-            proc.kill()
-            pytest.fail(f"no output on the terminal; so far {seen!r}")
-        try:
-            chunk = os.read(primary, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    os.close(primary)
+    seen = read_terminal(primary, proc)
     stderr = proc.stderr.read().decode() if proc.stderr else ""
     return proc.wait(timeout=20), seen, stderr
 

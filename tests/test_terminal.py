@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import pty
-import select
 import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import statestore_argv
+from helpers import read_terminal, statestore_argv
 
 TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 
@@ -27,24 +26,15 @@ def run_in_pty(args: list[str], answer: str | None, env: dict[str, str]) -> tupl
         close_fds=True,
     )
     os.close(secondary)
-    seen = b""
     answered = answer is None
-    while True:
-        ready, _, _ = select.select([primary], [], [], 20)
-        if not ready:
-            proc.kill()
-            pytest.fail(f"no output from the terminal session; so far: {seen!r}")
-        try:
-            chunk = os.read(primary, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
+
+    def answer_the_prompt(seen: bytes) -> None:
+        nonlocal answered
         if not answered and b"[y/N]" in seen:
-            os.write(primary, answer.encode() + b"\n")
+            os.write(primary, f"{answer}\n".encode())
             answered = True
-    os.close(primary)
+
+    seen = read_terminal(primary, proc, answer_the_prompt)
     return proc.wait(timeout=20), seen.decode(errors="replace")
 
 
