@@ -16,7 +16,7 @@ from statestore_cli import __version__
 from statestore_cli.cli.failure import FLAGS, report, report_error
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.safe_text import safe_text, warning_line
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
 from statestore_cli.cli.stopping import StopOnSignal
 from statestore_cli.cli.values import read_value
@@ -191,12 +191,18 @@ db_app = typer.Typer(
     epilog=_examples("db init", "db check", "--conn postgresql+psycopg://airflow@db/airflow db check -o json"),
     no_args_is_help=True,
 )
+backend_app = typer.Typer(
+    help="Check custom backends.",
+    epilog=_examples("backend check", "backend check -o json"),
+    no_args_is_help=True,
+)
 config_app = typer.Typer(
     help="Show the effective configuration.",
     epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"),
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
+app.add_typer(backend_app, name="backend")
 app.add_typer(config_app, name="config")
 
 
@@ -296,21 +302,43 @@ def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
 
 
 # -- keys -------------------------------------------------------------------------------------------
-@app.command("get", epilog=_examples(f"get {_TASK} job_id", "get --asset-name orders watermark -o json"))
+@app.command(
+    "get",
+    epilog=_examples(f"get {_TASK} job_id", "get --asset-name orders watermark -o json", f"get {_TASK} job_id --raw"),
+)
 @with_scope_options
 def get(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
     scope_args: KeyFilter,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="Print what the database holds (a worker-side reference as it is stored), "
+            "without calling the worker-side backend.",
+        ),
+    ] = False,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """Print a key's value as JSON.
 
-    A missing key exits 1."""
+    A missing key exits 1. A value that does not match [workers] state_store_backend (a plain value
+    where it is set, a reference where it is not) is printed as stored, with a warning on stderr."""
+    import warnings
+
     from statestore_cli import commands
+    from statestore_cli.accessors import StateReferenceWarning
 
     out = _output(output)
-    entry = commands.get_entry(_settings(ctx), scope_of(scope_args), key)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StateReferenceWarning)
+        entry = commands.get_entry(_settings(ctx), scope_of(scope_args), key, raw=raw)
+    for warning in caught:
+        if issubclass(warning.category, StateReferenceWarning):
+            sys.stderr.write(warning_line(str(warning.message)))
+        else:  # not ours to word: shown as Python would have
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     out.value(entry)
 
 
@@ -516,12 +544,21 @@ def clean(
     exclusive: Annotated[
         bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
     ] = False,
+    fail_on_skip: Annotated[
+        bool, typer.Option("--fail-on-skip", help="With a custom [state_store] backend, exit 5 instead of 0.")
+    ] = False,
+    backend_cleanup: Annotated[
+        bool,
+        typer.Option("--backend-cleanup", help="Run the custom [state_store] backend's cleanup() and report it."),
+    ] = False,
     output: OutputOpt = OutputMode.auto,
 ) -> Optional[Outcome]:
     """Delete expired task keys.
 
     Deletes task keys whose expires_at is before now; asset keys and keys that never expire stay.
-    Ctrl-C stops after the current batch (exit 130)."""
+    Ctrl-C stops after the current batch (exit 130). With a custom [state_store] backend it deletes
+    nothing and says so (exit 0, or 5 with --fail-on-skip); --backend-cleanup runs the backend's own
+    cleanup() instead."""
     from statestore_cli import commands
     from statestore_cli.cleanup import CleanControl
 
@@ -529,11 +566,14 @@ def clean(
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     out = _output(output)
     settings = _settings(ctx)
+    if backend_cleanup:
+        _backend_cleanup(out, settings, dry_run)
+        return None
     if dry_run:
         plan = commands.plan_clean(settings)
         if plan.skipped_reason:
             out.clean_skipped(plan.skipped_reason, dry_run=True)
-            return None
+            return commands.CleanSkipped(plan.skipped_reason, fail_on_skip)
         total = commands.count_expired_keys(settings, plan.cutoff) if out.shows_progress else None
         out.clean_plan(plan, limit=None if show_all else 100, total=total)
         return None
@@ -549,9 +589,17 @@ def clean(
         result = commands.clean(settings, batch_size, now=cutoff, control=control)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
-        return None
+        return commands.CleanSkipped(result, fail_on_skip)
     out.clean_report(result)
     return result  # a clean stopped early exits with its reason's code
+
+
+def _backend_cleanup(out: Output, settings: Settings, dry_run: bool) -> None:
+    from statestore_cli import commands
+
+    if dry_run:
+        raise InvalidInputError("--backend-cleanup runs the backend's cleanup(), which has no dry run; drop --dry-run")
+    out.backend_cleanup(commands.backend_cleanup(settings))
 
 
 _MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LIMIT
@@ -559,6 +607,62 @@ _MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LI
 
 def _seconds(text: str, option: str) -> float:
     return parse_duration(text, option).total_seconds()
+
+
+# -- backends ---------------------------------------------------------------------------------------
+@app.command(
+    "orphans",
+    epilog=_examples("orphans", "orphans --older-than 7d -o json", "orphans --delete --older-than 7d"),
+)
+def orphans(
+    ctx: typer.Context,
+    delete: Annotated[
+        bool, typer.Option("--delete", help="Delete the orphans at least --older-than old (needs --older-than).")
+    ] = False,
+    older_than: Annotated[
+        Optional[str],
+        typer.Option("--older-than", metavar="DURATION", help="Only orphans at least this old (7d, 12h)."),
+    ] = None,
+    grace: Annotated[
+        str,
+        typer.Option(
+            "--grace", metavar="DURATION", help="Younger objects may be writes in flight: never deleted (default 1h)."
+        ),
+    ] = "1h",
+    output: OutputOpt = OutputMode.auto,
+) -> Outcome:
+    """List objects of [workers] state_store_backend that no database row points to.
+
+    Needs a worker-side backend that implements list_refs() (and delete_ref() for --delete).
+    Objects younger than --grace are shown but never deleted. Exit 3 if a delete failed."""
+    from statestore_cli.orphans import find_orphans
+
+    out = _output(output)
+    report = find_orphans(
+        _settings(ctx),
+        utcnow(),
+        grace=parse_duration(grace, "--grace"),
+        older_than=None if older_than is None else parse_duration(older_than, "--older-than"),
+        delete=delete,
+    )
+    out.orphans(report)
+    return report
+
+
+@backend_app.command("check", epilog=_examples("backend check", "backend check -o json"))
+def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> Outcome:
+    """Check the configured custom backends as Airflow uses them.
+
+    Checks [state_store] backend and [workers] state_store_backend: the class loads and is complete,
+    references are deterministic and distinct, values round-trip, delete and clear work, the async
+    methods do not block the event loop, JSON null is refused. Writes and removes keys of the dag
+    and asset named statestore_backend_check. Exit 0 only when every check passes, else 3."""
+    from statestore_cli.backend_check import check_backends
+
+    out = _output(output)
+    report = check_backends(_settings(ctx))
+    out.backend_check(report)
+    return report
 
 
 # -- config -----------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ FLAGS = {
     "config_path": "--config",
     "conn_override": "--conn",
     "exclusive": "--exclusive",
+    "grace": "--grace",
     "lock_seconds": "--lock-timeout",
+    "older_than": "--older-than",
     "retention": "--retention",
     "statement_seconds": "--statement-timeout",
 }

@@ -29,8 +29,10 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from rich.console import Console
     from rich.text import Text
 
+    from statestore_cli.backend_check import CheckReport
     from statestore_cli.cleanup import CleanReport, ExpiredRow
-    from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
+    from statestore_cli.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
+    from statestore_cli.orphans import OrphanReport
     from statestore_cli.stats import StoreStats
 
 _STOPPED = {
@@ -224,6 +226,22 @@ class Output:
                 f"stopped early ({_STOPPED[report.stopped]}): every committed batch stays deleted; "
                 "run clean again to finish"
             )
+
+    # -- backends (cli.backend_views) ---------------------------------------------------------------
+    def backend_cleanup(self, done: BackendCleanup) -> None:
+        from statestore_cli.cli.backend_views import show_backend_cleanup
+
+        show_backend_cleanup(self, done)
+
+    def orphans(self, report: OrphanReport) -> None:
+        from statestore_cli.cli.backend_views import show_orphans
+
+        show_orphans(self, report)
+
+    def backend_check(self, report: CheckReport) -> None:
+        from statestore_cli.cli.backend_views import show_backend_check
+
+        show_backend_check(self, report)
 
     # -- progress -----------------------------------------------------------------------------------
     @property
