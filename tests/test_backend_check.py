@@ -117,7 +117,7 @@ def test_a_blocking_async_method_is_named_with_how_long_it_blocked(monkeypatch, 
     result = check(monkeypatch, store="sample_backends.BlockingAsyncBackend", output="plain")
     assert result.exit_code == 3
     line = next(x for x in result.stdout.splitlines() if "\tasync_non_blocking\t" in x)
-    role, backend, name, status, detail = line.split("\t")
+    role, backend, _, status, detail = line.split("\t")
     assert (role, backend, status) == (STORE, "sample_backends.BlockingAsyncBackend", "fail")
     seconds = float(detail.split("blocked the event loop for ")[1].split(" s")[0])
     assert seconds >= 0.45

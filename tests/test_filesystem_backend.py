@@ -265,8 +265,8 @@ def test_the_root_and_gzip_come_from_the_config_file(tmp_path, cli):
     result = cli("--config", str(cfg), "get", *TASK, "k")
     assert result.exit_code == 2
     assert (
-        result.stderr
-        == f"statestore: error: {cfg}: invalid value 'maybe' for [state_store_filesystem] gzip: expected true or false\n"
+        result.stderr == f"statestore: error: {cfg}: invalid value 'maybe' for [state_store_filesystem] gzip: "
+        "expected true or false\n"
     )
 
 
