@@ -32,8 +32,10 @@ class DictBackend(ThreadOffloadMixin, BaseStoreBackend):
     """A complete, correct backend keeping values in ``OBJECTS``; task keys honour ``expires_at``
     through ``cleanup()``, which returns how many it removed."""
 
+    PREFIX = ""
+
     def ref(self, scope, key):
-        return _folder(scope) + key
+        return self.PREFIX + _folder(scope) + key
 
     def get(self, scope, key, *, session=None):
         found = OBJECTS.get(self.ref(scope, key))
@@ -48,7 +50,7 @@ class DictBackend(ThreadOffloadMixin, BaseStoreBackend):
         return int(OBJECTS.pop(self.ref(scope, key), None) is not None)
 
     def clear(self, scope, *, all_map_indices=False, session=None):
-        prefix = _folder(scope, all_map_indices=all_map_indices)
+        prefix = self.PREFIX + _folder(scope, all_map_indices=all_map_indices)
         gone = [ref for ref in OBJECTS if ref.startswith(prefix)]
         for ref in gone:
             del OBJECTS[ref]
@@ -63,7 +65,10 @@ class DictBackend(ThreadOffloadMixin, BaseStoreBackend):
 
 
 class DictWorkerBackend(DictBackend):
-    """A worker-side backend: the hooks keep the payload in ``OBJECTS`` and return its path."""
+    """A worker-side backend: the hooks keep the payload in ``OBJECTS`` and return its path (under
+    ``objects/``, so that a ``DictBackend`` holding the rows never overwrites a payload)."""
+
+    PREFIX = "objects/"
 
     def _store(self, value, key, scope):
         if value is None:
@@ -120,7 +125,7 @@ class RegionBlindWorker(DictWorkerBackend):
 
     def ref(self, scope, key):
         if isinstance(scope, TaskScope):
-            return f"task/{scope.dag_id}/{scope.run_id}/{scope.task_id}/{scope.map_index}/{key}"
+            return f"objects/task/{scope.dag_id}/{scope.run_id}/{scope.task_id}/{scope.map_index}/{key}"
         return super().ref(scope, key)
 
 
@@ -182,3 +187,17 @@ class FlakyFilesystemBackend(FilesystemBackend):
 
     def clear(self, scope, *, all_map_indices=False, session=None):
         raise OSError("storage unavailable")
+
+
+class UndeletableWorker(DictWorkerBackend):
+    """Lists its objects but cannot delete them."""
+
+    def delete_ref(self, ref):
+        raise PermissionError(f"access denied to {ref}")
+
+
+class UnconstructibleWorker(DictWorkerBackend):
+    """Cannot even be created (its client cannot connect)."""
+
+    def __init__(self):
+        raise ConnectionError("vault unreachable")
