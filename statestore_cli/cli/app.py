@@ -323,8 +323,8 @@ def get(
 ) -> None:
     """Print a key's value as JSON.
 
-    A missing key exits 1. A value that does not match [workers] state_store_backend (a plain value
-    where it is set, a reference where it is not) is printed as stored, with a warning on stderr."""
+    A missing key exits 1. A value that does not match the worker-side backend setting (a plain
+    value where one is set, a reference where none is) is printed as stored, with a warning on stderr."""
     import warnings
 
     from statestore_cli import commands
@@ -545,20 +545,21 @@ def clean(
         bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
     ] = False,
     fail_on_skip: Annotated[
-        bool, typer.Option("--fail-on-skip", help="With a custom [state_store] backend, exit 5 instead of 0.")
+        bool, typer.Option("--fail-on-skip", help=f"With a custom {_section('state_store')} backend, exit 5 instead of 0.")
     ] = False,
     backend_cleanup: Annotated[
         bool,
-        typer.Option("--backend-cleanup", help="Run the custom [state_store] backend's cleanup() and report it."),
+        typer.Option(
+            "--backend-cleanup", help=f"Run the custom {_section('state_store')} backend's cleanup() and report it."
+        ),
     ] = False,
     output: OutputOpt = OutputMode.auto,
 ) -> Optional[Outcome]:
     """Delete expired task keys.
 
     Deletes task keys whose expires_at is before now; asset keys and keys that never expire stay.
-    Ctrl-C stops after the current batch (exit 130). With a custom [state_store] backend it deletes
-    nothing and says so (exit 0, or 5 with --fail-on-skip); --backend-cleanup runs the backend's own
-    cleanup() instead."""
+    Ctrl-C stops after the current batch (exit 130). A custom backend is skipped with a message:
+    exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
     from statestore_cli import commands
     from statestore_cli.cleanup import CleanControl
 
@@ -626,12 +627,12 @@ def orphans(
     grace: Annotated[
         str,
         typer.Option(
-            "--grace", metavar="DURATION", help="Younger objects may be writes in flight: never deleted (default 1h)."
+            "--grace", metavar="DURATION", help="Younger objects may be writes in flight: never deleted."
         ),
     ] = "1h",
     output: OutputOpt = OutputMode.auto,
 ) -> Outcome:
-    """List objects of [workers] state_store_backend that no database row points to.
+    """List objects of the worker-side backend that no database row points to.
 
     Needs a worker-side backend that implements list_refs() (and delete_ref() for --delete).
     Objects younger than --grace are shown but never deleted. Exit 3 if a delete failed."""
@@ -653,7 +654,7 @@ def orphans(
 def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> Outcome:
     """Check the configured custom backends as Airflow uses them.
 
-    Checks [state_store] backend and [workers] state_store_backend: the class loads and is complete,
+    Checks the custom store backend and the worker-side backend: the class loads and is complete,
     references are deterministic and distinct, values round-trip, delete and clear work, the async
     methods do not block the event loop, JSON null is refused. Writes and removes keys of the dag
     and asset named statestore_backend_check. Exit 0 only when every check passes, else 3."""
