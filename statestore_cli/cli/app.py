@@ -545,7 +545,8 @@ def clean(
         bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
     ] = False,
     fail_on_skip: Annotated[
-        bool, typer.Option("--fail-on-skip", help=f"With a custom {_section('state_store')} backend, exit 5 instead of 0.")
+        bool,
+        typer.Option("--fail-on-skip", help=f"With a custom {_section('state_store')} backend, exit 5 instead of 0."),
     ] = False,
     backend_cleanup: Annotated[
         bool,
@@ -626,9 +627,7 @@ def orphans(
     ] = None,
     grace: Annotated[
         str,
-        typer.Option(
-            "--grace", metavar="DURATION", help="Younger objects may be writes in flight: never deleted."
-        ),
+        typer.Option("--grace", metavar="DURATION", help="Younger objects may be writes in flight: never deleted."),
     ] = "1h",
     output: OutputOpt = OutputMode.auto,
 ) -> Outcome:
