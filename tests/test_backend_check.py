@@ -182,3 +182,19 @@ def test_the_table_shows_one_table_per_backend(monkeypatch, sample_objects):
     assert "[workers] state_store_backend = sample_backends.DictWorkerBackend" in lines
     assert max(len(line) for line in lines) <= 80
     assert lines[-1] == "2 of 14 checks did not pass"  # delete, and adelete in async_non_blocking
+
+
+@pytest.mark.parametrize(
+    "argv", [["backend", "check", "-o", "plain"], ["orphans"], ["backend", "check", "-o", "json"]], ids=" ".join
+)
+def test_plain_and_json_output_load_no_rich(argv, tmp_path, db_url):
+    from test_startup import probe
+
+    env = {
+        "AIRFLOW__WORKERS__STATE_STORE_BACKEND": "statestore_cli.backends.filesystem.FilesystemBackend",
+        "AIRFLOW__STATE_STORE_FILESYSTEM__ROOT": str(tmp_path / "objects"),
+    }
+    code, stdout, loaded = probe(["--conn", db_url, *argv], tmp_path, **env)
+    assert code == 0, stdout
+    assert "rich" not in loaded
+    assert "pydantic" not in loaded

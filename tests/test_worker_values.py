@@ -94,3 +94,18 @@ def test_raw_with_a_custom_store_backend(cli, monkeypatch, sample_objects, db_ur
     assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(0,)], "the custom store holds it"
     assert cli("get", *TASK, "job_id").stdout == "[1, 2]\n"
     assert json.loads(cli("get", *TASK, "job_id", "--raw").stdout) == {REF_MARKER: REF}
+
+
+def test_clear_whose_worker_clear_fails_says_the_objects_are_orphaned(cli, monkeypatch, db_url, tmp_path):
+    monkeypatch.setenv(WORKER, "sample_backends.FlakyFilesystemBackend")
+    monkeypatch.setenv("AIRFLOW__STATE_STORE_FILESYSTEM__ROOT", str(tmp_path / "objects"))
+    assert cli("set", *TASK, "job_id", '"v"').exit_code == 0
+    result = cli("clear", *TASK, "--yes")
+    assert (result.exit_code, result.stdout) == (3, "")
+    assert result.stderr == (
+        "statestore: error: cleared the keys in the database, but [workers] state_store_backend "
+        "sample_backends.FlakyFilesystemBackend failed to remove the object (OSError: storage unavailable): it is "
+        "orphaned until the next set of the same key overwrites it; `statestore orphans` lists such objects\n"
+    )
+    assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(0,)]
+    assert json.loads(cli("orphans", "-o", "json").stdout)["count"] == 1
