@@ -152,7 +152,7 @@ def delete_key(settings: Settings, scope: StoreScope, key: str) -> int | None:
     return removed
 
 
-def _worker_step(settings: Settings, done: str, step: Callable[[], object]) -> None:
+def _worker_step(settings: Settings, done: str, step: Callable[[], object], *, many: bool = False) -> None:
     """The worker backend's half of a delete or clear, run after the database rows went: a failure
     leaves orphaned objects, and says so."""
     try:
@@ -160,8 +160,9 @@ def _worker_step(settings: Settings, done: str, step: Callable[[], object]) -> N
     except Exception as exc:  # user code: any failure is the backend's
         raise BackendError(
             f"{done} in the database, but [workers] state_store_backend {settings.worker_backend} failed to "
-            f"remove the object ({type(exc).__name__}: {first_line(exc)}): it is orphaned until the next set of "
-            "the same key overwrites it; `statestore orphans` lists such objects"
+            f"remove {'their objects' if many else 'its object'} ({type(exc).__name__}: {first_line(exc)}): "
+            f"{'they are' if many else 'it is'} orphaned until the next set of the same key overwrites "
+            f"{'each' if many else 'it'}; `statestore orphans` lists such objects"
         ) from None
 
 
@@ -175,7 +176,9 @@ def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool 
     removed = acc.backend.clear(scope, all_map_indices=all_map_indices)
     worker = acc.worker_backend
     if worker is not None:
-        _worker_step(settings, "cleared the keys", lambda: worker.clear(scope, all_map_indices=all_map_indices))
+        _worker_step(
+            settings, "cleared the keys", lambda: worker.clear(scope, all_map_indices=all_map_indices), many=True
+        )
     return removed
 
 

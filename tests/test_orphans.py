@@ -49,7 +49,7 @@ def test_a_failed_backend_delete_leaves_an_orphan_that_the_next_set_repairs(cli,
     assert deleted.exit_code == 3
     assert deleted.stderr == (
         f"statestore: error: deleted key '{KEY60}' in the database, but [workers] state_store_backend "
-        "sample_backends.FlakyFilesystemBackend failed to remove the object (OSError: storage unavailable): it is "
+        "sample_backends.FlakyFilesystemBackend failed to remove its object (OSError: storage unavailable): it is "
         "orphaned until the next set of the same key overwrites it; `statestore orphans` lists such objects\n"
     )
     assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(0,)], "the row went first"

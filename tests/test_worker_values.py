@@ -104,8 +104,8 @@ def test_clear_whose_worker_clear_fails_says_the_objects_are_orphaned(cli, monke
     assert (result.exit_code, result.stdout) == (3, "")
     assert result.stderr == (
         "statestore: error: cleared the keys in the database, but [workers] state_store_backend "
-        "sample_backends.FlakyFilesystemBackend failed to remove the object (OSError: storage unavailable): it is "
-        "orphaned until the next set of the same key overwrites it; `statestore orphans` lists such objects\n"
+        "sample_backends.FlakyFilesystemBackend failed to remove their objects (OSError: storage unavailable): they "
+        "are orphaned until the next set of the same key overwrites each; `statestore orphans` lists such objects\n"
     )
     assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(0,)]
     assert json.loads(cli("orphans", "-o", "json").stdout)["count"] == 1
