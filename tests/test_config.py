@@ -561,7 +561,7 @@ def test_clean_with_a_valid_custom_backend_is_skipped(monkeypatch, cli, backends
     monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", f"{backends}.DictBackend")
     run = cli("clean")
     assert run.exit_code == 0, run.output
-    assert run.stdout.startswith(f"skipped: [state_store] backend is {backends}.DictBackend, not the metastore")
+    assert run.stderr.startswith(f"skipped: [state_store] backend is {backends}.DictBackend, not the metastore")
     run = cli("clean", "--output", "json")
     assert run.exit_code == 0, run.output
     doc = json.loads(run.stdout)

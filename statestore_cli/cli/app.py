@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from statestore_cli import __version__
-from statestore_cli.cli.failure import FLAGS, report, report_error
+from statestore_cli.cli.failure import FLAGS, closed_pipe, finish, report, report_error
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
@@ -44,8 +44,14 @@ _NoArgsIsHelp = getattr(click_exceptions, "NoArgsIsHelpError", None)
 
 
 class StateStoreGroup(TyperGroup):
-    """Turns every error into one line on stderr and a documented exit code (see the README), and a
-    command's ``Outcome`` into its exit code."""
+    """Turns every error into one line on stderr and a documented exit code (see the README), a
+    command's ``Outcome`` into its exit code, and a closed pipe into a quiet end (``cli.failure``)."""
+
+    def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:
+        try:  # root options are parsed here: `--help` and `--version` print from inside
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except BrokenPipeError:
+            raise _PipeClosed(EXIT_OK) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -54,6 +60,12 @@ class StateStoreGroup(TyperGroup):
             if ctx.params.get("debug"):
                 raise
             raise _Reported(exc) from None
+        except BrokenPipeError:
+            # The reader went away: the output ends, the outcome decided before it stands.
+            outcome = ctx.meta.get(_DECIDED)
+            if isinstance(outcome, StateStoreError):
+                raise _Reported(outcome) from None
+            raise _PipeClosed(_exit_code(outcome)) from None
         except (click_exceptions.ClickException, typer.Exit, typer.Abort):
             raise
         except Exception as exc:  # a bug of ours: still no traceback unless --debug asks for it
@@ -72,12 +84,13 @@ class StateStoreGroup(TyperGroup):
     ) -> Any:
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _PipeClosed as exc:
+            sys.exit(closed_pipe(exc.exit_code))
         except _Reported as exc:
             sys.exit(report_error(exc.error))
         except click_exceptions.UsageError as exc:
             if _NoArgsIsHelp is not None and isinstance(exc, _NoArgsIsHelp):
-                sys.stdout.write(exc.format_message())  # rich help is printed already; plain help is here
-                sys.exit(0)
+                sys.exit(_print(exc.format_message()))  # rich help is printed already; plain help is here
             argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
             placement = _placement_hint(self, exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
             if placement:
@@ -90,7 +103,7 @@ class StateStoreGroup(TyperGroup):
             if isinstance(exc.__cause__, KeyboardInterrupt):  # click has ended the ^C line already
                 _fail("interrupted", EXIT_INTERRUPTED)
             _fail("aborted", 1)
-        code = _exit_code(result)
+        code = finish(_exit_code(result))
         if standalone_mode:
             sys.exit(code)
         return code
@@ -135,6 +148,33 @@ def _exit_code(result: object) -> int:
     if isinstance(result, Outcome):
         return result.exit_code
     return result if isinstance(result, int) else EXIT_OK
+
+
+# Where a command records its outcome before writing its output (``decided``), in the context's meta,
+# which every context of one run shares.
+_DECIDED = "statestore.decided"
+
+
+def decided(ctx: typer.Context, outcome: Outcome | StateStoreError | None) -> None:
+    """Record the command's outcome before its output is written: a reader that closes the pipe
+    early cuts the output short, and the exit code is still this outcome's (an error: its line and code)."""
+    ctx.meta[_DECIDED] = outcome
+
+
+def _print(text: str) -> int:
+    try:
+        sys.stdout.write(text)
+    except BrokenPipeError:
+        return closed_pipe()
+    return finish(EXIT_OK)
+
+
+class _PipeClosed(Exception):
+    """stdout's reader went away; not an OSError, so click passes it through to ``StateStoreGroup.main``."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
 
 
 class _Reported(click_exceptions.ClickException):
@@ -226,10 +266,13 @@ OutputOpt = Annotated[
         help="auto, table, plain or json; auto gives tables on a terminal, plain lines otherwise.",
     ),
 ]
+HeaderOpt = Annotated[
+    bool, typer.Option("--header", help="Plain output: start with a line naming the tab-separated columns.")
+]
 
 
-def _output(requested: OutputMode) -> Output:
-    return Output.choose(requested.value)
+def _output(requested: OutputMode, header: bool = False) -> Output:
+    return Output.choose(requested.value, header)
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -270,27 +313,28 @@ def main(
 
 # -- db ---------------------------------------------------------------------------------------------
 @db_app.command("init", epilog=_examples("db init", "--conn postgresql+psycopg://airflow@db/airflow db init"))
-def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Create the state store schema (idempotent).
 
     Refuses to touch an Airflow database older than 3.3."""
     from statestore_cli import commands  # here, not at the top: `--help` need not load SQLAlchemy
 
-    out = _output(output)
+    out = _output(output, header)
     out.db_report(commands.db_init(_settings(ctx)), created=True)
 
 
 @db_app.command("check", epilog=_examples("db check", "db check -o json"))
-def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Report engine, schema state and mode.
 
     Exits 0 only when the store is usable, else 3 with the reason."""
     from statestore_cli import commands
 
-    out = _output(output)
+    out = _output(output, header)
     checked = commands.db_check(_settings(ctx))
-    out.db_report(checked)
     problem = checked.problem()
+    decided(ctx, problem)
+    out.db_report(checked)
     if problem is not None:
         raise problem
 
@@ -442,15 +486,16 @@ def list_(
         int, typer.Option("--offset", min=0, help="Skip the first N keys of the listing's order.", metavar="N")
     ] = 0,
     output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
 ) -> None:
     """List keys with their scope, updated_at and expires_at.
 
     Ordered by scope and key; any scope option filters."""
     from statestore_cli import commands
 
-    out = _output(output)
+    out = _output(output, header)
     filt = as_filter(scope_args, store, key)
-    out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset))
+    out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset), filt)
 
 
 @app.command("stats", epilog=_examples("stats", "stats --dag-id etl -o json"))
@@ -461,13 +506,14 @@ def stats(
     key: KeyOpt = None,
     store: StoreOpt = None,
     output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
 ) -> None:
     """Count keys per store, by expiry, per dag and per asset.
 
     On a terminal it also charts when task keys expire."""
     from statestore_cli import commands
 
-    out = _output(output)
+    out = _output(output, header)
     filt = as_filter(scope_args, store, key)
     out.stats(commands.stats(_settings(ctx), filt))
 
@@ -517,6 +563,7 @@ def clean(
         bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
     ] = False,
     output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
 ) -> Optional[Outcome]:
     """Delete expired task keys.
 
@@ -527,7 +574,7 @@ def clean(
 
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
-    out = _output(output)
+    out = _output(output, header)
     settings = _settings(ctx)
     if dry_run:
         plan = commands.plan_clean(settings)
@@ -550,6 +597,7 @@ def clean(
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
         return None
+    decided(ctx, result)  # the deletion is done: a reader closing the pipe does not change its exit code
     out.clean_report(result)
     return result  # a clean stopped early exits with its reason's code
 
@@ -563,13 +611,13 @@ def _seconds(text: str, option: str) -> float:
 
 # -- config -----------------------------------------------------------------------------------------
 @config_app.command("show", epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"))
-def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Show every effective setting and where it came from.
 
     Secrets are masked."""
     from statestore_cli import commands
 
-    out = _output(output)
+    out = _output(output, header)
     settings = _settings(ctx)
     config_file = str(settings.config_file) if settings.config_file else None
     searched = settings.config_search.worded(FLAGS) if settings.config_search else None
