@@ -544,8 +544,9 @@ def clean(
 ) -> Optional[Outcome]:
     """Delete expired task keys.
 
-    Deletes task keys whose expires_at is before now (or before now minus --older-than); asset keys
-    and keys that never expire stay. Ctrl-C stops after the current batch (exit 130)."""
+    Deletes task keys whose expires_at is before now (minus --older-than);
+    asset keys and keys that never expire stay.
+    Ctrl-C stops after the current batch (exit 130)."""
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
