@@ -94,6 +94,8 @@ def check_writable(path: Path) -> None:
     problem = None
     if path.is_dir():
         problem = "is a directory"
+    elif directory.exists() and not directory.is_dir():
+        problem = f"cannot be written: {directory} is not a directory"
     elif not directory.is_dir():
         problem = f"cannot be written: directory {directory} does not exist"
     else:
