@@ -10,7 +10,6 @@ import stat
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from helpers import read_metrics, sql, statestore_argv
@@ -265,7 +264,12 @@ def test_render_is_exact():
 
 @pytest.mark.parametrize(
     "content",
-    ["", "not metrics at all\n", f"{P}last_success_timestamp_seconds soon\n", f"{P}last_success_timestamp_seconds NaN\n"],
+    [
+        "",
+        "not metrics at all\n",
+        f"{P}last_success_timestamp_seconds soon\n",
+        f"{P}last_success_timestamp_seconds NaN\n",
+    ],
 )
 def test_an_unreadable_previous_file_has_no_last_success(tmp_path, content):
     path = tmp_path / "m.prom"

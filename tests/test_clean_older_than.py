@@ -26,7 +26,8 @@ def seed_ages(db_url: str) -> None:
         ("tomorrow", now + timedelta(days=1)),
         ("never", None),
     ):
-        backend.set(TaskScope("etl", "scheduled__2026-11-30T00:00:00+00:00", "submit", -1), key, "1", expires_at=expires_at)
+        scope = TaskScope("etl", "scheduled__2026-11-30T00:00:00+00:00", "submit", -1)
+        backend.set(scope, key, "1", expires_at=expires_at)
     backend.engine.dispose()
 
 
