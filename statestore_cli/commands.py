@@ -192,7 +192,9 @@ def clean_window(
     count of what is left all take it from here, so they select the same rows."""
     grace = settings.state_cleanup_older_than if older_than is None else older_than
     if grace < timedelta(0):
-        raise InvalidInputError(f"{PARAMETER} must not be negative, got {grace}", parameter="older_than")
+        raise InvalidInputError(
+            f"{PARAMETER} must not be negative, got {grace.total_seconds():g} seconds", parameter="older_than"
+        )
     return clean_cutoff(now or utcnow(), grace), grace
 
 

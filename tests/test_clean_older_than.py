@@ -144,3 +144,15 @@ def test_the_library_takes_the_window_too(db_url):
     report = commands.clean(settings, now=now, older_than=timedelta(hours=1))
     assert not isinstance(report, str)
     assert (report.deleted, report.cutoff, report.older_than) == (2, now - timedelta(hours=1), timedelta(hours=1))
+
+
+def test_the_library_refuses_a_negative_window(db_url):
+    from statestore_cli import commands
+    from statestore_cli.config import load_settings
+    from statestore_cli.errors import InvalidInputError
+
+    seed_ages(db_url)
+    settings = load_settings(conn_override=db_url)
+    with pytest.raises(InvalidInputError, match=r"^older_than must not be negative, got -3600 seconds$"):
+        commands.clean(settings, older_than=timedelta(hours=-1))
+    assert len(keys(db_url)) == 5
