@@ -269,12 +269,14 @@ def test_a_real_clean_in_plain_output_prints_its_report_as_records(db_url):
         "batches",
         "batch_size",
         "cutoff",
+        "older_than_seconds",
         "elapsed_seconds",
         "rows_per_second",
     ]
     assert fields["field"] == "value"
     assert (fields["deleted"], fields["complete"], fields["stopped"]) == (str(expired), "True", "-")
     assert (fields["batches"], fields["batch_size"]) == (str(-(-expired // 300)), "300")
+    assert fields["older_than_seconds"] == "0"
     assert done.stderr.startswith(
         f"deleted {expired:,} expired task keys in {-(-expired // 300)} batches of up to 300 "
     )

@@ -5,15 +5,17 @@ exit 0 (a clean stopped early) returns it as an ``Outcome``, and the group exits
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from statestore_cli import __version__
-from statestore_cli.cli.failure import FLAGS, closed_pipe, finish, report, report_error
+from statestore_cli.cli.failure import FLAGS, closed_pipe, finish, message, report, report_error
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
@@ -33,7 +35,11 @@ from statestore_cli.errors import (
     StateStoreError,
     first_line,
 )
-from statestore_cli.retention import parse_duration, parse_retention, utcnow
+from statestore_cli.retention import parse_age, parse_duration, parse_retention, utcnow
+
+if TYPE_CHECKING:  # loaded by `clean` only when it runs
+    from statestore_cli.cleanup import CleanReport
+    from statestore_cli.metrics import CleanRecorder
 
 try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
     from typer._click import exceptions as click_exceptions
@@ -562,44 +568,151 @@ def clean(
     exclusive: Annotated[
         bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
     ] = False,
+    older_than: Annotated[
+        Optional[str],
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Only keys that expired at least this long ago (e.g. 1d): a grace window for retries. "
+            f"Default: {_section('state_store')} state_cleanup_older_than (0 unless configured).",
+        ),
+    ] = None,
+    metrics_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--metrics-file",
+            metavar="PATH",
+            help="Write Prometheus metrics of the run here (node-exporter textfile collector), "
+            "also when it fails or stops early.",
+        ),
+    ] = None,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> Optional[Outcome]:
     """Delete expired task keys.
 
-    Deletes task keys whose expires_at is before now; asset keys and keys that never expire stay.
+    Deletes task keys whose expires_at is before now (minus --older-than);
+    asset keys and keys that never expire stay.
     Ctrl-C stops after the current batch (exit 130)."""
-    from statestore_cli import commands
-    from statestore_cli.cleanup import CleanControl
-
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
+    grace = None if older_than is None else parse_age(older_than, "--older-than")
     out = _output(output, header)
-    settings = _settings(ctx)
     if dry_run:
-        plan = commands.plan_clean(settings)
-        if plan.skipped_reason:
-            out.clean_skipped(plan.skipped_reason, dry_run=True)
-            return None
-        total = commands.count_expired_keys(settings, plan.cutoff) if out.shows_progress else None
-        out.clean_plan(plan, limit=None if show_all else 100, total=total)
+        if metrics_file is not None:
+            raise InvalidInputError(
+                "--metrics-file records what a clean deleted and a --dry-run deletes nothing; drop one of them"
+            )
+        _clean_dry_run(_settings(ctx), out, grace, show_all)
         return None
     timeouts = Timeouts(
         lock_seconds=_seconds(lock_timeout, "--lock-timeout"),
         statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
     )
-    deadline = None if max_runtime is None else time.monotonic() + _seconds(max_runtime, "--max-runtime")
-    cutoff = utcnow()
-    total = commands.count_expired_keys(settings, cutoff) if out.shows_progress else None
-    with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
-        control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance)
-        result = commands.clean(settings, batch_size, now=cutoff, control=control)
+    runtime = None if max_runtime is None else _seconds(max_runtime, "--max-runtime")
+    recorder = None
+    if metrics_file is not None:
+        from statestore_cli.metrics import CleanRecorder
+
+        recorder = CleanRecorder(metrics_file)  # an unwritable path fails here, before anything is deleted
+    try:
+        result, remaining = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, recorder)
+    except BaseException as exc:
+        if recorder is not None:
+            _record_failure(recorder, exc, out)
+        raise
+    # The metrics first: a report that cannot be shown (a closed pipe) must not cost the monitoring its file.
+    unwritten = _record(recorder, result, remaining)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
+    else:
+        decided(ctx, result)  # the deletion is done: a reader closing the pipe does not change its exit code
+        out.clean_report(result)
+    if unwritten is not None:
+        raise unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
+    return None if isinstance(result, str) else result  # a clean stopped early exits with its reason's code
+
+
+def _clean_dry_run(settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool) -> None:
+    from statestore_cli import commands
+
+    now = utcnow()
+    plan = commands.plan_clean(settings, now, grace)
+    if plan.skipped_reason:
+        out.clean_skipped(plan.skipped_reason, dry_run=True)
+        return
+    total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
+    out.clean_plan(plan, limit=None if show_all else 100, total=total)
+
+
+def _clean_run(
+    ctx: typer.Context,
+    out: Output,
+    batch_size: Optional[int],
+    grace: Optional[timedelta],
+    timeouts: Timeouts,
+    runtime: Optional[float],
+    exclusive: bool,
+    recorder: Optional["CleanRecorder"],
+) -> tuple["CleanReport | str", Optional[int]]:
+    """The clean itself, and (for ``--metrics-file``) how many expired keys it left: not counted after
+    a signal, which asks for a quick exit."""
+    from statestore_cli import commands
+    from statestore_cli.cleanup import CleanControl
+    from statestore_cli.errors import StopReason
+
+    settings = _settings(ctx)  # inside the recorded run: a broken config is a failed clean too
+    now = utcnow()
+    deadline = None if runtime is None else time.monotonic() + runtime
+    total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
+    with StopOnSignal() as stop:
+        with out.progress("deleting expired keys", total) as advance:
+            on_progress = advance if recorder is None else _both(advance, recorder.on_progress)
+            control = CleanControl(timeouts, exclusive, deadline, stop.reason, on_progress)
+            result = commands.clean(settings, batch_size, now=now, control=control, older_than=grace)
+        if recorder is None or isinstance(result, str):
+            return result, None
+        if result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):
+            return result, None
+        try:
+            return result, commands.count_expired_keys(settings, now, grace)
+        except StateStoreError as exc:
+            out.note(f"--metrics-file: the expired keys left were not counted: {message(exc)}")
+            return result, None
+
+
+def _both(*calls: Callable[[int], None]) -> Callable[[int], None]:
+    def call(done: int) -> None:
+        for each in calls:
+            each(done)
+
+    return call
+
+
+def _record(
+    recorder: Optional["CleanRecorder"], result: "CleanReport | str", remaining: Optional[int]
+) -> Optional[StateStoreError]:
+    """Write the metrics of a clean that ended (done, skipped or stopped early); the error when it cannot."""
+    if recorder is None:
         return None
-    decided(ctx, result)  # the deletion is done: a reader closing the pipe does not change its exit code
-    out.clean_report(result)
-    return result  # a clean stopped early exits with its reason's code
+    try:
+        if isinstance(result, str):
+            recorder.finish(EXIT_OK)
+        else:
+            recorder.finish(result.exit_code, rows_deleted=result.deleted, batches=result.batches, remaining=remaining)
+    except StateStoreError as exc:
+        return exc
+    return None
+
+
+def _record_failure(recorder: "CleanRecorder", exc: BaseException, out: Output) -> None:
+    """Write the metrics of a clean that failed; the failure itself is what the user hears about."""
+    from statestore_cli.metrics import exit_status_of
+
+    try:
+        recorder.finish(exit_status_of(exc))
+    except StateStoreError as write_error:
+        out.note(message(write_error))
 
 
 _MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LIMIT

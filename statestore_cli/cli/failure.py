@@ -23,6 +23,8 @@ FLAGS = {
     "conn_override": "--conn",
     "exclusive": "--exclusive",
     "lock_seconds": "--lock-timeout",
+    "metrics_file": "--metrics-file",
+    "older_than": "--older-than",
     "retention": "--retention",
     "statement_seconds": "--statement-timeout",
 }

@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from functools import cached_property
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from statestore_cli.cli.modes import resolve
 from statestore_cli.cli.safe_text import plain_field, safe_json, safe_json_text, safe_text
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import InterruptedByUser, StopReason
-from statestore_cli.timestamps import human, human_iso
+from statestore_cli.timestamps import expired_before, human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
     from rich.console import Console
@@ -57,6 +58,12 @@ def _expired_row_json(row: ExpiredRow) -> str:
         f'"map_index": {row.map_index}, "key": {_quote(row.key)}, "expires_at": "{row.expires_at}"}}'
     )
     return line if line.isascii() and "\x7f" not in line else safe_json_text(line)
+
+
+def _seconds(duration: timedelta) -> int | float:
+    """A duration for scripts: whole seconds as an integer, else a fraction."""
+    seconds = duration.total_seconds()
+    return int(seconds) if seconds.is_integer() else seconds
 
 
 def _cell(value: object) -> Text:
@@ -102,6 +109,10 @@ class Output:
         from rich.text import Text
 
         (self.stderr if stderr else self.console).print(Text(text), soft_wrap=True)
+
+    def note(self, text: str) -> None:
+        """Something the user should know that is not the result: on stderr, in every mode."""
+        self._message(f"note: {text}", stderr=True)
 
     def write_json(self, document: Any) -> None:
         sys.stdout.write(safe_json(document) + "\n")
@@ -176,7 +187,7 @@ class Output:
                 count = read[0]
                 self.line(
                     f"dry run: {count:,} expired task key{'s' if count != 1 else ''} would be deleted "
-                    f"(expired before {human(plan.cutoff)})"
+                    f"({expired_before(plan.cutoff, plan.older_than)})"
                 )
                 return count
             from statestore_cli.cli.dry_run import DryRunView
@@ -201,7 +212,13 @@ class Output:
     def _clean_plan_json(self, plan: CleanPlan, read: list[int]) -> int:
         # Streamed: rows first, the count last, so memory stays flat however many rows there are.
         write = sys.stdout.write
-        write('{"dry_run": true, "cutoff": ' + safe_json(iso(plan.cutoff)) + ', "rows": [')
+        write(
+            '{"dry_run": true, "cutoff": '
+            + safe_json(iso(plan.cutoff))
+            + ', "older_than_seconds": '
+            + safe_json(_seconds(plan.older_than))
+            + ', "rows": ['
+        )
         count = 0
         lines: list[str] = []
         for row in plan.rows:
@@ -224,7 +241,7 @@ class Output:
 
     def clean_report(self, report: CleanReport) -> None:
         for note in report.notes:
-            self._message(f"note: {note.worded(FLAGS)}", stderr=True)
+            self.note(note.worded(FLAGS))
         doc = {
             "dry_run": False,
             "deleted": report.deleted,
@@ -233,6 +250,7 @@ class Output:
             "batches": report.batches,
             "batch_size": report.batch_size,
             "cutoff": iso(report.cutoff),
+            "older_than_seconds": _seconds(report.older_than),
             "elapsed_seconds": round(report.elapsed, 3),
             "rows_per_second": round(report.rows_per_second, 1),
         }
@@ -246,7 +264,8 @@ class Output:
         )
         self.line(
             f"deleted {report.deleted:,} expired task key{'s' if report.deleted != 1 else ''} {batches} "
-            f"(expired before {human(report.cutoff)}) in {report.elapsed:.1f}s, {report.rows_per_second:,.0f} rows/s"
+            f"({expired_before(report.cutoff, report.older_than)}) in {report.elapsed:.1f}s, "
+            f"{report.rows_per_second:,.0f} rows/s"
         )
         if report.stopped:
             self.line(
