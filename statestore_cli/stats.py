@@ -2,11 +2,13 @@
 
 Every figure is an aggregate computed by SQL (``GROUP BY``, ``SUM(CASE ...)``, ``COUNT`` of ranges of the
 ``expires_at`` index, whichever the engine does faster), so memory stays flat however many rows the store
-holds; Python only ever sees one row per dag, per asset or per
-day, and keeps the top ``top`` of each. All moments are bound as parameters computed from one ``now``
-(SQLite stores timestamps as text ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, PostgreSQL as
-``timestamptz``, MySQL as naive UTC; each compares a bound instant correctly), so no figure depends on
-the server's clock or time zone.
+holds; Python only ever sees one row per dag (and part, below), per asset or per day. On a large store the
+one pass that reads every value (the figures per dag) is split into parts read at once on connections of
+their own, one per core, since reading the values is what a stats run spends its time on.
+
+All moments are bound as parameters computed from one ``now`` (SQLite stores timestamps as text
+``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, PostgreSQL as ``timestamptz``, MySQL as naive UTC; each compares a
+bound instant correctly), so no figure depends on the server's clock or time zone.
 
 Value sizes are bytes of the stored (UTF-8) text on every engine: ``octet_length`` on PostgreSQL,
 ``LENGTH`` on MySQL/MariaDB (bytes there) and ``length(CAST(value AS BLOB))`` on SQLite, the same
@@ -18,17 +20,18 @@ are the same number anyway.
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import LargeBinary, and_, case, cast, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ColumnElement, Select
 
-from statestore_cli.database import translate_errors
+from statestore_cli.database import sqlite_path, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import InvalidInputError
 from statestore_cli.schema import asset, asset_active, asset_state_store, task_state_store
@@ -42,6 +45,8 @@ EXPIRY_BUCKETS = ("expired", "within_1_day", "within_1_to_7_days", "within_7_to_
 _BUCKET_DAYS = (1, 7, 30)  # the bounds after now, in days
 TOP = 10  # dags and assets listed by default
 CHART_DAYS = 35  # days in the expiry histogram: today (from now) and the 34 after it, UTC
+PARALLEL_MIN_ROWS = 200_000  # below this (by the span of task ids) one statement is as quick as any split
+_MAX_PARTS = 4
 
 
 @dataclass(frozen=True)
@@ -122,19 +127,24 @@ def store_stats(
     max_value_storage_bytes: int = 0,
     top: int = TOP,
     days: int = CHART_DAYS,
+    parallel_min_rows: int = PARALLEL_MIN_ROWS,
+    workers: int | None = None,
 ) -> StoreStats:
-    """The figures of the keys ``filt`` selects, as of ``now`` (an aware datetime)."""
+    """The figures of the keys ``filt`` selects, as of ``now`` (an aware datetime). On a large store the
+    per-dag pass is split into ``workers`` parts (default: one per core, at most 4) read at once;
+    ``parallel_min_rows`` is the least span of task ids that is split."""
     if now.tzinfo is None:
         raise InvalidInputError("now must be timezone-aware")
-    if top < 0 or days < 0:
-        raise InvalidInputError("top and days must not be negative")
+    if top < 0 or days < 0 or (workers is not None and workers < 1):
+        raise InvalidInputError("top and days must not be negative, workers at least 1")
     now = now.astimezone(UTC)
     wants_task = filt.store in (None, "task") and not filt.has_asset_fields
     wants_asset = filt.store in (None, "asset") and not filt.has_task_fields
     limit = max_value_storage_bytes
     with translate_errors(engine), engine.connect() as conn:
         vlen = _value_bytes(engine.dialect.name)
-        task = _task_stats(conn, filt, now, limit, top, days, vlen) if wants_task else None
+        split = Split(parallel_min_rows, workers or min(os.cpu_count() or 1, _MAX_PARTS))
+        task = _task_stats(conn, filt, now, limit, top, days, vlen, split) if wants_task else None
         assets = _asset_stats(conn, filt, limit, top, vlen) if wants_asset else None
     return StoreStats(now, limit, filt, task, assets)
 
@@ -161,15 +171,43 @@ def _task_where(query: Select[Any], filt: KeyFilter) -> Select[Any]:
 
 
 # -- task keys -------------------------------------------------------------------------------------------
-def _task_stats(conn: Any, filt: KeyFilter, now: datetime, limit: int, top: int, days: int, vlen: Any) -> TaskStats:
-    size = vlen(_task.c.value)
-    over = [_count_if(size > limit)] if limit > 0 else []
+def _task_stats(
+    conn: Any, filt: KeyFilter, now: datetime, limit: int, top: int, days: int, vlen: Any, split: Split
+) -> TaskStats:
     # One pass over the rows for what needs every value: the figures per dag, summed here (one row per
-    # dag reaches Python). The expiry buckets are counted in that pass on PostgreSQL; SQLite and MariaDB
-    # count them faster apart, as ranges of the expires_at index (measured at a million rows: a CASE
-    # per row comparing timestamps costs MariaDB seconds, SQLite half a second).
-    in_pass = conn.dialect.name == "postgresql"
-    buckets = [_count_if(c) for c in _bucket_conditions(now)] if in_pass else []
+    # dag and part reaches Python). The expiry buckets are counted in that pass on PostgreSQL; SQLite and
+    # MariaDB count them faster apart, as ranges of the expires_at index (measured at a million rows: a
+    # CASE per row comparing timestamps costs MariaDB seconds, SQLite half a second).
+    dialect = conn.dialect.name
+    in_pass = dialect == "postgresql"
+    parts = _partitions(conn, filt, split)
+    queries = [_dag_pass(dialect, filt, now, limit, vlen, part) for part in parts]
+    dags = _DagTotals(len(EXPIRY_BUCKETS) if in_pass else 0, limit > 0)
+    if len(queries) == 1:
+        dags.add(conn.execution_options(yield_per=1000).execute(queries[0]))
+        expiry = dags.expiry if in_pass else _expiry(conn, filt, now)
+        per_day = _per_day(conn, filt, now, days)
+    else:
+        from concurrent.futures import ThreadPoolExecutor  # only a large store pays for the import
+
+        # Each part on a connection of its own, all at once; this connection counts the index ranges.
+        with ThreadPoolExecutor(len(queries)) as pool:
+            running = [pool.submit(_fetch_all, conn.engine, query) for query in queries]
+            expiry = _expiry(conn, filt, now)
+            per_day = _per_day(conn, filt, now, days)
+            for future in running:
+                dags.add(future.result())
+    return dags.figures(top, expiry, per_day)
+
+
+def _dag_pass(
+    dialect: str, filt: KeyFilter, now: datetime, limit: int, vlen: Any, part: ColumnElement[bool] | None
+) -> Select[Any]:
+    """Per dag: rows, value bytes, oldest and newest updated_at, then the expiry buckets (PostgreSQL) and
+    the values over ``limit`` (when there is one), of the rows ``filt`` and ``part`` select."""
+    size = vlen(_task.c.value)
+    buckets = [_count_if(c) for c in _bucket_conditions(now)] if dialect == "postgresql" else []
+    over = [_count_if(size > limit)] if limit > 0 else []
     query = select(
         _task.c.dag_id,
         func.count(),
@@ -179,45 +217,107 @@ def _task_stats(conn: Any, filt: KeyFilter, now: datetime, limit: int, top: int,
         *buckets,
         *over,
     ).group_by(_task.c.dag_id)
-    if not filt.has_task_fields and filt.key is None:
+    if part is not None:
+        query = query.where(part)
+    if dialect in ("mysql", "mariadb") and not filt.has_task_fields:
         # MySQL would walk the (dag_id, ...) index and fetch every row through it, twice as slow as
-        # reading the table once; with a filter that index is the quick way in, so it stays.
-        query = query.with_hint(_task, "IGNORE INDEX (idx_task_state_store_lookup)", "mysql")
-        query = query.with_hint(_task, "IGNORE INDEX (idx_task_state_store_lookup)", "mariadb")
-    expiry = [0] * len(EXPIRY_BUCKETS)
-    rows = value_bytes = dags = 0
-    oldest: datetime | None = None
-    newest: datetime | None = None
-    over_limit = 0
-    by_rows: list[tuple[int, _Reversed, DagFigures]] = []
-    by_bytes: list[tuple[int, _Reversed, DagFigures]] = []
-    for dag_id, count, nbytes, first, last, *rest in conn.execution_options(yield_per=1000).execute(
-        _task_where(query, filt)
-    ):
-        count, nbytes = int(count), int(nbytes)
-        dags += 1
-        rows += count
-        value_bytes += nbytes
-        for i, n in enumerate(rest[: len(buckets)]):
-            expiry[i] += int(n)
-        oldest, newest = _widen(oldest, newest, first, last)
-        if over:
-            over_limit += int(rest[-1])
-        figures = DagFigures(dag_id, count, nbytes)
-        _keep_top(by_rows, top, (count, _Reversed(dag_id), figures))
-        _keep_top(by_bytes, top, (nbytes, _Reversed(dag_id), figures))
-    return TaskStats(
-        rows=rows,
-        value_bytes=value_bytes,
-        dags=dags,
-        oldest_updated_at=oldest,
-        newest_updated_at=newest,
-        over_limit=over_limit if over else None,
-        expiry=dict(zip(EXPIRY_BUCKETS, expiry if in_pass else _expiry(conn, filt, now), strict=True)),
-        top_dags_by_rows=_ranked(by_rows),
-        top_dags_by_bytes=_ranked(by_bytes),
-        expiring_per_day=_per_day(conn, filt, now, days),
-    )
+        # reading the table once; with a scope filter that index is the quick way in, so it stays. A
+        # part is a range of the primary key, read as one.
+        hint = "FORCE INDEX (PRIMARY)" if part is not None else "IGNORE INDEX (idx_task_state_store_lookup)"
+        query = query.with_hint(_task, hint, dialect)
+    return _task_where(query, filt)
+
+
+def _fetch_all(engine: Engine, query: Select[Any]) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(query))
+
+
+class _DagTotals:
+    """The per-dag rows of one or more parts, added up: a dag may span parts."""
+
+    def __init__(self, buckets: int, over: bool) -> None:
+        self.buckets = buckets
+        self.over = over
+        self.by_dag: dict[str, list[Any]] = {}  # dag_id -> [rows, bytes, oldest, newest, *buckets, over]
+
+    def add(self, rows: Iterable[Any]) -> None:
+        for dag_id, count, nbytes, first, last, *rest in rows:
+            sums = [int(count), int(nbytes), *(int(n) for n in rest)]
+            first, last = _as_utc(first), _as_utc(last)
+            seen = self.by_dag.get(dag_id)
+            if seen is None:
+                self.by_dag[dag_id] = [sums[0], sums[1], first, last, *sums[2:]]
+                continue
+            seen[2], seen[3] = min(seen[2], first), max(seen[3], last)
+            for i, n in enumerate(sums):
+                seen[i if i < 2 else i + 2] += n
+
+    @property
+    def expiry(self) -> list[int]:
+        return [sum(totals[4 + i] for totals in self.by_dag.values()) for i in range(self.buckets)]
+
+    def figures(self, top: int, expiry: list[int], per_day: list[DayCount]) -> TaskStats:
+        by_rows: list[tuple[int, _Reversed, DagFigures]] = []
+        by_bytes: list[tuple[int, _Reversed, DagFigures]] = []
+        for dag_id, (count, nbytes, *_rest) in self.by_dag.items():
+            figures = DagFigures(dag_id, count, nbytes)
+            _keep_top(by_rows, top, (count, _Reversed(dag_id), figures))
+            _keep_top(by_bytes, top, (nbytes, _Reversed(dag_id), figures))
+        totals = self.by_dag.values()
+        return TaskStats(
+            rows=sum(t[0] for t in totals),
+            value_bytes=sum(t[1] for t in totals),
+            dags=len(self.by_dag),
+            oldest_updated_at=min((t[2] for t in totals), default=None),
+            newest_updated_at=max((t[3] for t in totals), default=None),
+            over_limit=sum(t[-1] for t in totals) if self.over else None,
+            expiry=dict(zip(EXPIRY_BUCKETS, expiry, strict=True)),
+            top_dags_by_rows=_ranked(by_rows),
+            top_dags_by_bytes=_ranked(by_bytes),
+            expiring_per_day=per_day,
+        )
+
+
+# -- splitting the pass over the cores -------------------------------------------------------------------
+
+
+class Split(NamedTuple):
+    min_rows: int  # the least span of task ids worth splitting
+    workers: int  # parts, each on a connection of its own
+
+
+def _partitions(conn: Any, filt: KeyFilter, split: Split) -> list[ColumnElement[bool] | None]:
+    """Conditions that split the rows of the per-dag pass into ``split.workers`` parts, or
+    ``[None]`` for one statement. Only the pass over a whole large store on a SQLite file or MySQL/MariaDB
+    is split: PostgreSQL spreads a scan over parallel workers itself, and with a scope filter an index
+    reads few rows anyway. SQLite's parts are ranges of dag_id (each walks its share of the dag_id index in
+    order, as the whole pass would); MySQL's are ranges of the primary key (each reads its share of the
+    table in order)."""
+    dialect = conn.dialect.name
+    workers = split.workers
+    if workers < 2 or filt.has_task_fields or dialect == "postgresql":
+        return [None]
+    if dialect == "sqlite" and sqlite_path(conn.engine.url) is None:
+        return [None]  # an in-memory database is private to its connection
+    low, high = conn.execute(select(func.min(_task.c.id), func.max(_task.c.id))).one()
+    if low is None or high - low + 1 < max(split.min_rows, workers):
+        return [None]
+    span = high - low + 1
+    if dialect == "sqlite":
+        column: Any = _task.c.dag_id
+        offsets = [span * i // workers for i in range(1, workers)]
+        picks = [select(_task.c.dag_id).order_by(_task.c.dag_id).limit(1).offset(n).scalar_subquery() for n in offsets]
+        found = conn.execute(select(*picks)).one()
+        bounds: list[Any] = sorted({b for b in found if b is not None})
+    else:
+        column = _task.c.id
+        bounds = [low + span * i // workers for i in range(1, workers)]
+    if not bounds:
+        return [None]
+    parts: list[ColumnElement[bool] | None] = [column < bounds[0]]
+    parts += [and_(column >= a, column < b) for a, b in pairwise(bounds)]
+    return [*parts, column >= bounds[-1]]
 
 
 def _bucket_conditions(now: datetime) -> list[ColumnElement[bool]]:

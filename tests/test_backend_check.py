@@ -23,14 +23,14 @@ STORE = "[state_store] backend"
 WORKER = "[workers] state_store_backend"
 
 
-def check(monkeypatch, *, store=None, worker=None, output="json", **env):
+def check(monkeypatch, *, store=None, worker=None, output="json", header=False, **env):
     if store:
         monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", store)
     if worker:
         monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", worker)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return run_cli("backend", "check", "-o", output)
+    return run_cli("backend", "check", "-o", output, *(["--header"] if header else []))
 
 
 def statuses(result):
@@ -122,7 +122,10 @@ def test_a_blocking_async_method_is_named_with_how_long_it_blocked(monkeypatch, 
     seconds = float(detail.split("blocked the event loop for ")[1].split(" s")[0])
     assert seconds >= 0.45
     assert detail.endswith("run a synchronous client in a worker thread (asyncio.to_thread)")
-    assert result.stdout.endswith("1 of 6 checks did not pass\n")
+    assert result.stderr == "1 of 6 checks did not pass\n", "plain stdout holds records only"
+    with_header = check(monkeypatch, store="sample_backends.DictBackend", output="plain", header=True)
+    assert with_header.stdout.splitlines()[0] == "role\tbackend\tcheck\tstatus\tdetail"
+    assert len(with_header.stdout.splitlines()) == 1 + len(STORE_CHECKS)
 
 
 def test_an_incomplete_subclass_fails_to_load_and_nothing_else_runs(monkeypatch):

@@ -24,9 +24,10 @@ def custom(monkeypatch, sample_objects):
 
 @pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["clean", "dry run"])
 def test_fail_on_skip_exits_5_in_every_format(cli, custom, dry_run):
-    for output in ("plain", "table"):
-        result = cli("clean", *dry_run, "--fail-on-skip", "-o", output)
-        assert (result.exit_code, result.stdout, result.stderr) == (5, f"skipped: {SKIP_REASON}\n", "")
+    result = cli("clean", *dry_run, "--fail-on-skip", "-o", "table")
+    assert (result.exit_code, result.stdout, result.stderr) == (5, f"skipped: {SKIP_REASON}\n", "")
+    result = cli("clean", *dry_run, "--fail-on-skip", "-o", "plain")
+    assert (result.exit_code, result.stdout, result.stderr) == (5, "", f"skipped: {SKIP_REASON}\n")
     result = cli("clean", *dry_run, "--fail-on-skip", "-o", "json")
     assert result.exit_code == 5
     assert json.loads(result.stdout) == {"dry_run": bool(dry_run), "skipped": True, "reason": SKIP_REASON}
@@ -41,8 +42,17 @@ def test_fail_on_skip_does_nothing_on_the_metastore(cli):
 def test_backend_cleanup_reports_what_cleanup_returned(cli, custom):
     result = cli("clean", "--backend-cleanup", "-o", "plain")
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("ran sample_backends.DictBackend.cleanup() in 0.")
-    assert result.stdout.endswith('; it returned {"expired_removed": 1, "remaining": 1}\n')
+    assert result.stderr.startswith("ran sample_backends.DictBackend.cleanup() in 0.")
+    assert result.stderr.endswith('; it returned {"expired_removed": 1, "remaining": 1}\n')
+    fields = dict(line.split("\t") for line in result.stdout.splitlines())
+    assert fields.pop("elapsed_seconds")
+    assert fields == {
+        "dry_run": "False",
+        "skipped": "False",
+        "backend_cleanup": "True",
+        "backend": "sample_backends.DictBackend",
+        "result": '{"expired_removed": 1, "remaining": 1}',
+    }
     assert list(custom) == ["task/d/r/t/-1/new"]
     result = cli("clean", "--backend-cleanup", "-o", "json")
     doc = json.loads(result.stdout)
@@ -61,7 +71,8 @@ def test_backend_cleanup_reports_what_cleanup_returned(cli, custom):
 def test_backend_cleanup_that_returns_nothing(cli, monkeypatch, backends):
     monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", "ss_test_backends.DictBackend")
     result = cli("clean", "--backend-cleanup")
-    assert result.stdout.endswith("; it returned nothing\n")
+    assert result.stderr.endswith("; it returned nothing\n")
+    assert "result\t-\n" in result.stdout
     assert json.loads(cli("clean", "--backend-cleanup", "-o", "json").stdout)["result"] is None
 
 
@@ -76,11 +87,13 @@ def test_backend_cleanup_that_fails_exits_3(cli, monkeypatch, sample_objects):
 
 
 def test_backend_cleanup_refuses_the_metastore_and_a_dry_run(cli, custom, monkeypatch):
-    result = cli("clean", "--backend-cleanup", "--dry-run")
-    assert (result.exit_code, result.stderr) == (
-        2,
-        "statestore: error: --backend-cleanup runs the backend's cleanup(), which has no dry run; drop --dry-run\n",
-    )
+    for flag in (["--dry-run"], ["--older-than", "1d"], ["--metrics-file", "/tmp/m.prom"]):
+        result = cli("clean", "--backend-cleanup", *flag)
+        assert (result.exit_code, result.stderr) == (
+            2,
+            f"statestore: error: --backend-cleanup runs the backend's own cleanup(), which takes no {flag[0]}; "
+            "drop it\n",
+        )
     monkeypatch.delenv("AIRFLOW__STATE_STORE__BACKEND")
     result = cli("clean", "--backend-cleanup")
     assert (result.exit_code, result.stderr) == (
@@ -88,3 +101,11 @@ def test_backend_cleanup_refuses_the_metastore_and_a_dry_run(cli, custom, monkey
         "statestore: error: backend cleanup runs a custom [state_store] backend's cleanup(); the metastore backend "
         "has none: `clean` itself deletes its expired keys\n",
     )
+
+
+def test_fail_on_skip_is_the_exit_status_the_metrics_file_records(cli, custom, tmp_path):
+    metrics = tmp_path / "statestore.prom"
+    assert cli("clean", "--fail-on-skip", "--metrics-file", str(metrics)).exit_code == 5
+    assert "statestore_clean_exit_status 5\n" in metrics.read_text()
+    assert cli("clean", "--metrics-file", str(metrics)).exit_code == 0
+    assert "statestore_clean_exit_status 0\n" in metrics.read_text()

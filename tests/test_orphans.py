@@ -116,11 +116,13 @@ def test_plain_and_table_output(cli, flaky_fs, monkeypatch):
     assert cli("delete", *TASK, KEY60).exit_code == 3
     written = datetime(2026, 11, 1, 3, 0, 0, tzinfo=UTC)
     os.utime(flaky_fs / REF, (written.timestamp(), written.timestamp()))
-    result = cli("orphans", "-o", "plain")
-    ref, shown, age, status = result.stdout.splitlines()[0].split("\t")
+    result = cli("orphans", "-o", "plain", "--header")
+    header, record = result.stdout.splitlines()
+    assert header == "ref\twritten_at\tage_seconds\tstatus"
+    ref, shown, age, status = record.split("\t")
     assert (ref, shown, status) == (REF, "2026-11-01 03:00:00 UTC", "orphan")
     assert abs(int(age) - (datetime.now(UTC) - written).total_seconds()) < 60
-    assert result.stdout.splitlines()[1] == "1 orphaned object of 1 listed"
+    assert result.stderr == "1 orphaned object of 1 listed\n", "the sentence for people goes to stderr"
     monkeypatch.setenv("COLUMNS", "80")
     table = cli("orphans", "-o", "table").stdout.splitlines()
     assert max(len(line) for line in table) <= 80

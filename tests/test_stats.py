@@ -162,6 +162,43 @@ def test_top_dags_by_rows_and_by_bytes_with_ties_by_dag_id(db_url):
     assert top2.dags == 4 and top2.rows == 8  # the totals count every dag, listed or not
 
 
+def _passes(url: str, **kw: object) -> tuple[object, int]:
+    """The figures, and how many per-dag statements produced them."""
+    from sqlalchemy import event
+
+    engine = make_engine(url)
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda _c, _cur, stmt, *_rest: statements.append(stmt))
+    try:
+        stats = store_stats(engine, KeyFilter(), NOW, max_value_storage_bytes=3, **kw)  # type: ignore[arg-type]
+    finally:
+        engine.dispose()
+    return stats.task, sum("GROUP BY task_state_store.dag_id" in s for s in statements)
+
+
+def test_a_pass_split_over_connections_adds_up_to_the_single_pass(db_url):
+    # Dags written round-robin, so on MySQL (parts are ranges of ids) every dag spans every part; values of
+    # growing size and every expiry bucket, so each figure differs between dags.
+    rows = []
+    for i in range(60):
+        expires = EDGES[i % len(EDGES)][1]
+        rows.append((f"dag_{i % 7}", f"run_{i % 3}", f"k{i}", expires, '"' + "v" * (i % 11) + '"'))
+    _put(db_url, rows)
+    for i in range(60):
+        moment = datetime(2026, 1, 1, tzinfo=UTC) + i * 3 * DAY + i * US
+        sql(
+            db_url, "UPDATE task_state_store SET updated_at = :m WHERE {key} = :k", m=_stored(db_url, moment), k=f"k{i}"
+        )
+    single, single_passes = _passes(db_url, parallel_min_rows=10**9)
+    split, split_passes = _passes(db_url, parallel_min_rows=1, workers=3)
+    assert single_passes == 1
+    assert split_passes == (1 if db_url.startswith("postgresql") else 3)  # PostgreSQL splits a scan itself
+    assert split == single
+    assert single.rows == 60 and single.dags == 7 and single.over_limit == sum(i % 11 + 2 > 3 for i in range(60))
+    assert single.oldest_updated_at == datetime(2026, 1, 1, tzinfo=UTC)
+    assert single.newest_updated_at == datetime(2026, 1, 1, tzinfo=UTC) + 59 * 3 * DAY + 59 * US
+
+
 def test_an_empty_store_has_zeros_and_no_timestamps(db_url):
     stats = _stats(db_url)
     assert stats.task.rows == 0 and stats.task.dags == 0 and stats.task.value_bytes == 0

@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING, Any
 from statestore_cli.cli.documents import iso
 from statestore_cli.timestamps import human
 
+# The columns of the plain records, printed as a header line with --header.
+ORPHAN_COLUMNS = ("ref", "written_at", "age_seconds", "status")
+CHECK_COLUMNS = ("role", "backend", "check", "status", "detail")
+
 if TYPE_CHECKING:
     from statestore_cli.backend_check import CheckReport
     from statestore_cli.cli.render import Output
@@ -29,20 +33,21 @@ def jsonable(result: Any) -> Any:
 
 def show_backend_cleanup(out: Output, done: BackendCleanup) -> None:
     result = jsonable(done.result)
+    doc = {
+        "dry_run": False,
+        "skipped": False,
+        "backend_cleanup": True,
+        "backend": done.backend,
+        "result": result,
+        "elapsed_seconds": round(done.elapsed, 3),
+    }
     if out.json:
-        out.write_json(
-            {
-                "dry_run": False,
-                "skipped": False,
-                "backend_cleanup": True,
-                "backend": done.backend,
-                "result": result,
-                "elapsed_seconds": round(done.elapsed, 3),
-            }
-        )
+        out.write_json(doc)
         return
     returned = "nothing" if result is None else json.dumps(result, ensure_ascii=False)
     out.line(f"ran {done.backend}.cleanup() in {done.elapsed:.1f}s; it returned {returned}")
+    if out.mode == "plain":  # the sentence went to stderr; stdout gets the fields as records
+        out.plain_fields({**doc, "result": None if result is None else json.dumps(result, ensure_ascii=False)})
 
 
 # -- orphans -------------------------------------------------------------------------------------------------
@@ -108,6 +113,7 @@ def show_orphans(out: Output, report: OrphanReport) -> None:
         )
         return
     if out.mode == "plain":
+        out.plain_header(ORPHAN_COLUMNS)
         for o in report.orphans:
             age = "-" if o.age is None else int(o.age.total_seconds())
             out.plain_row(o.ref, human(o.modified_at, "-"), age, _status(o))
@@ -149,6 +155,7 @@ def show_backend_check(out: Output, report: CheckReport) -> None:
         else f"{failed} of {len(report.results)} checks did not pass"
     )
     if out.mode == "plain":
+        out.plain_header(CHECK_COLUMNS)
         for r in report.results:
             out.plain_row(r.role, r.backend, r.check, r.status, r.detail)
         out.line(summary)
