@@ -22,6 +22,7 @@ FLAGS = {
     "config_path": "--config",
     "conn_override": "--conn",
     "exclusive": "--exclusive",
+    "grace": "--grace",
     "lock_seconds": "--lock-timeout",
     "metrics_file": "--metrics-file",
     "older_than": "--older-than",

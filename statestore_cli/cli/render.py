@@ -34,8 +34,10 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from rich.console import Console
     from rich.text import Text
 
+    from statestore_cli.backend_check import CheckReport
     from statestore_cli.cleanup import CleanReport, ExpiredRow
-    from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
+    from statestore_cli.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
+    from statestore_cli.orphans import OrphanReport
     from statestore_cli.stats import StoreStats
 
 _STOPPED = {
@@ -274,6 +276,22 @@ class Output:
             )
         if self.mode == "plain":  # the sentences above went to stderr; stdout gets the fields as records
             self.plain_fields(doc)
+
+    # -- backends (cli.backend_views) ---------------------------------------------------------------
+    def backend_cleanup(self, done: BackendCleanup) -> None:
+        from statestore_cli.cli.backend_views import show_backend_cleanup
+
+        show_backend_cleanup(self, done)
+
+    def orphans(self, report: OrphanReport) -> None:
+        from statestore_cli.cli.backend_views import show_orphans
+
+        show_orphans(self, report)
+
+    def backend_check(self, report: CheckReport) -> None:
+        from statestore_cli.cli.backend_views import show_backend_check
+
+        show_backend_check(self, report)
 
     # -- progress -----------------------------------------------------------------------------------
     @property
