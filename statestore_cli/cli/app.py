@@ -492,9 +492,9 @@ def _confirm(question: str) -> bool:
     """Ask ``question`` on the terminal (stderr, so stdout keeps only results): only y or yes confirms.
     Ctrl-C and end of input (Ctrl-D) end the command with their own error, on a line of their own."""
     sys.stdout.flush()
-    sys.stderr.write(question)
-    sys.stderr.flush()
-    try:
+    try:  # from before the question shows: a Ctrl-C typed as soon as it appears lands here too
+        sys.stderr.write(question)
+        sys.stderr.flush()
         answer = sys.stdin.readline()
     except KeyboardInterrupt:
         sys.stderr.write("\n")  # the terminal shows ^C after the question: the error goes below it
