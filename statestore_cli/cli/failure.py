@@ -11,6 +11,7 @@ from statestore_cli.errors import StateStoreError
 
 # The library names an argument by its parameter; the CLI user knows it by its flag.
 FLAGS = {
+    "batch_size": "--batch-size",
     "config_path": "--config",
     "conn_override": "--conn",
     "exclusive": "--exclusive",
