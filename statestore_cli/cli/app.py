@@ -495,10 +495,11 @@ def export(
         ),
     ] = None,
 ) -> None:
-    """Write keys as JSON Lines: one key per line with its scope, value and timestamps.
+    """Write keys as JSON Lines, one key per line.
 
-    Takes the filters of list and keeps its order; assets are named by name and uri.
-    Writes to stdout unless --file; `statestore import` reads it back."""
+    Each line has the key's scope, value, updated_at and expires_at; assets are named by name and uri.
+    Takes the filters of list and keeps its order. Writes to stdout unless --file;
+    `statestore import` reads it back."""
     from statestore_cli import transfer
 
     filt = as_filter(scope_args, store, key)
@@ -530,7 +531,7 @@ def import_(
     ] = False,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
-    """Upsert keys from JSON Lines, keeping their updated_at and expires_at.
+    """Upsert keys from JSON Lines, keeping their timestamps.
 
     One transaction per batch. A bad line stops the import before its batch is written;
     earlier batches stay (the error says which lines): run --dry-run first for all or nothing.
