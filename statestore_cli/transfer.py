@@ -18,13 +18,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from sqlalchemy import String, and_, or_, select, type_coerce
+from sqlalchemy import String, bindparam, or_, select, type_coerce
 from sqlalchemy.engine import Connection, Engine
 
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
-from statestore_cli.dialects import insert_if_missing
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
 from statestore_cli.records import AssetRow, BadRecord, TaskRow, check_mysql, encode_line, load_strict, parse_line
@@ -38,6 +37,25 @@ FETCH = 1000  # rows per fetch of an export: as fast as larger fetches, a few MB
 LOOKUP = 1000  # keys per existence query of an import (SQLite allows 32,766 parameters in one statement)
 MAX_BATCH_SIZE = 100_000
 DEFAULT_BATCH_SIZE = 1000
+
+
+def _in(column: Any, name: str) -> Any:
+    return column.in_(bindparam(name, expanding=True))
+
+
+# The import's queries, built once: statements built per batch would leave their reference cycles to the
+# garbage collector, and memory would grow with the input until it ran.
+_FIND_RUNS = select(dag_run.c.id, dag_run.c.dag_id, dag_run.c.run_id).where(
+    _in(dag_run.c.dag_id, "dag_ids"), _in(dag_run.c.run_id, "run_ids")
+)
+_FIND_ASSETS = select(asset.c.id, asset.c.name, asset.c.uri).where(_in(asset.c.name, "names"), _in(asset.c.uri, "uris"))
+_CLASH = select(asset_active.c.name, asset_active.c.uri).where(
+    or_(asset_active.c.name == bindparam("name"), asset_active.c.uri == bindparam("uri"))
+)
+_TASK_IDENTITY = (_task.c.dag_run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
+_ASSET_IDENTITY = (_asset_kv.c.asset_id, _asset_kv.c.key)
+_TASKS_PRESENT = select(*_TASK_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_TASK_IDENTITY)))
+_ASSETS_PRESENT = select(*_ASSET_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_ASSET_IDENTITY)))
 
 
 def _metastore(settings: Settings, command: str) -> MetastoreBackend:
@@ -342,7 +360,7 @@ class _Importer:
         runs, created = self._run_ids(conn, rows)
         known = [(runs[(r.dag_id, r.run_id)], r.task_id, r.map_index, r.key) for r in rows]
         present = [k for k in known if k[0] is not None]
-        updated = _count_present(conn, (_task.c.dag_run_id, _task.c.task_id, _task.c.map_index, _task.c.key), present)
+        updated = _count_present(conn, _TASKS_PRESENT, present)
         if not self.dry_run:
             moment = _binder(self.dialect)
             params = [
@@ -382,8 +400,7 @@ class _Importer:
             fresh = [run for run in missing if run not in self.new_runs]
             self.new_runs.update(fresh)
             return ids | dict.fromkeys(missing), len(fresh)
-        for dag_id, run_id in missing:
-            insert_if_missing(conn, dag_run, {"dag_id": dag_id, "run_id": run_id})
+        conn.exec_driver_sql(_insert_missing(self.dialect, dag_run.name, ("dag_id", "run_id")), missing)
         found = dict(_find_runs(conn, dict.fromkeys(missing, 0)))
         if len(found) != len(missing):
             raise BackendError("creating the dag runs of the imported keys left some of them missing")
@@ -394,7 +411,7 @@ class _Importer:
         ids, created = self._asset_ids(conn, rows)
         known = [(ids[(r.name, r.uri)], r.key) for r in rows]
         present = [k for k in known if k[0] is not None]
-        updated = _count_present(conn, (_asset_kv.c.asset_id, _asset_kv.c.key), present)
+        updated = _count_present(conn, _ASSETS_PRESENT, present)
         if not self.dry_run:
             moment = _binder(self.dialect)
             params = [
@@ -434,9 +451,8 @@ class _Importer:
             fresh = [pair for pair in missing if pair not in self.new_assets]
             self.new_assets.update(fresh)
             return ids | dict.fromkeys(missing), len(fresh)
-        for name, uri in missing:
-            insert_if_missing(conn, asset, {"name": name, "uri": uri})
-            insert_if_missing(conn, asset_active, {"name": name, "uri": uri})
+        conn.exec_driver_sql(_insert_missing(self.dialect, asset.name, ("name", "uri")), missing)
+        conn.exec_driver_sql(_insert_missing(self.dialect, asset_active.name, ("name", "uri")), missing)
         found = dict(_find_assets(conn, dict.fromkeys(missing, 0)))
         if len(found) != len(missing):
             raise BackendError("creating the assets of the imported keys left some of them missing")
@@ -458,30 +474,23 @@ class _Importer:
 
 def _find_runs(conn: Connection, runs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
     wanted = set(runs)
-    dag_ids, run_ids = {d for d, _ in wanted}, {r for _, r in wanted}
-    query = select(dag_run.c.id, dag_run.c.dag_id, dag_run.c.run_id).where(
-        dag_run.c.dag_id.in_(dag_ids), dag_run.c.run_id.in_(run_ids)
-    )
-    for run_pk, dag_id, run_id in conn.execute(query):
+    params = {"dag_ids": sorted({d for d, _ in wanted}), "run_ids": sorted({r for _, r in wanted})}
+    for run_pk, dag_id, run_id in conn.execute(_FIND_RUNS, params):
         if (dag_id, run_id) in wanted:
             yield (dag_id, run_id), int(run_pk)
 
 
 def _find_assets(conn: Connection, pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
     wanted = set(pairs)
-    names, uris = {n for n, _ in wanted}, {u for _, u in wanted}
-    query = select(asset.c.id, asset.c.name, asset.c.uri).where(asset.c.name.in_(names), asset.c.uri.in_(uris))
-    for asset_pk, name, uri in conn.execute(query):
+    params = {"names": sorted({n for n, _ in wanted}), "uris": sorted({u for _, u in wanted})}
+    for asset_pk, name, uri in conn.execute(_FIND_ASSETS, params):
         if (name, uri) in wanted:
             yield (name, uri), int(asset_pk)
 
 
 def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
     """A new asset may not share its name or its uri with an active asset (Airflow's rule)."""
-    query = select(asset_active.c.name, asset_active.c.uri).where(
-        or_(asset_active.c.name == name, asset_active.c.uri == uri)
-    )
-    clash = conn.execute(query.limit(1)).first()
+    clash = conn.execute(_CLASH, {"name": name, "uri": uri}).first()
     if clash is not None:
         raise BadRecord(
             line,
@@ -490,8 +499,8 @@ def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
         )
 
 
-def _count_present(conn: Connection, columns: tuple[Any, ...], identities: list[tuple[Any, ...]]) -> int:
-    """How many of ``identities`` (values of the unique ``columns``) are stored already.
+def _count_present(conn: Connection, query: Any, identities: list[tuple[Any, ...]]) -> int:
+    """How many of ``identities`` (values of a store's unique columns, as ``query`` selects them) are stored.
 
     One query per ``LOOKUP`` keys: each column ``IN`` the chunk's values, which every engine answers from
     the unique index (a row-value ``IN`` list makes SQLite scan the whole table), then the exact matches."""
@@ -500,8 +509,8 @@ def _count_present(conn: Connection, columns: tuple[Any, ...], identities: list[
     for start in range(0, len(ordered), LOOKUP):
         chunk = ordered[start : start + LOOKUP]
         wanted = set(chunk)
-        conditions = [column.in_({identity[i] for identity in chunk}) for i, column in enumerate(columns)]
-        found += sum(1 for row in conn.execute(select(*columns).where(and_(*conditions))) if tuple(row) in wanted)
+        params = {f"v{i}": sorted({identity[i] for identity in chunk}) for i in range(len(chunk[0]))}
+        found += sum(1 for row in conn.execute(query, params) if tuple(row) in wanted)
     return found
 
 
@@ -513,6 +522,14 @@ def _binder(dialect: str) -> Callable[[datetime | None], Any]:
     if dialect in _MYSQL:
         return lambda m: None if m is None else m.replace(tzinfo=None)
     return lambda m: m
+
+
+def _insert_missing(dialect: str, table: str, columns: Sequence[str]) -> str:
+    """Insert a row unless one with the same unique values exists, for ``executemany``."""
+    marks = ", ".join(["?" if dialect == "sqlite" else "%s"] * len(columns))
+    if dialect in _MYSQL:
+        return f"INSERT IGNORE INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT DO NOTHING"
 
 
 def _quoted_key(dialect: str) -> str:
