@@ -46,7 +46,8 @@ MEMORY_TARGET = 1.10  # peak RSS at the large store within 1.10x of the small st
 _CONNECT = {
     "sqlite": "import sqlite3\ncon = sqlite3.connect(sys.argv[1])\n",
     "postgresql": (
-        "import psycopg\ncon = psycopg.connect(**json.loads(os.environ['BENCH_DB']))\ncon.execute(\"SET TIME ZONE 'UTC'\")\n"
+        "import psycopg\ncon = psycopg.connect(**json.loads(os.environ['BENCH_DB']))\n"
+        "con.execute(\"SET TIME ZONE 'UTC'\")\n"
     ),
     "mariadb": (
         "import pymysql\ncon = pymysql.connect(**json.loads(os.environ['BENCH_DB']))\n"
@@ -90,7 +91,10 @@ os.fsync(out.fileno())
 out.close()
 """
 _MOMENT = {  # an ISO 8601 text -> what the engine's column takes (as the tool stores it)
-    "sqlite": "def moment(t):\n    return datetime.fromisoformat(t).astimezone(UTC).replace(tzinfo=None).isoformat(' ', 'microseconds')\n",
+    "sqlite": (
+        "def moment(t):\n"
+        "    return datetime.fromisoformat(t).astimezone(UTC).replace(tzinfo=None).isoformat(' ', 'microseconds')\n"
+    ),
     "postgresql": "def moment(t):\n    return datetime.fromisoformat(t)\n",
     "mariadb": "def moment(t):\n    return datetime.fromisoformat(t).astimezone(UTC).replace(tzinfo=None)\n",
 }
@@ -267,7 +271,13 @@ class Row:
 
 
 def measure_store(
-    engine: str, original: stores.Original, empty: EmptyStores, repeat: int, batch: int, scratch: Path, env: dict
+    engine: str,
+    original: stores.Original,
+    empty: EmptyStores,
+    repeat: int,
+    batch: int,
+    scratch: Path,
+    env: dict[str, str],
 ) -> Row:
     ours = generate.statestore_executable()
     spec, url = original.spec, original.url
@@ -277,7 +287,10 @@ def measure_store(
     scratch.mkdir(parents=True, exist_ok=True)
     exports = {
         EXPORT: ([ours, "--conn", url, "export", "--file", str(exported)], env),
-        EXPORT_FLOOR: (floor_argv(engine, export_script(engine), url, str(floor_file)), {**env, **floor_env(engine, url)}),
+        EXPORT_FLOOR: (
+            floor_argv(engine, export_script(engine), url, str(floor_file)),
+            {**env, **floor_env(engine, url)},
+        ),
     }
     for round_ in range(repeat):
         for name in list(exports)[round_ % 2 :] + list(exports)[: round_ % 2]:
@@ -311,9 +324,7 @@ def report(rows: list[Row], large: int, small: int, batch: int) -> str:
     for r in rows:
         for name in (EXPORT_FLOOR, EXPORT, IMPORT_FLOOR, IMPORT):
             ratio = f"{r.median(name) / r.median(TARGETS[name][0]):.2f}x" if name in TARGETS else ""
-            lines.append(
-                [r.engine, f"{r.rows:,}", name, f"{r.median(name):.3f}", ratio, f"{r.peak_mb(name):.1f} MB"]
-            )
+            lines.append([r.engine, f"{r.rows:,}", name, f"{r.median(name):.3f}", ratio, f"{r.peak_mb(name):.1f} MB"])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = [
         "  ".join(c.ljust(w) if i in (0, 2) else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
@@ -326,7 +337,9 @@ def report(rows: list[Row], large: int, small: int, batch: int) -> str:
         little = next((r for r in rows if r.engine == engine and r.rows == small), None)
         if big is None:
             continue
-        out.append(f"{engine}: the export file of {large:,} rows is {big.file_mb:.1f} MB; imports in batches of {batch:,}")
+        out.append(
+            f"{engine}: the export file of {large:,} rows is {big.file_mb:.1f} MB; imports in batches of {batch:,}"
+        )
         for name, (floor, limit) in TARGETS.items():
             ratio = big.median(name) / big.median(floor)
             verdict = "PASS" if ratio <= limit else "FAIL"
