@@ -476,3 +476,25 @@ def test_realistic_keys_helper_matches_the_export(cli, db_url):
     exported = [json.loads(line) for line in cli("export", "--store", "task").stdout.splitlines()]
     expected = sorted((d, r, t, m, k) for d, r, t, m, k, _ in realistic_keys())
     assert [(e["dag_id"], e["run_id"], e["task_id"], e["map_index"], e["key"]) for e in exported] == expected
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_ctrl_c_says_which_lines_were_imported(db_url):
+    from statestore_cli.errors import InterruptedByUser
+
+    def lines():
+        yield from (task_line(f"k{i}") for i in range(1, 6))
+        raise KeyboardInterrupt
+
+    with pytest.raises(InterruptedByUser, match=r"^interrupted; lines 1-4 were imported, nothing after$"):
+        import_records(load_settings(conn_override=db_url), lines(), batch_size=2)
+    assert count(db_url, "task_state_store") == 4
+
+
+def test_import_into_a_store_without_the_schema_says_so(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    sqlite3.connect(tmp_path / "empty.db").close()
+    result = run_cli("import", "-", conn=url, input=task_line())
+    assert result.exit_code == 3
+    assert result.stderr.startswith("statestore: error: the state store tables are missing in sqlite:///")
+    assert result.stderr.endswith("; run `statestore db init`; nothing was imported\n")
