@@ -30,6 +30,8 @@ COMMANDS = (
     ["clear"],
     ["list"],
     ["stats"],
+    ["export"],
+    ["import"],
     ["clean"],
     ["db"],
     ["db", "init"],

@@ -56,7 +56,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 with self.engine.begin() as conn:
                     yield conn
 
-    def _is_airflow_db(self, conn: Connection) -> bool:
+    def is_airflow_db(self, conn: Connection) -> bool:
         # Airflow's database is managed by its alembic migrations; ours has no alembic_version.
         if self._airflow_mode is None:
             self._airflow_mode = conn.dialect.has_table(conn, "alembic_version")
@@ -75,7 +75,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
         found = conn.execute(query).scalar()
         if found is None:
-            if self._is_airflow_db(conn):
+            if self.is_airflow_db(conn):
                 raise InvalidInputError(
                     f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} in this Airflow database; "
                     "task keys can only be written for runs Airflow created"
@@ -103,7 +103,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             return int(ids[0])
         if not create:
             return None
-        if self._is_airflow_db(conn):
+        if self.is_airflow_db(conn):
             raise InvalidInputError(
                 f"no active asset {scope.describe()} in this Airflow database; assets are created by Airflow"
             )
