@@ -306,10 +306,7 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> list[ColumnElement[
     span = high - low + 1
     if dialect == "sqlite":
         column: Any = _task.c.dag_id
-        offsets = [span * i // workers for i in range(1, workers)]
-        picks = [select(_task.c.dag_id).order_by(_task.c.dag_id).limit(1).offset(n).scalar_subquery() for n in offsets]
-        found = conn.execute(select(*picks)).one()
-        bounds: list[Any] = sorted({b for b in found if b is not None})
+        bounds: list[Any] = _dag_quantiles(conn, low, span, workers)
     else:
         column = _task.c.id
         bounds = [low + span * i // workers for i in range(1, workers)]
@@ -318,6 +315,19 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> list[ColumnElement[
     parts: list[ColumnElement[bool] | None] = [column < bounds[0]]
     parts += [and_(column >= a, column < b) for a, b in pairwise(bounds)]
     return [*parts, column >= bounds[-1]]
+
+
+_SAMPLES = 64  # rows sampled to place SQLite's dag_id bounds
+
+
+def _dag_quantiles(conn: Any, low: int, span: int, workers: int) -> list[str]:
+    """dag_ids that split the rows into ``workers`` parts of about equal size, from the dag_ids of rows
+    sampled at evenly spaced ids: each sample is one seek of the primary key, where an exact quantile
+    (``ORDER BY dag_id OFFSET n``) would walk half the index, a third of what the split saves."""
+    at = [low + span * i // _SAMPLES for i in range(_SAMPLES)]
+    picks = [select(_task.c.dag_id).where(_task.c.id >= n).order_by(_task.c.id).limit(1).scalar_subquery() for n in at]
+    sample = sorted(d for d in conn.execute(select(*picks)).one() if d is not None)
+    return sorted({sample[len(sample) * i // workers] for i in range(1, workers)}) if sample else []
 
 
 def _bucket_conditions(now: datetime) -> list[ColumnElement[bool]]:
