@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,12 +55,28 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     cursor.close()
 
 
+# The connect timeout each engine was made with, for the message when it is hit.
+_CONNECT_TIMEOUTS: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
+
+
+def _mysql_timeouts(url: URL, timeout: float) -> dict[str, Any]:
+    """PyMySQL's connect_timeout covers the TCP connect only; the server's greeting is read under
+    read_timeout, so that bounds the handshake too, and ``_mysql_on_connect`` lifts it afterwards:
+    a long DELETE must not be cut off by it. mysqlclient's connect_timeout covers both already."""
+    seconds = max(1, math.ceil(timeout))
+    if url.get_driver_name() == "pymysql":
+        return {"connect_timeout": seconds, "read_timeout": seconds}
+    return {"connect_timeout": seconds}
+
+
 def _mysql_on_connect(dbapi_conn: Any, _record: Any) -> None:
     # TIMESTAMP columns convert through the session time zone: pin it to UTC, as Airflow does, so
     # the server's own setting never shifts what is stored or what counts as expired.
     cursor = dbapi_conn.cursor()
     cursor.execute("SET time_zone = '+00:00'")
     cursor.close()
+    if hasattr(dbapi_conn, "_read_timeout"):  # PyMySQL: the handshake's bound, not every statement's
+        dbapi_conn._read_timeout = None
 
 
 # URL forms Airflow users have, mapped to a driver this package can install when theirs is missing.
@@ -90,8 +108,14 @@ def _installed(module: str) -> bool:
 SUPPORTED_BACKENDS = ("sqlite", "postgresql", "mysql", "mariadb")
 
 
-def make_engine(conn: str, *, create_file: bool = False) -> Engine:
-    """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``)."""
+DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds; [state_store] connect_timeout
+
+
+def make_engine(conn: str, *, create_file: bool = False, connect_timeout: float | None = None) -> Engine:
+    """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``).
+
+    ``connect_timeout`` (seconds, default 10) bounds how long a server may take to accept a connection,
+    the handshake included: a server that accepts and never answers must not hang a scheduled job."""
     url = parse_url(conn)
     backend = url.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
@@ -106,9 +130,16 @@ def make_engine(conn: str, *, create_file: bool = False) -> Engine:
             raise SchemaMissingError(f"no state store at {path}: the file does not exist; run `statestore db init`")
     url = _usable_driver(url)
     options: dict[str, Any] = {}
+    timeout = DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
     if backend in ("mysql", "mariadb"):
         # Row locks only, no gap locks: concurrent upserts and batched deletes do not deadlock each other.
         options["isolation_level"] = "READ COMMITTED"
+        options["connect_args"] = _mysql_timeouts(url, timeout)
+    elif backend == "postgresql":
+        # libpq counts whole seconds and takes 2 as its least.
+        options["connect_args"] = {"connect_timeout": max(2, math.ceil(timeout))}
+    for name in url.query:  # a timeout written in the URL itself wins
+        options.get("connect_args", {}).pop(name, None)
     try:
         engine = create_engine(url, **options)
     except ModuleNotFoundError as exc:
@@ -117,6 +148,7 @@ def make_engine(conn: str, *, create_file: bool = False) -> Engine:
         ) from None
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
+    _CONNECT_TIMEOUTS[engine] = timeout
     if backend == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect)
     elif backend in ("mysql", "mariadb"):
@@ -145,6 +177,13 @@ def translate_errors(engine: Engine) -> Iterator[None]:
     except sa_exc.DBAPIError as exc:
         message = first_line(exc.orig) if exc.orig is not None else first_line(exc)
         where = describe_engine(engine)
+        if exc.statement is None and _is_timeout(message):  # no statement yet: connecting
+            seconds = _CONNECT_TIMEOUTS.get(engine, DEFAULT_CONNECT_TIMEOUT)
+            why = message if message.startswith("(") and message.endswith(")") else f"({message})"
+            raise DatabaseError(
+                f"connect timeout: {where} did not accept a connection within {seconds:g}s {why}; check the "
+                "host and port, or raise the connect timeout (--connect-timeout, [state_store] connect_timeout)"
+            ) from None
         if _is_missing_table(message):
             raise SchemaMissingError(
                 f"the state store tables are missing in {where}; run `statestore db init`"
@@ -158,6 +197,11 @@ def translate_errors(engine: Engine) -> Iterator[None]:
         raise DatabaseError(f"database error on {where}: {message}") from None
     except sa_exc.SQLAlchemyError as exc:
         raise DatabaseError(f"database error on {describe_engine(engine)}: {first_line(exc)}") from None
+
+
+def _is_timeout(message: str) -> bool:
+    lowered = message.lower()
+    return "timeout expired" in lowered or "timed out" in lowered
 
 
 def _is_lock_timeout(message: str) -> bool:

@@ -25,6 +25,7 @@ INT_EXPECTED = "a whole number from 0 to 2147483647"
 BOOL_EXPECTED = "a boolean (true/false, yes/no, on/off, 1/0)"
 CLASS_EXPECTED = "a dotted path such as mypackage.module.ClassName"
 URL_EXPECTED = "a SQLAlchemy URL such as sqlite:////path/airflow.db"
+DURATION_EXPECTED = "a positive duration such as 10s, 2m or PT30S"
 
 
 def write_cfg(path: Path, text: str) -> Path:
@@ -62,6 +63,7 @@ EXPECTED_DEFAULTS = {
     ("state_store", "clear_on_success"): False,
     ("state_store", "state_cleanup_batch_size"): 0,
     ("state_store", "max_value_storage_bytes"): 65535,
+    ("state_store", "connect_timeout"): 10.0,
     ("workers", "state_store_backend"): "",
 }
 
@@ -141,6 +143,10 @@ def test_airflow_config_naming_a_missing_file_is_skipped(monkeypatch, tmp_path, 
     settings = load_settings()
     assert settings.config_file is None
     assert settings.default_retention_days == 30
+    assert [str(note) for note in settings.warnings] == [
+        f"$AIRFLOW_CONFIG names {tmp_path / 'nope.cfg'}, which does not exist (or is not a file): "
+        "using the environment and the defaults; fix the path or unset AIRFLOW_CONFIG"
+    ]
 
 
 def test_explicit_config_that_does_not_exist_is_an_error(tmp_path):
@@ -230,6 +236,9 @@ VALID = [
     ("state_store", "state_cleanup_batch_size", "500", 500),
     ("state_store", "max_value_storage_bytes", "0", 0),
     ("state_store", "max_value_storage_bytes", "1048576", 1048576),
+    ("state_store", "connect_timeout", "30s", 30.0),
+    ("state_store", "connect_timeout", "1m30s", 90.0),
+    ("state_store", "connect_timeout", "PT2.5S", 2.5),
     ("workers", "state_store_backend", "mypkg.workers.RefBackend", "mypkg.workers.RefBackend"),
     (
         "database",
@@ -303,6 +312,11 @@ INVALID = [
     ("state_store", "backend", "1pkg.Backend", CLASS_EXPECTED),
     ("state_store", "backend", "mypkg/mod.Backend", CLASS_EXPECTED),
     ("workers", "state_store_backend", "mypkg.mod:Backend", CLASS_EXPECTED),
+    # durations
+    ("state_store", "connect_timeout", "10", DURATION_EXPECTED),
+    ("state_store", "connect_timeout", "0s", DURATION_EXPECTED),
+    ("state_store", "connect_timeout", "soon", DURATION_EXPECTED),
+    ("state_store", "connect_timeout", "", DURATION_EXPECTED),
     # URL
     ("database", "sql_alchemy_conn", "", URL_EXPECTED),
 ]
@@ -629,6 +643,7 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
                 },
                 "state_cleanup_batch_size": {"value": 0, "source": "default"},
                 "max_value_storage_bytes": {"value": 65535, "source": "default"},
+                "connect_timeout": {"value": 10.0, "source": "default"},
             },
             "workers": {"state_store_backend": {"value": "", "source": "default"}},
             "database": {"sql_alchemy_conn": {"value": "sqlite:////data/store.db", "source": "--conn"}},
@@ -670,6 +685,7 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         f"state_store.state_cleanup_batch_size\t1000\t{cfg}\n"
         "state_store.max_value_storage_bytes\t1024\t"
         "environment variable AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES\n"
+        "state_store.connect_timeout\t10.0\tdefault\n"
         f"workers.state_store_backend\tmypkg.workers.RefBackend\t{cfg}\n"
         f"database.sql_alchemy_conn\tsqlite:///{clean_environment}/airflow.db\tdefault\n"
     )

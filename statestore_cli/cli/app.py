@@ -13,18 +13,19 @@ import typer
 from typer.core import TyperGroup
 
 from statestore_cli import __version__
-from statestore_cli.cli.failure import FLAGS, report, report_error
+from statestore_cli.cli.failure import FLAGS, report, report_error, warn
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
-from statestore_cli.cli.stopping import StopOnSignal
+from statestore_cli.cli.stopping import StopOnSignal, Terminated, terminate_on_sigterm
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
 from statestore_cli.entries import KeyFilter, Timeouts
 from statestore_cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_USAGE,
     InterruptedByUser,
     InvalidInputError,
@@ -70,8 +71,11 @@ class StateStoreGroup(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
+        terminate_on_sigterm()
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Terminated:
+            _fail("terminated (SIGTERM)", EXIT_TERMINATED)
         except _Reported as exc:
             sys.exit(report_error(exc.error))
         except click_exceptions.UsageError as exc:
@@ -205,12 +209,15 @@ class CliState:
     config_path: Optional[Path] = None
     conn: Optional[str] = None
     debug: bool = False
+    connect_timeout: Optional[str] = None
     _settings: Optional[Settings] = field(default=None, repr=False)
 
     @property
     def settings(self) -> Settings:
         if self._settings is None:
-            self._settings = load_settings(self.config_path, self.conn)
+            self._settings = load_settings(self.config_path, self.conn, connect_timeout_override=self.connect_timeout)
+            for note in self._settings.warnings:  # a typo in an option name must not pass unnoticed
+                warn(note.worded(FLAGS))
         return self._settings
 
 
@@ -260,12 +267,21 @@ def main(
             "--conn", metavar="URL", help=f"SQLAlchemy URL of the database; overrides {_DATABASE} sql_alchemy_conn."
         ),
     ] = None,
+    connect_timeout: Annotated[
+        Optional[str],
+        typer.Option(
+            "--connect-timeout",
+            metavar="DURATION",
+            help="Give up when the database server does not accept a connection within this time (5s, 1m). "
+            f"Default: {_section('state_store')} connect_timeout (10s unless configured).",
+        ),
+    ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show the Python traceback of an error.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    ctx.obj = CliState(config_path=config, conn=conn, debug=debug)
+    ctx.obj = CliState(config_path=config, conn=conn, debug=debug, connect_timeout=connect_timeout)
 
 
 # -- db ---------------------------------------------------------------------------------------------
@@ -521,7 +537,7 @@ def clean(
     """Delete expired task keys.
 
     Deletes task keys whose expires_at is before now; asset keys and keys that never expire stay.
-    Ctrl-C stops after the current batch (exit 130)."""
+    Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143)."""
     from statestore_cli import commands
     from statestore_cli.cleanup import CleanControl
 
@@ -545,7 +561,8 @@ def clean(
     cutoff = utcnow()
     total = commands.count_expired_keys(settings, cutoff) if out.shows_progress else None
     with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
-        control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance)
+        # Until the clean is connected a signal stops it at once; from then on, after the current batch.
+        control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance, on_connected=stop.defer)
         result = commands.clean(settings, batch_size, now=cutoff, control=control)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)

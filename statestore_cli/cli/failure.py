@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import sys
 
-from statestore_cli.cli.safe_text import error_line
+from statestore_cli.cli.safe_text import error_line, safe_text
 from statestore_cli.errors import StateStoreError
 
 # The library names an argument by its parameter; the CLI user knows it by its flag.
 FLAGS = {
     "config_path": "--config",
     "conn_override": "--conn",
+    "connect_timeout_override": "--connect-timeout",
     "exclusive": "--exclusive",
     "lock_seconds": "--lock-timeout",
     "retention": "--retention",
@@ -30,6 +31,11 @@ def report(text: str, exit_code: int) -> int:
     sys.stdout.flush()
     sys.stderr.write(error_line(text))
     return exit_code
+
+
+def warn(text: str) -> None:
+    """A warning: one line on stderr, control characters escaped; the command goes on."""
+    sys.stderr.write(f"statestore: warning: {safe_text(text)}\n")
 
 
 def report_error(error: StateStoreError) -> int:

@@ -26,7 +26,15 @@ from statestore_cli.errors import StateStoreError
 ROOT_OPTIONS = ("--config", "--conn")
 GET_OPTIONS = ("--dag-id", "--run-id", "--task-id", "--map-index", "--output", "-o")
 # Options of the full CLI the fast path leaves to it on purpose (a test holds these lists to the CLI's).
-ROOT_HANDED_OVER = ("--debug", "--version", "--help", "-h", "--install-completion", "--show-completion")
+ROOT_HANDED_OVER = (
+    "--connect-timeout",
+    "--debug",
+    "--version",
+    "--help",
+    "-h",
+    "--install-completion",
+    "--show-completion",
+)
 GET_HANDED_OVER = ("--asset-name", "--asset-uri", "--asset-id", "--help", "-h")
 
 _QUERY = (
@@ -99,6 +107,8 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     check_key(key)
     settings = load_settings(root.get("--config"), root.get("--conn"))
     conn_url = settings.sql_alchemy_conn
+    if settings.warnings:
+        return None  # the full CLI shows them
     if not settings.uses_builtin_backend or settings.worker_backend or not conn_url.startswith("sqlite:///"):
         return None
     path = conn_url.removeprefix("sqlite:///")
