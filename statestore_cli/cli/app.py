@@ -57,6 +57,10 @@ class StateStoreGroup(TyperGroup):
             raise _Reported(exc) from None
         except (click_exceptions.ClickException, typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt:  # typer would exit 130 without a word
+            if ctx.params.get("debug"):
+                raise
+            raise _Reported(InterruptedByUser("interrupted")) from None
         except Exception as exc:  # a bug of ours: still no traceback unless --debug asks for it
             if ctx.params.get("debug"):
                 raise
@@ -71,9 +75,9 @@ class StateStoreGroup(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        terminate_on_sigterm()
         try:
-            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with terminate_on_sigterm():
+                result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except Terminated:
             _fail("terminated (SIGTERM)", EXIT_TERMINATED)
         except _Reported as exc:

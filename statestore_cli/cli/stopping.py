@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -22,10 +23,18 @@ def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
     raise Terminated
 
 
-def terminate_on_sigterm() -> None:
-    """Make SIGTERM raise ``Terminated`` in the main thread (the CLI turns it into exit 143)."""
-    with contextlib.suppress(ValueError):  # not the main thread (an embedding program): its handling stays
-        signal.signal(signal.SIGTERM, _raise_terminated)
+@contextlib.contextmanager
+def terminate_on_sigterm() -> Iterator[None]:
+    """While active, SIGTERM raises ``Terminated`` in the main thread (the CLI turns it into exit 143)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread (an embedding program): its own handling stays
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class StopOnSignal:
