@@ -263,7 +263,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     started = time.monotonic()
     deleted = batches = 0
     stopped: StopReason | None = None
-    with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
+    with translate_errors(engine, lock_parameter="lock_seconds"), _clean_session(engine, control) as (conn, notes):
         run = _batch_runner(conn, now, batch_size)
         after: int | None = 0  # the id the next batch starts after; None once the walk is done
 
@@ -274,7 +274,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
         while after is not None:
             batch_started = time.monotonic()
             try:
-                with translate_errors(engine):
+                with translate_errors(engine, lock_parameter="lock_seconds"):
                     batch = retry_deadlocks(partial(one_batch, after))
             except BackendError as exc:
                 raise _failed_midway(exc, deleted, batches) from None

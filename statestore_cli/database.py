@@ -47,12 +47,17 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(url.database)
 
 
-def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    # Cascades from dag_run and asset only work with foreign keys on, as Airflow runs SQLite.
-    cursor = dbapi_conn.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
+def _sqlite_on_connect(busy_ms: int) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Cascades from dag_run and asset only work with foreign keys on, as Airflow runs SQLite.
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # Another process's write lock is waited for as long as a server may take to accept a
+        # connection: the connect timeout bounds every command on every engine.
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+        cursor.close()
+
+    return on_connect
 
 
 # The connect timeout each engine was made with, for the message when it is hit.
@@ -150,7 +155,7 @@ def make_engine(conn: str, *, create_file: bool = False, connect_timeout: float 
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
     _CONNECT_TIMEOUTS[engine] = timeout
     if backend == "sqlite":
-        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "connect", _sqlite_on_connect(math.ceil(timeout * 1000)))
     elif backend in ("mysql", "mariadb"):
         event.listen(engine, "connect", _mysql_on_connect)
     return engine
@@ -170,8 +175,9 @@ def describe_engine(engine: Engine) -> str:
 
 
 @contextmanager
-def translate_errors(engine: Engine) -> Iterator[None]:
-    """Turn driver and SQLAlchemy failures into one-line ``DatabaseError``s."""
+def translate_errors(engine: Engine, *, lock_parameter: str | None = None) -> Iterator[None]:
+    """Turn driver and SQLAlchemy failures into one-line ``DatabaseError``s; a lock wait that timed
+    out names ``lock_parameter`` as the limit to raise (a clean's), else the connect timeout (SQLite)."""
     try:
         yield
     except sa_exc.DBAPIError as exc:
@@ -189,14 +195,40 @@ def translate_errors(engine: Engine) -> Iterator[None]:
                 f"the state store tables are missing in {where}; run `statestore db init`"
             ) from None
         if _is_lock_timeout(message):
-            raise DatabaseError(
-                f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: "
-                f"retry later, or raise {PARAMETER}",
-                parameter="lock_seconds",
-            ) from None
-        raise DatabaseError(f"database error on {where}: {message}") from None
+            raise _lock_timeout(engine, where, message, lock_parameter) from None
+        hint = next((h for text, h in _HINTS.items() if text in message.lower()), "")
+        raise DatabaseError(f"database error on {where}: {message}{hint}") from None
     except sa_exc.SQLAlchemyError as exc:
         raise DatabaseError(f"database error on {describe_engine(engine)}: {first_line(exc)}") from None
+
+
+# What to do about the SQLite failures a user can fix.
+_HINTS = {
+    "readonly database": (
+        "; the file, its directory or the filesystem is read-only for this user: write as a user that may, "
+        "or use a writable copy"
+    ),
+    "database or disk is full": "; free space on its filesystem, then retry: the previous values are kept",
+    "unable to open database file": "; the file or its directory cannot be opened: check they exist and may be read",
+}
+
+
+def _lock_timeout(engine: Engine, where: str, message: str, parameter: str | None) -> DatabaseError:
+    if parameter is not None:
+        return DatabaseError(
+            f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: "
+            f"retry later, or raise {PARAMETER}",
+            parameter=parameter,
+        )
+    if engine.dialect.name == "sqlite":
+        seconds = _CONNECT_TIMEOUTS.get(engine, DEFAULT_CONNECT_TIMEOUT)
+        return DatabaseError(
+            f"gave up after {seconds:g}s waiting for another process's lock on {where} ({message}): retry later, "
+            "or raise the connect timeout (--connect-timeout, [state_store] connect_timeout)"
+        )
+    return DatabaseError(
+        f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: retry later"
+    )
 
 
 def _is_timeout(message: str) -> bool:

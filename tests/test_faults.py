@@ -325,7 +325,10 @@ def test_a_write_on_a_full_disk_fails_clearly_and_keeps_the_previous_value(small
         env=env,
     )
     assert result.returncode == 3, result.stderr
-    assert result.stderr == f"statestore: error: database error on {url}: database or disk is full\n"
+    assert result.stderr == (
+        f"statestore: error: database error on {url}: database or disk is full; free space on its filesystem, "
+        "then retry: the previous values are kept\n"
+    )
     filler.unlink()
     got = run_statestore_process("--conn", url, "get", "--asset-name", "a", "k", "-o", "json")
     assert got.exit_code == 0, got.output
