@@ -449,7 +449,7 @@ def bare_database(engine: str, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-@pytest.mark.parametrize("case, engine", params())
+@pytest.mark.parametrize("case, engine", list(params()))
 def test_bad_input(case: Case, engine: str, tmp_path, monkeypatch, clean_environment):
     with ExitStack() as stack:
         url = stack.enter_context(isolated_database(engine, tmp_path))
