@@ -354,8 +354,6 @@ def _unknown_options(
 ) -> list[Note]:
     """A note for each option of ``[state_store]`` (any) or ``[workers]`` (near misses) no spec declares,
     in the file and in ``AIRFLOW__STATE_STORE__*`` / ``AIRFLOW__WORKERS__*`` variables."""
-    import difflib
-
     found: list[tuple[str, str, str]] = []  # (section, option, where)
     for section in (*_OWN_SECTIONS, *_SHARED_SECTIONS):
         if parser is not None and parser.has_section(section):
@@ -371,6 +369,8 @@ def _unknown_options(
         known = [spec.option for spec in specs if spec.section == section]
         if option in known:
             continue
+        import difflib  # only for an unknown option: every command reads the config
+
         close = difflib.get_close_matches(option, known, n=1, cutoff=0.6 if section in _OWN_SECTIONS else 0.8)
         if not close and section not in _OWN_SECTIONS:
             continue
