@@ -29,6 +29,7 @@ from statestore_cli.errors import PARAMETER, ConfigError, Note
 
 if TYPE_CHECKING:
     import configparser
+    from datetime import timedelta
 
 BUILTIN_BACKEND = "statestore_cli.backends.metastore.MetastoreBackend"
 _BUILTIN_ALIASES = {BUILTIN_BACKEND, "statestore_cli.MetastoreBackend"}  # the public re-export, same class
@@ -115,8 +116,17 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         if text.lower() in _FALSE:
             return False
         raise _invalid(spec, raw, source, "a boolean (true/false, yes/no, on/off, 1/0)")
+    if spec.type == "timeout":
+        return _timeout(spec, raw, source)
     if spec.type == "duration":
-        return _duration_seconds(spec, raw, source)
+        from statestore_cli.errors import InvalidInputError
+        from statestore_cli.retention import parse_age
+
+        try:
+            parse_age(text, f"[{spec.section}] {spec.option}")
+        except InvalidInputError:
+            raise _invalid(spec, raw, source, "0 or a duration such as 12h, 2d, 1d12h or P1D") from None
+        return text  # as written, for `config show`; ``Settings`` reads it as a timedelta
     if spec.type == "class":
         if text and not _DOTTED.fullmatch(text):
             raise _invalid(spec, raw, source, "a dotted path such as mypackage.module.ClassName")
@@ -136,17 +146,28 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
     return text
 
 
-def _duration_seconds(spec: OptionSpec, raw: str, source: str) -> float:
+def _timeout(spec: OptionSpec, raw: str, source: str) -> str:
+    """A timeout as written (for `config show`): a positive duration; ``timeout_seconds`` reads it."""
+    from statestore_cli.errors import InvalidInputError
+
+    text = raw.strip()
+    try:
+        seconds = timeout_seconds(text, spec.option)
+    except InvalidInputError:
+        raise _invalid(spec, raw, source, "a positive duration such as 10s, 2m or PT30S") from None
+    if seconds > spec.max:
+        raise _invalid(spec, raw, source, f"at most {spec.max} seconds")
+    return text
+
+
+def timeout_seconds(text: str, what: str) -> float:
+    """Seconds of a positive duration (``10s``, ``2m``, ``PT30S``)."""
     from statestore_cli.errors import InvalidInputError
     from statestore_cli.retention import parse_duration
 
-    expected = "a positive duration such as 10s, 2m or PT30S"
-    try:
-        seconds = parse_duration(raw, spec.option).total_seconds()
-    except InvalidInputError:
-        raise _invalid(spec, raw, source, expected) from None
-    if seconds <= 0 or seconds > spec.max:
-        raise _invalid(spec, raw, source, expected if seconds <= 0 else f"at most {spec.max} seconds")
+    seconds = parse_duration(text, what).total_seconds()
+    if seconds <= 0:
+        raise InvalidInputError(f"{what} must be positive, got {text!r}")
     return seconds
 
 
@@ -269,13 +290,19 @@ class Settings:
         return int(self._value("state_store", "state_cleanup_batch_size"))
 
     @property
+    def state_cleanup_older_than(self) -> timedelta:
+        from statestore_cli.retention import parse_age
+
+        return parse_age(str(self._value("state_store", "state_cleanup_older_than")), "state_cleanup_older_than")
+
+    @property
     def max_value_storage_bytes(self) -> int:
         return int(self._value("state_store", "max_value_storage_bytes"))
 
     @property
     def connect_timeout(self) -> float:
         """Seconds to wait for a database server to accept a connection."""
-        return float(self._value("state_store", "connect_timeout"))
+        return timeout_seconds(str(self._value("state_store", "connect_timeout")), "connect_timeout")
 
     @property
     def worker_backend(self) -> str:
@@ -321,8 +348,6 @@ def load_settings(
             default = spec.default
             if isinstance(default, str):
                 default = default.replace("{AIRFLOW_HOME}", str(home))
-            if spec.type == "duration":
-                default = _duration_seconds(spec, default, "default")
             resolved[(spec.section, spec.option)] = Setting(spec, default, "default")
             continue
         resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, raw, source), source)
