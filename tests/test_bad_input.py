@@ -370,11 +370,27 @@ CASES = [
     ),
     Case(
         "clean-duration-bad",
-        "a clean duration that does not parse (`--max-runtime`, `--lock-timeout`, `--statement-timeout`)",
+        "a clean duration that does not parse (`--max-runtime`, `--older-than`, `--lock-timeout`, ...)",
         ("clean", "--max-runtime", "soon"),
         2,
         "invalid --max-runtime 'soon': use a duration such as 30s, 5m or 1h",
         engines=ALL,
+    ),
+    Case(
+        "older-than-bad",
+        "a clean duration that does not parse (`--max-runtime`, `--older-than`, `--lock-timeout`, ...)",
+        ("clean", "--older-than", "soon"),
+        2,
+        "invalid --older-than 'soon': use a duration such as 30s, 5m or 1h",
+    ),
+    Case(
+        "older-than-option",
+        "a duration option that does not parse (`state_cleanup_older_than = -1d`)",
+        ("clean",),
+        2,
+        "{cfg}: invalid value '-1d' for [state_store] state_cleanup_older_than: "
+        "expected 0 or a duration such as 12h, 2d, 1d12h or P1D",
+        cfg="[state_store]\nstate_cleanup_older_than = -1d\n",
     ),
     Case(
         "batch-negative",
