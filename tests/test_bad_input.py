@@ -320,6 +320,15 @@ CASES = [
         "dag_id is not valid UTF-8 (byte 0xc3 at character 2); pass it as UTF-8 text",
     ),
     Case(
+        "asset-name-not-latin1",
+        "an asset name outside latin1 on MySQL/MariaDB (Airflow's schema stores them as latin1 there)",
+        ("set", "--asset-name", "ключ", "k", "1"),
+        2,
+        "asset name 'ключ' holds 'к', outside latin1: MySQL and MariaDB store asset names and uris as latin1, "
+        "as Airflow's schema does there",
+        engines=("mariadb",),
+    ),
+    Case(
         "map-index-not-int",
         "a map index that is not an integer",
         ("set", *TASK, "--map-index", "x", "k", "1"),
