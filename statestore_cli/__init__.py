@@ -17,9 +17,12 @@ _EXPORTS = {
     "StoreScope": "statestore_cli.scopes",
     "TaskScope": "statestore_cli.scopes",
     "AssetStateStoreAccessor": "statestore_cli.accessors",
+    "StateReferenceWarning": "statestore_cli.accessors",
     "StateValueTooLargeWarning": "statestore_cli.accessors",
     "TaskStateStoreAccessor": "statestore_cli.accessors",
     "BaseStoreBackend": "statestore_cli.backends.base",
+    "FilesystemBackend": "statestore_cli.backends.filesystem",
+    "StoredRef": "statestore_cli.backends.base",
     "MetastoreBackend": "statestore_cli.backends.metastore",
     "Settings": "statestore_cli.config",
     "load_settings": "statestore_cli.config",
@@ -41,14 +44,17 @@ __all__ = [
     "BaseStoreBackend",
     "ConfigError",
     "DatabaseError",
+    "FilesystemBackend",
     "InvalidInputError",
     "MetastoreBackend",
     "NotFoundError",
     "SchemaMissingError",
     "Settings",
+    "StateReferenceWarning",
     "StateStoreError",
     "StateValueTooLargeWarning",
     "StoreScope",
+    "StoredRef",
     "TaskScope",
     "TaskStateStoreAccessor",
     "accessor",
@@ -63,8 +69,14 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from statestore_cli.accessors import AssetStateStoreAccessor, StateValueTooLargeWarning, TaskStateStoreAccessor
-    from statestore_cli.backends.base import BaseStoreBackend
+    from statestore_cli.accessors import (
+        AssetStateStoreAccessor,
+        StateReferenceWarning,
+        StateValueTooLargeWarning,
+        TaskStateStoreAccessor,
+    )
+    from statestore_cli.backends.base import BaseStoreBackend, StoredRef
+    from statestore_cli.backends.filesystem import FilesystemBackend
     from statestore_cli.backends.metastore import MetastoreBackend
     from statestore_cli.config import Settings, load_settings
     from statestore_cli.errors import (

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, JsonValue
+from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, JsonValue, stored_ref
 from statestore_cli.errors import InvalidInputError
 from statestore_cli.retention import Retention, compute_expires_at, utcnow
 from statestore_cli.scopes import AssetScope, StoreScope, TaskScope, check_key
@@ -20,6 +20,11 @@ from statestore_cli.scopes import AssetScope, StoreScope, TaskScope, check_key
 
 class StateValueTooLargeWarning(UserWarning):
     """A value larger than ``[state_store] max_value_storage_bytes`` was written."""
+
+
+class StateReferenceWarning(UserWarning):
+    """A stored value does not match the worker-side configuration: a plain value where
+    ``[workers] state_store_backend`` is set, or a reference where it is not. Returned as stored."""
 
 
 def encode_value(value: JsonValue) -> str:
@@ -73,16 +78,33 @@ class _Accessor:
             warnings.warn(message, StateValueTooLargeWarning, stacklevel=3)
         return stored
 
-    def decode(self, stored: str) -> JsonValue:
-        """A stored JSON string as ``get`` returns it (a worker-side reference resolved)."""
+    def decode(self, stored: str, key: str | None = None) -> JsonValue:
+        """A stored JSON string as ``get`` returns it (a worker-side reference resolved). A value that
+        does not match the configuration is returned as stored, with a ``StateReferenceWarning``."""
         decoded = json.loads(stored)
-        if self.worker_backend is not None and isinstance(decoded, dict) and set(decoded) == {REF_MARKER}:
-            return self._from_ref(decoded[REF_MARKER])
+        ref = stored_ref(decoded)
+        named = "a key" if key is None else f"key {key!r}"
+        if self.worker_backend is not None and ref is not None:
+            return self._from_ref(ref)
+        if self.worker_backend is not None:
+            warnings.warn(
+                f"{named} holds a plain value, not a reference: written before [workers] state_store_backend "
+                "was set, or by a writer without it; returned as stored",
+                StateReferenceWarning,
+                stacklevel=2,
+            )
+        elif ref is not None:
+            warnings.warn(
+                f"{named} holds a worker-side reference but [workers] state_store_backend is not set; "
+                "returned the reference itself (set the option to read the value)",
+                StateReferenceWarning,
+                stacklevel=2,
+            )
         return decoded
 
     def get(self, key: str, default: JsonValue = None) -> JsonValue:
         stored = self.backend.get(self.scope, check_key(key), session=self.session)
-        return default if stored is None else self.decode(stored)
+        return default if stored is None else self.decode(stored, key)
 
     def delete(self, key: str) -> None:
         # The database reference goes first; a failing external delete leaves an orphan that the

@@ -6,13 +6,14 @@ them; rendering is the caller's business.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.accessors import TaskStateStoreAccessor
-from statestore_cli.backends.base import JsonValue
+from statestore_cli.backends.base import BaseStoreBackend, JsonValue
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings, describe_source
@@ -20,12 +21,15 @@ from statestore_cli.config.settings import CONN_OVERRIDE
 from statestore_cli.database import describe_engine, mask_url, parse_url, translate_errors
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import (
+    EXIT_OK,
+    EXIT_SKIPPED,
     PARAMETER,
     BackendError,
     DatabaseError,
     InvalidInputError,
     SchemaMissingError,
     StateStoreError,
+    first_line,
 )
 from statestore_cli.retention import Retention, clean_cutoff, utcnow
 from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
@@ -84,21 +88,37 @@ def db_check(settings: Settings) -> DbReport:
 
 
 # -- keys ----------------------------------------------------------------------------------------------
-def get_entry(settings: Settings, scope: StoreScope, key: str) -> Entry:
-    """The key's decoded value with its scope and, on the metastore, its timestamps."""
+def get_entry(settings: Settings, scope: StoreScope, key: str, *, raw: bool = False) -> Entry:
+    """The key's decoded value with its scope and, on the metastore, its timestamps. ``raw``: the value
+    as the store holds it (a worker-side reference unresolved), without loading the worker backend."""
     check_key(key)
+    if raw:
+        return _lookup(open_backend(settings), scope, key, json.loads)
     acc = accessor(settings, scope)
-    if isinstance(acc.backend, MetastoreBackend):
-        entry = acc.backend.describe(scope, key)
+
+    def decode(stored: str) -> JsonValue:
+        try:
+            return acc.decode(stored, key)
+        except Exception as exc:  # the worker backend is user code: any failure is its own
+            raise BackendError(
+                f"[workers] state_store_backend {settings.worker_backend} could not read key {key!r}: "
+                f"{type(exc).__name__}: {first_line(exc)}; `get --raw` shows what the database holds"
+            ) from None
+
+    return _lookup(acc.backend, scope, key, decode)
+
+
+def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Callable[[str], JsonValue]) -> Entry:
+    if isinstance(backend, MetastoreBackend):
+        entry = backend.describe(scope, key)
         if entry is not None:
-            return entry._replace(value=acc.decode(entry.value))
+            return entry._replace(value=decode(entry.value))
         if isinstance(scope, TaskScope):  # one more query, on the not-found path only
-            raise missing_key(scope, key, run_exists=acc.backend.has_run(scope))
+            raise missing_key(scope, key, run_exists=backend.has_run(scope))
     else:
-        missing = object()
-        value = acc.get(key, default=missing)
-        if value is not missing:
-            return _bare_entry(scope, key, value)
+        stored = backend.get(scope, key)
+        if stored is not None:
+            return _bare_entry(scope, key, decode(stored))
     raise missing_key(scope, key)
 
 
@@ -127,9 +147,24 @@ def delete_key(settings: Settings, scope: StoreScope, key: str) -> int | None:
     """Delete one key; returns how many rows went (0: it was not there) when the backend says."""
     acc = accessor(settings, scope)
     removed = acc.backend.delete(scope, check_key(key))
-    if acc.worker_backend is not None:
-        acc.worker_backend.delete(scope, key)
+    worker = acc.worker_backend
+    if worker is not None:
+        _worker_step(settings, f"deleted key {key!r}", lambda: worker.delete(scope, key))
     return removed
+
+
+def _worker_step(settings: Settings, done: str, step: Callable[[], object], *, many: bool = False) -> None:
+    """The worker backend's half of a delete or clear, run after the database rows went: a failure
+    leaves orphaned objects, and says so."""
+    try:
+        step()
+    except Exception as exc:  # user code: any failure is the backend's
+        raise BackendError(
+            f"{done} in the database, but [workers] state_store_backend {settings.worker_backend} failed to "
+            f"remove {'their objects' if many else 'its object'} ({type(exc).__name__}: {first_line(exc)}): "
+            f"{'they are' if many else 'it is'} orphaned until the next set of the same key overwrites "
+            f"{'each' if many else 'it'}; `statestore orphans` lists such objects"
+        ) from None
 
 
 def count_keys(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
@@ -140,8 +175,11 @@ def count_keys(settings: Settings, scope: StoreScope, *, all_map_indices: bool =
 def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
     acc = accessor(settings, scope)
     removed = acc.backend.clear(scope, all_map_indices=all_map_indices)
-    if acc.worker_backend is not None:
-        acc.worker_backend.clear(scope, all_map_indices=all_map_indices)
+    worker = acc.worker_backend
+    if worker is not None:
+        _worker_step(
+            settings, "cleared the keys", lambda: worker.clear(scope, all_map_indices=all_map_indices), many=True
+        )
     return removed
 
 
@@ -237,6 +275,42 @@ def count_expired_keys(settings: Settings, now: datetime | None = None, older_th
     from statestore_cli.cleanup import count_expired
 
     return count_expired(open_metastore(settings).engine, cutoff)
+
+
+class CleanSkipped(NamedTuple):
+    """A clean that did nothing because a custom backend is configured; ``fail`` (``--fail-on-skip``)
+    makes that a non-zero exit, for schedulers that alert on one."""
+
+    reason: str
+    fail: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_SKIPPED if self.fail else EXIT_OK
+
+
+class BackendCleanup(NamedTuple):
+    backend: str
+    result: Any  # whatever the backend's cleanup() returned
+    elapsed: float
+
+
+def backend_cleanup(settings: Settings) -> BackendCleanup:
+    """Run the custom ``[state_store] backend``'s own ``cleanup()`` and return what it returned."""
+    if settings.uses_builtin_backend:
+        raise InvalidInputError(
+            "backend cleanup runs a custom [state_store] backend's cleanup(); the metastore backend has none: "
+            "`clean` itself deletes its expired keys"
+        )
+    backend = open_backend(settings)
+    import time
+
+    started = time.monotonic()
+    try:
+        result = backend.cleanup()
+    except Exception as exc:  # user code: any failure is the backend's
+        raise BackendError(f"{settings.backend}.cleanup() failed: {type(exc).__name__}: {first_line(exc)}") from None
+    return BackendCleanup(settings.backend, result, time.monotonic() - started)
 
 
 # -- config --------------------------------------------------------------------------------------------

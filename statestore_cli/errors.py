@@ -26,6 +26,7 @@ EXIT_NOT_CONFIRMED = 1  # a confirmation question was answered no
 EXIT_USAGE = 2
 EXIT_OPERATIONAL = 3
 EXIT_STOPPED = 4  # a clean stopped at its deadline (max runtime) before it was done
+EXIT_SKIPPED = 5  # a clean skipped (custom backend) when asked to fail on a skip
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 

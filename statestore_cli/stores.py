@@ -11,7 +11,7 @@ from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
 from statestore_cli.database import make_engine
-from statestore_cli.errors import BackendError, first_line
+from statestore_cli.errors import BackendError, StateStoreError, first_line
 from statestore_cli.scopes import StoreScope, TaskScope
 
 
@@ -36,7 +36,9 @@ def open_worker_backend(settings: Settings) -> BaseStoreBackend | None:
 def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBackend:
     cls = load_backend_class(settings.setting(section, option))
     try:
-        return cls()
+        return cls.from_settings(settings)
+    except StateStoreError:
+        raise  # already says what is wrong (a backend's own option, checked in from_settings)
     except Exception as exc:  # user code: any failure is the backend's
         raise BackendError(f"cannot create [{section}] {option} {cls.__qualname__}: {first_line(exc)}") from None
 

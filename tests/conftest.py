@@ -72,3 +72,13 @@ def backends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     yield "ss_test_backends"
     for name in ("ss_test_backends", "ss_test_broken"):
         sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def sample_objects() -> Iterator[dict]:
+    """The shared object store of ``sample_backends`` (tests/sample_backends.py), empty for this test."""
+    import sample_backends
+
+    sample_backends.OBJECTS.clear()
+    yield sample_backends.OBJECTS
+    sample_backends.OBJECTS.clear()

@@ -59,3 +59,27 @@ def test_quick_benchmark_measures_everything(tmp_path: Path) -> None:
     assert results["targets"], "no target was evaluated"
     assert all(isinstance(t["passed"], bool) for t in results["targets"])
     assert "Targets" in done.stdout
+
+
+TRANSFER = ("bare export script (floor)", "export --file", "bare import script (floor)", "import")
+
+
+@pytest.mark.slow
+def test_quick_transfer_benchmark_measures_everything(tmp_path: Path) -> None:
+    """``bench/transfer.py --quick``: export and import with their floors (whose files must match byte for byte,
+    or the script exits non-zero), on every engine it reaches."""
+    out = tmp_path / "transfer.json"
+    cmd = [sys.executable, str(REPO / "bench" / "transfer.py"), "--quick", "--workdir", str(tmp_path / "work")]
+    done = subprocess.run([*cmd, "--json-out", str(out)], capture_output=True, text=True, timeout=600, check=False)
+
+    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    results = json.loads(out.read_text())
+    found = {(m["engine"], m["rows"]) for m in results["measurements"]}
+    engines = {engine for engine, _ in found}
+    assert "sqlite" in engines and engines <= {"sqlite", "postgresql", "mariadb"}
+    assert found == {(engine, rows) for engine in engines for rows in (4000, 400)}
+    for m in results["measurements"]:
+        assert set(m["samples"]) == set(TRANSFER), m
+        assert all(seconds > 0 for samples in m["samples"].values() for seconds in samples), m
+        assert all(kb > 0 for samples in m["peak_rss_kb"].values() for kb in samples), m
+    assert "export --file at 4,000 rows is" in done.stdout and "import at 4,000 rows is" in done.stdout

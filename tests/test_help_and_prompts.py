@@ -30,6 +30,8 @@ COMMANDS = (
     ["clear"],
     ["list"],
     ["stats"],
+    ["export"],
+    ["import"],
     ["clean"],
     ["db"],
     ["db", "init"],
@@ -84,7 +86,10 @@ class Terminal:
             if ready:
                 self.seen += os.read(self.primary, 65536)
             elif self.proc.poll() is not None:
-                break  # ended, and everything it wrote has been read
+                # Ended: what it wrote between the select above and its exit is still to be read.
+                while select.select([self.primary], [], [], 0.2)[0]:
+                    self.seen += os.read(self.primary, 65536)
+                break
             elif time.monotonic() > deadline:
                 self.proc.kill()
                 pytest.fail(f"the command did not end; so far: {self.seen!r}")

@@ -111,6 +111,15 @@ def test_list_larger_than_the_pipe_buffer_ends_quietly_when_the_reader_stops(db_
     assert first.strip()
 
 
+def test_export_larger_than_the_pipe_buffer_ends_quietly_when_the_reader_stops(db_url):
+    seed_many(db_url)
+    args = ("--conn", db_url, "export")
+    assert len(full_output(*args).encode()) > 2 * PIPE_BUFFER
+    code, first, stderr = closed_early(*args)
+    assert (code, stderr) == (0, "")
+    assert first.startswith('{"store": "task"'), first
+
+
 @pytest.mark.parametrize("mode", ["plain", "json", "table"])
 def test_dry_run_ends_quietly_when_the_reader_stops(db_url, mode):
     expired = seed_many(db_url)

@@ -45,7 +45,16 @@ def probe(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, str, set[st
 
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["-h"], ["get", "--help"], ["clean", "--help"], ["db", "--help"], ["db", "init", "--help"], []],
+    [
+        ["--help"],
+        ["-h"],
+        ["get", "--help"],
+        ["clean", "--help"],
+        ["import", "--help"],
+        ["db", "--help"],
+        ["db", "init", "--help"],
+        [],
+    ],
     ids=lambda argv: " ".join(argv) or "no arguments",
 )
 def test_help_loads_no_sqlalchemy(argv, tmp_path):
@@ -95,6 +104,8 @@ def test_show_completion_prints_the_script(tmp_path):
         ["clean", "--dry-run"],
         ["clean"],
         ["config", "show"],
+        ["export"],
+        ["import", "-"],
     ],
     ids=" ".join,
 )

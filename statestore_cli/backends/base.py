@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
 
+if TYPE_CHECKING:
+    from typing import Self
+
+    from statestore_cli.config import Settings
+
 JsonValue = Any  # any JSON document except null
 REF_MARKER = "__airflow_state_ref__"
+
+
+def stored_ref(decoded: JsonValue) -> str | None:
+    """The worker-side reference a decoded database value holds, or None when it is a plain value."""
+    if isinstance(decoded, dict) and set(decoded) == {REF_MARKER} and isinstance(decoded[REF_MARKER], str):
+        return str(decoded[REF_MARKER])
+    return None
+
+
+class StoredRef(NamedTuple):
+    """One object a worker-side backend holds: its reference (as the serialize hook returned it) and
+    when it was last written (UTC; None when the store cannot say)."""
+
+    ref: str
+    modified_at: datetime | None
 
 
 class BaseStoreBackend(ABC):
@@ -58,8 +80,29 @@ class BaseStoreBackend(ABC):
         stored = await self.aget(scope, key, session=session)
         return None if stored is None else json.loads(stored)
 
-    def cleanup(self) -> None:  # noqa: B027 - an optional hook, deliberately not abstract
-        """Hook for a custom backend's own retention, run from its own maintenance process."""
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The instance the configuration asks for; a backend with options of its own reads them here
+        (``settings.extra_option``). The default takes no arguments."""
+        return cls()
+
+    def cleanup(self) -> Any:
+        """Hook for a custom backend's own retention, run from its own maintenance process (or by
+        ``statestore clean --backend-cleanup``, which reports what it returns). The default does nothing."""
+        return None
+
+    # Optional, for `statestore orphans`: a worker-side backend that can enumerate what it stores.
+    def list_refs(self) -> Iterable[StoredRef]:
+        """Every reference this backend holds, in the exact form its serialize hooks return."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement list_refs()")
+
+    def delete_ref(self, ref: str) -> None:
+        """Remove the object behind ``ref``; a missing object is not an error."""
+        raise NotImplementedError(f"{type(self).__qualname__} does not implement delete_ref()")
+
+    @classmethod
+    def can_list_refs(cls) -> bool:
+        return cls.list_refs is not BaseStoreBackend.list_refs
 
     # Worker-side hooks: a worker backend stores the payload elsewhere and returns a reference.
     def serialize_task_state_store_to_ref(self, *, value: JsonValue, key: str, scope: TaskScope) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.sql import ColumnElement
 
-from statestore_cli.backends.base import BaseStoreBackend, ThreadOffloadMixin
+from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, ThreadOffloadMixin, stored_ref
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.dialects import insert_if_missing, upsert
 from statestore_cli.entries import Entry, KeyFilter
@@ -55,7 +56,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 with self.engine.begin() as conn:
                     yield conn
 
-    def _is_airflow_db(self, conn: Connection) -> bool:
+    def is_airflow_db(self, conn: Connection) -> bool:
         # Airflow's database is managed by its alembic migrations; ours has no alembic_version.
         if self._airflow_mode is None:
             self._airflow_mode = conn.dialect.has_table(conn, "alembic_version")
@@ -74,7 +75,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
         found = conn.execute(query).scalar()
         if found is None:
-            if self._is_airflow_db(conn):
+            if self.is_airflow_db(conn):
                 raise InvalidInputError(
                     f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} in this Airflow database; "
                     "task keys can only be written for runs Airflow created"
@@ -104,7 +105,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             return int(ids[0])
         if not create:
             return None
-        if self._is_airflow_db(conn):
+        if self.is_airflow_db(conn):
             raise InvalidInputError(
                 f"no active asset {scope.describe()} in this Airflow database; assets are created by Airflow"
             )
@@ -248,6 +249,22 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
         with self.connection() as conn:
             return conn.execute(query.limit(1)).first() is not None
+
+    def references(self) -> frozenset[str]:
+        """Every worker-side reference a row of either store holds (``{"__airflow_state_ref__": ref}``)."""
+        found: list[str] = []
+        with self.connection() as conn:
+            for table in (_task, _asset_kv):
+                # In LIKE each `_` of the marker matches any character: it over-matches, the parse decides.
+                query = select(table.c.value).where(table.c.value.like(f"%{REF_MARKER}%"))
+                for (value,) in conn.execution_options(yield_per=1000).execute(query):
+                    try:
+                        ref = stored_ref(json.loads(value))
+                    except ValueError:  # not JSON: not written by an accessor, so not a reference
+                        continue
+                    if ref is not None:
+                        found.append(ref)
+        return frozenset(found)
 
     def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int:
         with self.connection() as conn:

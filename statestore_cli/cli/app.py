@@ -18,7 +18,7 @@ from statestore_cli import __version__
 from statestore_cli.cli.failure import FLAGS, closed_pipe, finish, message, report, report_error, warn
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.safe_text import safe_text, warning_line
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
 from statestore_cli.cli.stopping import StopOnSignal, Terminated, terminate_on_sigterm
 from statestore_cli.cli.values import read_value
@@ -27,6 +27,7 @@ from statestore_cli.entries import KeyFilter, Timeouts
 from statestore_cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_SKIPPED,
     EXIT_TERMINATED,
     EXIT_USAGE,
     InterruptedByUser,
@@ -245,12 +246,18 @@ db_app = typer.Typer(
     epilog=_examples("db init", "db check", "--conn postgresql+psycopg://airflow@db/airflow db check -o json"),
     no_args_is_help=True,
 )
+backend_app = typer.Typer(
+    help="Check custom backends.",
+    epilog=_examples("backend check", "backend check -o json"),
+    no_args_is_help=True,
+)
 config_app = typer.Typer(
     help="Show the effective configuration.",
     epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"),
     no_args_is_help=True,
 )
 app.add_typer(db_app, name="db")
+app.add_typer(backend_app, name="backend")
 app.add_typer(config_app, name="config")
 
 
@@ -366,21 +373,43 @@ def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: He
 
 
 # -- keys -------------------------------------------------------------------------------------------
-@app.command("get", epilog=_examples(f"get {_TASK} job_id", "get --asset-name orders watermark -o json"))
+@app.command(
+    "get",
+    epilog=_examples(f"get {_TASK} job_id", "get --asset-name orders watermark -o json", f"get {_TASK} job_id --raw"),
+)
 @with_scope_options
 def get(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
     scope_args: KeyFilter,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="Print what the database holds (a worker-side reference as it is stored), "
+            "without calling the worker-side backend.",
+        ),
+    ] = False,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """Print a key's value as JSON.
 
-    A missing key exits 1."""
+    A missing key exits 1. A value that does not match the worker-side backend setting (a plain
+    value where one is set, a reference where none is) is printed as stored, with a warning on stderr."""
+    import warnings
+
     from statestore_cli import commands
+    from statestore_cli.accessors import StateReferenceWarning
 
     out = _output(output)
-    entry = commands.get_entry(_settings(ctx), scope_of(scope_args), key)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StateReferenceWarning)
+        entry = commands.get_entry(_settings(ctx), scope_of(scope_args), key, raw=raw)
+    for warning in caught:
+        if issubclass(warning.category, StateReferenceWarning):
+            sys.stderr.write(warning_line(str(warning.message)))
+        else:  # not ours to word: shown as Python would have
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     out.value(entry)
 
 
@@ -483,7 +512,7 @@ def _confirm(question: str) -> bool:
     """Ask ``question`` on the terminal (stderr, so stdout keeps only results): only y or yes confirms.
     Ctrl-C and end of input (Ctrl-D) end the command with their own error, on a line of their own."""
     sys.stdout.flush()
-    try:  # the question too: a Ctrl-C typed as soon as it shows is raised right after its write
+    try:  # from before the question shows: a Ctrl-C typed as soon as it appears lands here too
         sys.stderr.write(question)
         sys.stderr.flush()
         answer = sys.stdin.readline()
@@ -542,6 +571,87 @@ def stats(
     out = _output(output, header)
     filt = as_filter(scope_args, store, key)
     out.stats(commands.stats(_settings(ctx), filt))
+
+
+# -- export and import ------------------------------------------------------------------------------
+_MAX_IMPORT_BATCH = 100_000  # transfer.MAX_BATCH_SIZE, without importing SQLAlchemy for --help
+
+
+@app.command(
+    "export",
+    epilog=_examples(
+        "export --file /backup/statestore-2026-11-30.jsonl", "export --dag-id etl > etl.jsonl", "export --store asset"
+    ),
+)
+@with_scope_options
+def export(
+    ctx: typer.Context,
+    scope_args: KeyFilter,
+    key: KeyOpt = None,
+    store: StoreOpt = None,
+    file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--file", metavar="PATH", help="Write to PATH (complete or not at all: a temporary file, then renamed)."
+        ),
+    ] = None,
+) -> None:
+    """Write keys as JSON Lines, one key per line.
+
+    Each line has the key's scope, value, updated_at and expires_at; assets are named by name and uri.
+    Takes the filters of list and keeps its order. Writes to stdout unless --file;
+    `statestore import` reads it back."""
+    from statestore_cli import transfer
+
+    filt = as_filter(scope_args, store, key)
+    settings = _settings(ctx)
+    if file is None:
+        summary = transfer.write_export(settings, filt, sys.stdout)
+    else:
+        summary = transfer.export_file(settings, filt, file)
+    Output.choose("plain").export_summary(summary, "stdout" if file is None else str(file))
+
+
+@app.command(
+    "import",
+    epilog=_examples(
+        "import --dry-run /backup/statestore-2026-11-30.jsonl",
+        "import /backup/statestore-2026-11-30.jsonl",
+        "--conn postgresql+psycopg://airflow@db/airflow export | statestore import -",
+    ),
+)
+def import_(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Argument(metavar="FILE", help="JSON Lines from `statestore export`; - reads stdin.")],
+    batch_size: Annotated[
+        int,
+        typer.Option("--batch-size", min=1, max=_MAX_IMPORT_BATCH, metavar="N", help="Keys per transaction."),
+    ] = 1000,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check every line against the database; write nothing.")
+    ] = False,
+    output: OutputOpt = OutputMode.auto,
+) -> None:
+    """Upsert keys from JSON Lines, keeping their timestamps.
+
+    One transaction per batch. A bad line stops the import before its batch is written;
+    earlier batches stay (the error says which lines): run --dry-run first for all or nothing.
+    On a standalone store missing dag runs and assets are created; an Airflow database must have them.
+    The summary goes to stderr (-o json: to stdout)."""
+    from statestore_cli import transfer
+
+    out = _output(output)
+    settings = _settings(ctx)
+    try:
+        stream = sys.stdin.buffer if source == "-" else open(source, "rb")  # noqa: SIM115  (closed below)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {source}: {exc.strerror or exc}") from None
+    try:
+        summary = transfer.import_records(settings, stream, batch_size=batch_size, dry_run=dry_run)
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    out.import_summary(summary, "stdin" if source == "-" else source)
 
 
 # -- clean ------------------------------------------------------------------------------------------
@@ -606,6 +716,16 @@ def clean(
             "also when it fails or stops early.",
         ),
     ] = None,
+    fail_on_skip: Annotated[
+        bool,
+        typer.Option("--fail-on-skip", help=f"With a custom {_section('state_store')} backend, exit 5 instead of 0."),
+    ] = False,
+    backend_cleanup: Annotated[
+        bool,
+        typer.Option(
+            "--backend-cleanup", help=f"Run the custom {_section('state_store')} backend's cleanup() and report it."
+        ),
+    ] = False,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> Optional[Outcome]:
@@ -613,18 +733,22 @@ def clean(
 
     Deletes task keys whose expires_at is before now (minus --older-than);
     asset keys and keys that never expire stay.
-    Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143)."""
+    Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
+    skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
     out = _output(output, header)
+    if backend_cleanup:
+        _backend_cleanup(ctx, out, dry_run, older_than, metrics_file)
+        return None
     if dry_run:
         if metrics_file is not None:
             raise InvalidInputError(
                 "--metrics-file records what a clean deleted and a --dry-run deletes nothing; drop one of them"
             )
-        _clean_dry_run(_settings(ctx), out, grace, show_all)
-        return None
+        skipped = _clean_dry_run(_settings(ctx), out, grace, show_all)
+        return None if skipped is None else _skipped(skipped, fail_on_skip)
     timeouts = Timeouts(
         lock_seconds=_seconds(lock_timeout, "--lock-timeout"),
         statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
@@ -642,7 +766,7 @@ def clean(
             _record_failure(recorder, exc, out)
         raise
     # The metrics first: a report that cannot be shown (a closed pipe) must not cost the monitoring its file.
-    unwritten = _record(recorder, result, remaining)
+    unwritten = _record(recorder, result, remaining, EXIT_SKIPPED if fail_on_skip else EXIT_OK)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
     else:
@@ -650,19 +774,45 @@ def clean(
         out.clean_report(result)
     if unwritten is not None:
         raise unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
-    return None if isinstance(result, str) else result  # a clean stopped early exits with its reason's code
+    # a clean stopped early exits with its reason's code; a skip with 5 under --fail-on-skip
+    return _skipped(result, fail_on_skip) if isinstance(result, str) else result
 
 
-def _clean_dry_run(settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool) -> None:
+def _skipped(reason: str, fail_on_skip: bool) -> Outcome:
+    from statestore_cli import commands
+
+    return commands.CleanSkipped(reason, fail_on_skip)
+
+
+def _backend_cleanup(
+    ctx: typer.Context, out: Output, dry_run: bool, older_than: Optional[str], metrics_file: Optional[Path]
+) -> None:
+    from statestore_cli import commands
+
+    for given, flag in (
+        (dry_run, "--dry-run"),
+        (older_than is not None, "--older-than"),
+        (metrics_file, "--metrics-file"),
+    ):
+        if given:
+            raise InvalidInputError(
+                f"--backend-cleanup runs the backend's own cleanup(), which takes no {flag}; drop it"
+            )
+    out.backend_cleanup(commands.backend_cleanup(_settings(ctx)))
+
+
+def _clean_dry_run(settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool) -> Optional[str]:
+    """Show what a clean would delete; returns the reason when a custom backend makes it skip."""
     from statestore_cli import commands
 
     now = utcnow()
     plan = commands.plan_clean(settings, now, grace)
     if plan.skipped_reason:
         out.clean_skipped(plan.skipped_reason, dry_run=True)
-        return
+        return plan.skipped_reason
     total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
     out.clean_plan(plan, limit=None if show_all else 100, total=total)
+    return None
 
 
 def _clean_run(
@@ -711,14 +861,14 @@ def _both(*calls: Callable[[int], None]) -> Callable[[int], None]:
 
 
 def _record(
-    recorder: Optional["CleanRecorder"], result: "CleanReport | str", remaining: Optional[int]
+    recorder: Optional["CleanRecorder"], result: "CleanReport | str", remaining: Optional[int], skip_code: int
 ) -> Optional[StateStoreError]:
     """Write the metrics of a clean that ended (done, skipped or stopped early); the error when it cannot."""
     if recorder is None:
         return None
     try:
         if isinstance(result, str):
-            recorder.finish(EXIT_OK)
+            recorder.finish(skip_code)
         else:
             recorder.finish(result.exit_code, rows_deleted=result.deleted, batches=result.batches, remaining=remaining)
     except StateStoreError as exc:
@@ -741,6 +891,63 @@ _MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LI
 
 def _seconds(text: str, option: str) -> float:
     return parse_duration(text, option).total_seconds()
+
+
+# -- backends ---------------------------------------------------------------------------------------
+@app.command(
+    "orphans",
+    epilog=_examples("orphans", "orphans --older-than 7d -o json", "orphans --delete --older-than 7d"),
+)
+def orphans(
+    ctx: typer.Context,
+    delete: Annotated[
+        bool, typer.Option("--delete", help="Delete the orphans at least --older-than old (needs --older-than).")
+    ] = False,
+    older_than: Annotated[
+        Optional[str],
+        typer.Option("--older-than", metavar="DURATION", help="Only orphans at least this old (7d, 12h)."),
+    ] = None,
+    grace: Annotated[
+        str,
+        typer.Option("--grace", metavar="DURATION", help="Younger objects may be writes in flight: never deleted."),
+    ] = "1h",
+    output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
+) -> Outcome:
+    """List objects of the worker-side backend that no database row points to.
+
+    Needs a worker-side backend that implements list_refs() (and delete_ref() for --delete).
+    Objects younger than --grace are shown but never deleted. Exit 3 if a delete failed."""
+    from statestore_cli.orphans import find_orphans
+
+    out = _output(output, header)
+    report = find_orphans(
+        _settings(ctx),
+        utcnow(),
+        grace=parse_duration(grace, "--grace"),
+        older_than=None if older_than is None else parse_duration(older_than, "--older-than"),
+        delete=delete,
+    )
+    decided(ctx, report)  # deletions are done: a reader closing the pipe does not change the exit code
+    out.orphans(report)
+    return report
+
+
+@backend_app.command("check", epilog=_examples("backend check", "backend check -o json"))
+def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> Outcome:
+    """Check the configured custom backends as Airflow uses them.
+
+    Checks the custom store backend and the worker-side backend: the class loads and is complete,
+    references are deterministic and distinct, values round-trip, delete and clear work, the async
+    methods do not block the event loop, JSON null is refused. Writes and removes keys of the dag
+    and asset named statestore_backend_check. Exit 0 only when every check passes, else 3."""
+    from statestore_cli.backend_check import check_backends
+
+    out = _output(output, header)
+    report = check_backends(_settings(ctx))
+    decided(ctx, report)
+    out.backend_check(report)
+    return report
 
 
 # -- config -----------------------------------------------------------------------------------------

@@ -19,10 +19,12 @@ from statestore_cli.errors import EXIT_OK, StateStoreError
 
 # The library names an argument by its parameter; the CLI user knows it by its flag.
 FLAGS = {
+    "batch_size": "--batch-size",
     "config_path": "--config",
     "conn_override": "--conn",
     "connect_timeout_override": "--connect-timeout",
     "exclusive": "--exclusive",
+    "grace": "--grace",
     "lock_seconds": "--lock-timeout",
     "metrics_file": "--metrics-file",
     "older_than": "--older-than",

@@ -35,7 +35,7 @@ ROOT_HANDED_OVER = (
     "--install-completion",
     "--show-completion",
 )
-GET_HANDED_OVER = ("--asset-name", "--asset-uri", "--asset-id", "--help", "-h")
+GET_HANDED_OVER = ("--asset-name", "--asset-uri", "--asset-id", "--raw", "--help", "-h")
 
 _QUERY = (
     "SELECT value, updated_at, expires_at FROM task_state_store "
@@ -98,6 +98,7 @@ def answer(argv: Sequence[str], environ: dict[str, str] | None = None) -> int | 
 
 
 def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -> int | None:
+    from statestore_cli.backends.base import stored_ref
     from statestore_cli.config import load_settings
     from statestore_cli.entries import Entry
     from statestore_cli.scopes import TaskScope, check_key, missing_key
@@ -124,6 +125,9 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     if row is None:
         return report_error(missing_key(scope, key, run_exists=run_exists))
     value, updated_at, expires_at = row
+    decoded = json.loads(value)
+    if stored_ref(decoded) is not None:
+        return None  # a worker-side reference with no worker backend configured: the full CLI warns
     entry = Entry(
         "task",
         key,
@@ -133,7 +137,7 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
         scope.run_id,
         scope.task_id,
         scope.map_index,
-        value=json.loads(value),
+        value=decoded,
     )
     sys.stdout.write(get_output(entry, resolve(output)))
     return 0

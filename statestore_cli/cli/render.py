@@ -34,9 +34,12 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from rich.console import Console
     from rich.text import Text
 
+    from statestore_cli.backend_check import CheckReport
     from statestore_cli.cleanup import CleanReport, ExpiredRow
-    from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
+    from statestore_cli.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
+    from statestore_cli.orphans import OrphanReport
     from statestore_cli.stats import StoreStats
+    from statestore_cli.transfer import ExportSummary, ImportSummary
 
 _STOPPED = {
     StopReason.INTERRUPTED: "interrupted",
@@ -275,6 +278,68 @@ class Output:
         if self.mode == "plain":  # the sentences above went to stderr; stdout gets the fields as records
             self.plain_fields(doc)
 
+    # -- backends (cli.backend_views) ---------------------------------------------------------------
+    def backend_cleanup(self, done: BackendCleanup) -> None:
+        from statestore_cli.cli.backend_views import show_backend_cleanup
+
+        show_backend_cleanup(self, done)
+
+    def orphans(self, report: OrphanReport) -> None:
+        from statestore_cli.cli.backend_views import show_orphans
+
+        show_orphans(self, report)
+
+    def backend_check(self, report: CheckReport) -> None:
+        from statestore_cli.cli.backend_views import show_backend_check
+
+        show_backend_check(self, report)
+
+    # -- export and import --------------------------------------------------------------------------
+    def export_summary(self, summary: ExportSummary, target: str) -> None:
+        """One line for people on stderr: stdout may be the export itself."""
+        self._message(
+            f"exported {_count(summary.keys, 'key')} ({summary.task:,} task, {summary.asset:,} asset) "
+            f"to {safe_text(target)} in {summary.elapsed:.1f}s",
+            stderr=True,
+        )
+
+    def import_summary(self, summary: ImportSummary, source: str) -> None:
+        """The counts per store: JSON on stdout with -o json, else lines for people on stderr."""
+        if self.json:
+            self.write_json(
+                {
+                    "dry_run": summary.dry_run,
+                    "source": source,
+                    "lines": summary.lines,
+                    "keys": summary.keys,
+                    "batches": summary.batches,
+                    "batch_size": summary.batch_size,
+                    "task": summary.task._asdict(),
+                    "asset": summary.asset._asdict(),
+                    "created": {"dag_runs": summary.dag_runs_created, "assets": summary.assets_created},
+                    "elapsed_seconds": round(summary.elapsed, 3),
+                }
+            )
+            return
+        batches = f"{_count(summary.batches, 'batch')} of up to {summary.batch_size:,}"
+        if summary.dry_run:
+            lines = [
+                f"dry run: {_count(summary.keys, 'key')} from {safe_text(source)} checked in {batches}; nothing written"
+            ]
+            verbs, made = ("to insert", "to update"), "would create"
+        else:
+            lines = [
+                f"imported {_count(summary.keys, 'key')} from {safe_text(source)} in {batches} ({summary.elapsed:.1f}s)"
+            ]
+            verbs, made = ("inserted", "updated"), "created"
+        for store, counts in (("task", summary.task), ("asset", summary.asset)):
+            lines.append(f"  {store} keys: {counts.inserted:,} {verbs[0]}, {counts.updated:,} {verbs[1]}")
+        if summary.dag_runs_created or summary.assets_created:
+            runs, assets = _count(summary.dag_runs_created, "dag run"), _count(summary.assets_created, "asset")
+            lines.append(f"  {made} {runs} and {assets}")
+        for line in lines:
+            self._message(line, stderr=True)
+
     # -- progress -----------------------------------------------------------------------------------
     @property
     def shows_progress(self) -> bool:
@@ -363,6 +428,12 @@ class Output:
             source = "config file" if config_file and row.source == config_file else _source(row)
             table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(source))
         self.console.print(table)
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 key``, ``1,000 keys``, ``2 batches``."""
+    plural = noun + ("es" if noun.endswith("ch") else "s")
+    return f"{number:,} {noun if number == 1 else plural}"
 
 
 def _source(row: ConfigRow) -> str:

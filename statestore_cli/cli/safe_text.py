@@ -48,3 +48,8 @@ def safe_json_text(text: str) -> str:
 def error_line(message: str) -> str:
     """How every error reaches stderr: one line, control characters escaped."""
     return f"statestore: error: {safe_text(message)}\n"
+
+
+def warning_line(message: str) -> str:
+    """How a warning reaches stderr: one line, control characters escaped."""
+    return f"statestore: warning: {safe_text(message)}\n"

@@ -253,12 +253,27 @@ class Settings:
         home: Path,
         searched: Note | None = None,
         warnings: tuple[Note, ...] = (),
+        *,
+        parser: configparser.RawConfigParser | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.warnings = warnings  # unknown options, a missing $AIRFLOW_CONFIG: the caller shows them
         self._settings = settings
         self.config_file = config_file
         self.airflow_home = home
         self.config_search = searched  # where the INI file was looked for (``describe_search``)
+        self._parser = parser
+        self._environ = dict(os.environ if environ is None else environ)
+
+    def extra_option(self, section: str, option: str) -> tuple[str, str] | None:
+        """An option outside statestore's own schema (a backend's), looked up like every other one
+        (environment variable, then the INI file), as ``(raw value, where it came from)``; None when unset."""
+        env_var = f"AIRFLOW__{section.upper()}__{option.upper()}"
+        if env_var in self._environ:
+            return self._environ[env_var], f"environment variable {env_var}"
+        if self._parser is not None and self._parser.has_option(section, option):
+            return self._parser.get(section, option), str(self.config_file)
+        return None
 
     def setting(self, section: str, option: str) -> Setting:
         return self._settings[(section, option)]
@@ -351,7 +366,8 @@ def load_settings(
             resolved[(spec.section, spec.option)] = Setting(spec, default, "default")
             continue
         resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, raw, source), source)
-    return Settings(resolved, config_file, home, describe_search(config_path, env), tuple(warnings))
+    searched = describe_search(config_path, env)
+    return Settings(resolved, config_file, home, searched, tuple(warnings), parser=parser, environ=env)
 
 
 def _missing_config_warning(config_path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> list[Note]:

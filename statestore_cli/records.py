@@ -1,0 +1,253 @@
+"""The export format: one JSON object per line for each key, and the checks an imported line must pass.
+
+A task key's line::
+
+    {"store": "task", "dag_id": ..., "run_id": ..., "task_id": ..., "map_index": -1, "key": ...,
+     "updated_at": "2026-11-30T00:00:00+00:00", "expires_at": null, "value": <the JSON value>}
+
+An asset key's line names its asset by ``name`` and ``uri`` (its id differs from one database to the next),
+has ``"expires_at": null`` (asset keys never expire) and ``updated_by``: who last wrote it (``kind`` ``task``,
+``watcher`` or ``api``, and for a task its ``dag_id``, ``run_id``, ``task_id``, ``map_index``), or null when
+that was never recorded. Every field is required and no other is accepted, so a typo is an error, not a
+silently dropped field. Timestamps are ISO 8601 with a UTC offset; exported ones are always in UTC.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from statestore_cli.scopes import ID_MAX_LENGTH, KEY_MAX_LENGTH
+
+TASK_FIELDS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at", "value")
+ASSET_FIELDS = ("store", "name", "uri", "key", "updated_at", "expires_at", "updated_by", "value")
+UPDATED_BY_FIELDS = ("kind", "dag_id", "run_id", "task_id", "map_index")
+WRITER_KINDS = ("task", "watcher", "api")
+ASSET_TEXT_MAX_LENGTH = 1500  # the asset table's name and uri columns
+_TASK_SET, _ASSET_SET, _BY_SET = frozenset(TASK_FIELDS), frozenset(ASSET_FIELDS), frozenset(UPDATED_BY_FIELDS)
+
+# A MySQL/MariaDB TIMESTAMP holds 1970-01-01 00:00:01 to 2038-01-19 03:14:07 UTC, nothing else.
+MYSQL_FIRST = datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
+MYSQL_LAST = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
+
+# JSON text with what json.dumps leaves raw and a terminal may act on (DEL, C1 controls, bidirectional
+# overrides) escaped: still the same JSON, safe to print on a terminal.
+_UNSAFE = (0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_ESCAPES = {code: f"\\u{code:04x}" for code in _UNSAFE}
+
+
+def encode_line(record: dict[str, Any]) -> str:
+    """One record as a line of JSON (without the newline): readable UTF-8, nothing a terminal acts on."""
+    line = json.dumps(record, ensure_ascii=False)
+    return line if line.isascii() and "\x7f" not in line else line.translate(_ESCAPES)
+
+
+class BadRecord(Exception):
+    """A line that cannot be imported; ``line`` is its number in the input (1-based)."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        super().__init__(f"line {line}: {problem}")
+        self.line = line
+        self.problem = problem
+
+
+class TaskRow(NamedTuple):
+    """A task key ready to write: timestamps still aware datetimes in UTC, the value as stored text."""
+
+    line: int
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    key: str
+    updated_at: datetime
+    expires_at: datetime | None
+    value: str
+
+
+class AssetRow(NamedTuple):
+    line: int
+    name: str
+    uri: str
+    key: str
+    updated_at: datetime
+    value: str
+    kind: str | None
+    by_dag_id: str | None
+    by_run_id: str | None
+    by_task_id: str | None
+    by_map_index: int | None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_strict(text: str | bytes) -> Any:
+    """JSON as the standard has it: NaN and Infinity (which Python's json accepts) are errors."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def parse_line(number: int, text: str | bytes, max_value_bytes: int) -> TaskRow | AssetRow | None:
+    """The key on line ``number``, checked; None for a blank line. Raises ``BadRecord``."""
+    if not text.strip():
+        return None
+    try:
+        record = load_strict(text)
+    except ValueError as exc:  # JSONDecodeError, a bad UTF-8 byte, NaN or Infinity
+        raise BadRecord(number, f"not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    if not isinstance(record, dict):
+        raise BadRecord(number, f"expected a JSON object, got {_kind(record)}")
+    store = record.get("store")
+    if store == "task":
+        _check_fields(number, record, _TASK_SET, TASK_FIELDS, "a task key")
+        return _task_row(number, record, max_value_bytes)
+    if store == "asset":
+        _check_fields(number, record, _ASSET_SET, ASSET_FIELDS, "an asset key")
+        return _asset_row(number, record, max_value_bytes)
+    if "store" not in record:
+        raise BadRecord(number, 'a key needs store ("task" or "asset"): missing')
+    raise BadRecord(number, f'store must be "task" or "asset", got {_shown(store)}')
+
+
+def _check_fields(
+    number: int, record: dict[str, Any], wanted: frozenset[str], order: tuple[str, ...], what: str
+) -> None:
+    if record.keys() == wanted:
+        return
+    missing = [name for name in order if name not in record]
+    if missing:
+        raise BadRecord(number, f"{what} needs {', '.join(missing)}: missing")
+    unknown = sorted(set(record) - wanted)
+    raise BadRecord(number, f"unknown field {', '.join(map(repr, unknown))} in {what} (its fields: {', '.join(order)})")
+
+
+def _task_row(number: int, record: dict[str, Any], max_value_bytes: int) -> TaskRow:
+    map_index = record["map_index"]
+    if type(map_index) is not int or map_index < -1:
+        raise BadRecord(number, f"map_index must be an integer, -1 or more, got {_shown(map_index)}")
+    expires = record["expires_at"]
+    return TaskRow(
+        number,
+        _text(number, record, "dag_id", ID_MAX_LENGTH),
+        _text(number, record, "run_id", ID_MAX_LENGTH),
+        _text(number, record, "task_id", ID_MAX_LENGTH),
+        map_index,
+        _text(number, record, "key", KEY_MAX_LENGTH),
+        _moment(number, "updated_at", record["updated_at"]),
+        None if expires is None else _moment(number, "expires_at", expires),
+        _value(number, record["value"], max_value_bytes),
+    )
+
+
+def _asset_row(number: int, record: dict[str, Any], max_value_bytes: int) -> AssetRow:
+    if record["expires_at"] is not None:
+        raise BadRecord(number, f"asset keys never expire: expires_at must be null, got {_shown(record['expires_at'])}")
+    by = _updated_by(number, record["updated_by"])
+    return AssetRow(
+        number,
+        _text(number, record, "name", ASSET_TEXT_MAX_LENGTH),
+        _text(number, record, "uri", ASSET_TEXT_MAX_LENGTH),
+        _text(number, record, "key", KEY_MAX_LENGTH),
+        _moment(number, "updated_at", record["updated_at"]),
+        _value(number, record["value"], max_value_bytes),
+        *by,
+    )
+
+
+def _updated_by(number: int, by: Any) -> tuple[Any, ...]:
+    if by is None:
+        return (None,) * len(UPDATED_BY_FIELDS)
+    if not isinstance(by, dict):
+        raise BadRecord(number, f"updated_by must be an object or null, got {_kind(by)}")
+    _check_fields(number, by, _BY_SET, UPDATED_BY_FIELDS, "updated_by")
+    kind, map_index = by["kind"], by["map_index"]
+    if kind is not None and kind not in WRITER_KINDS:
+        kinds = ", ".join(WRITER_KINDS)
+        raise BadRecord(number, f"updated_by.kind must be one of {kinds} or null, got {_shown(kind)}")
+    if map_index is not None and (type(map_index) is not int or map_index < -1):
+        raise BadRecord(
+            number, f"updated_by.map_index must be an integer, -1 or more, or null, got {_shown(map_index)}"
+        )
+    ids = tuple(
+        None if by[name] is None else _text(number, by, name, ID_MAX_LENGTH, f"updated_by.{name}")
+        for name in ("dag_id", "run_id", "task_id")
+    )
+    return (kind, *ids, map_index)
+
+
+def _text(number: int, record: dict[str, Any], name: str, max_length: int, label: str | None = None) -> str:
+    value = record[name]
+    label = label or name
+    if type(value) is not str or not value:
+        raise BadRecord(number, f"{label} must be a non-empty string, got {_shown(value)}")
+    if len(value) > max_length:
+        raise BadRecord(number, f"{label} is {len(value)} characters long; the limit is {max_length}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRecord(number, f"{label} holds a lone surrogate escape, which no database stores") from None
+    if "\x00" in value:
+        raise BadRecord(number, f"{label} holds a NUL character, which PostgreSQL cannot store")
+    return value
+
+
+def _moment(number: int, name: str, text: Any) -> datetime:
+    if type(text) is not str:
+        raise BadRecord(number, f"{name} must be an ISO 8601 timestamp string, got {_shown(text)}")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRecord(number, f"{name} {text!r} is not an ISO 8601 timestamp") from None
+    if moment.tzinfo is None:
+        raise BadRecord(number, f"{name} {text!r} has no UTC offset; add one, e.g. {text}+00:00")
+    return moment.astimezone(UTC)
+
+
+def _value(number: int, value: Any, max_value_bytes: int) -> str:
+    if value is None:
+        raise BadRecord(number, "value is JSON null, which cannot be stored; leave the key out instead")
+    stored = json.dumps(value)  # what Airflow and `set` store: ASCII-escaped
+    if max_value_bytes and len(stored) > max_value_bytes:
+        raise BadRecord(
+            number,
+            f"value is {len(stored)} bytes, over [state_store] max_value_storage_bytes = {max_value_bytes}; "
+            "raise the limit or leave the key out",
+        )
+    return stored
+
+
+def check_mysql(row: TaskRow | AssetRow) -> None:
+    """What only a MySQL/MariaDB store cannot hold: timestamps outside TIMESTAMP's range, and asset
+    names or uris outside latin1 (the character set Airflow gives those columns there)."""
+    moments: tuple[tuple[str, datetime], ...] = (("updated_at", row.updated_at),)
+    if isinstance(row, TaskRow):
+        moments += (("expires_at", row.expires_at),) if row.expires_at is not None else ()
+    else:
+        for name in ("name", "uri"):
+            try:
+                getattr(row, name).encode("latin-1")
+            except UnicodeEncodeError:
+                raise BadRecord(
+                    row.line, f"asset {name} has characters MySQL's latin1 asset columns cannot hold"
+                ) from None
+    for name, moment in moments:
+        if not MYSQL_FIRST <= moment <= MYSQL_LAST:
+            raise BadRecord(
+                row.line,
+                f"{name} {moment.isoformat()} is outside what a MySQL TIMESTAMP holds "
+                "(1970-01-01 00:00:01 to 2038-01-19 03:14:07 UTC)",
+            )
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else "a number"
+    )
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,572 @@
+"""Bulk export and import of both stores as JSON Lines (the format is in ``statestore_cli.records``).
+
+``export_records`` streams the keys a ``KeyFilter`` selects, in ``list``'s order, a thousand rows per fetch
+from a server-side cursor, so memory stays flat whatever the store's size. ``import_records`` upserts lines
+in batches, one transaction each, keeping ``updated_at`` and ``expires_at`` as given. A bad line stops the
+import before its batch is written; the batches before it stay committed (an import of the same file
+again is harmless: every write is an upsert), and the error says which lines were imported. ``dry_run``
+checks every line against the database and writes nothing: run it first for all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+from sqlalchemy import String, bindparam, or_, select, type_coerce
+from sqlalchemy.engine import Connection, Engine
+
+from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.config import Settings
+from statestore_cli.database import retry_deadlocks, translate_errors
+from statestore_cli.entries import KeyFilter
+from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
+from statestore_cli.records import AssetRow, BadRecord, TaskRow, check_mysql, encode_line, load_strict, parse_line
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.stores import open_backend
+from statestore_cli.timestamps import iso_utc
+
+_task, _asset_kv = task_state_store, asset_state_store
+_MYSQL = ("mysql", "mariadb")
+FETCH = 1000  # rows per fetch of an export: as fast as larger fetches, a few MB at most held
+LOOKUP = 1000  # keys per existence query of an import (SQLite allows 32,766 parameters in one statement)
+MAX_BATCH_SIZE = 100_000
+DEFAULT_BATCH_SIZE = 1000
+
+
+def _in(column: Any, name: str) -> Any:
+    return column.in_(bindparam(name, expanding=True))
+
+
+# The import's queries, built once: statements built per batch would leave their reference cycles to the
+# garbage collector, and memory would grow with the input until it ran.
+_FIND_RUNS = select(dag_run.c.id, dag_run.c.dag_id, dag_run.c.run_id).where(
+    _in(dag_run.c.dag_id, "dag_ids"), _in(dag_run.c.run_id, "run_ids")
+)
+_FIND_ASSETS = select(asset.c.id, asset.c.name, asset.c.uri).where(_in(asset.c.name, "names"), _in(asset.c.uri, "uris"))
+_CLASH = select(asset_active.c.name, asset_active.c.uri).where(
+    or_(asset_active.c.name == bindparam("name"), asset_active.c.uri == bindparam("uri"))
+)
+_TASK_IDENTITY = (_task.c.dag_run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
+_ASSET_IDENTITY = (_asset_kv.c.asset_id, _asset_kv.c.key)
+_TASKS_PRESENT = select(*_TASK_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_TASK_IDENTITY)))
+_ASSETS_PRESENT = select(*_ASSET_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_ASSET_IDENTITY)))
+
+
+def _metastore(settings: Settings, command: str) -> MetastoreBackend:
+    backend = open_backend(settings)
+    if not isinstance(backend, MetastoreBackend):
+        raise BackendError(f"`{command}` needs the metastore backend; [state_store] backend is {settings.backend}")
+    return backend
+
+
+# -- export --------------------------------------------------------------------------------------------
+class ExportSummary(NamedTuple):
+    task: int
+    asset: int
+    elapsed: float
+
+    @property
+    def keys(self) -> int:
+        return self.task + self.asset
+
+
+def export_records(settings: Settings, filt: KeyFilter) -> Iterator[dict[str, Any]]:
+    """The keys ``filt`` selects as export records (dicts in the line format), in ``list``'s order:
+    task keys by dag, run, task, map index and key, then asset keys by name, uri and key."""
+    return _records(_metastore(settings, "export").engine, filt)
+
+
+def _records(engine: Engine, filt: KeyFilter) -> Iterator[dict[str, Any]]:
+    with translate_errors(engine), engine.connect() as conn:
+        if engine.dialect.name != "sqlite":  # both stores from one snapshot, however long the export takes
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        if filt.store in (None, "task") and not filt.has_asset_fields:
+            yield from _task_records(conn, filt)
+        if filt.store in (None, "asset") and not filt.has_task_fields:
+            yield from _asset_records(conn, filt)
+
+
+def _raw(column: Any) -> Any:
+    # The driver's own value (SQLite text, a datetime elsewhere) skips SQLAlchemy's per-row parsing.
+    return type_coerce(column, String)
+
+
+def _task_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
+    order = (_task.c.dag_id, _task.c.run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
+    names = ("dag_id", "run_id", "task_id", "map_index", "key")
+    wanted = [_task.c[n] == getattr(filt, n) for n in names if getattr(filt, n) is not None]
+    query = select(*order, _raw(_task.c.updated_at), _raw(_task.c.expires_at), _task.c.value)
+    for chunk in conn.execution_options(yield_per=FETCH).execute(query.where(*wanted).order_by(*order)).partitions():
+        for dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value in chunk:
+            try:
+                decoded = load_strict(value)
+            except ValueError as exc:
+                raise _not_json(key, f"dag_id={dag_id} run_id={run_id} task_id={task_id}", exc) from None
+            yield {
+                "store": "task",
+                "dag_id": dag_id,
+                "run_id": run_id,
+                "task_id": task_id,
+                "map_index": map_index,
+                "key": key,
+                "updated_at": iso_utc(updated_at),
+                "expires_at": None if expires_at is None else iso_utc(expires_at),
+                "value": decoded,
+            }
+
+
+def _asset_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
+    by = (
+        _asset_kv.c.last_updated_by_kind,
+        _asset_kv.c.last_updated_by_dag_id,
+        _asset_kv.c.last_updated_by_run_id,
+        _asset_kv.c.last_updated_by_task_id,
+        _asset_kv.c.last_updated_by_map_index,
+    )
+    query = select(asset.c.name, asset.c.uri, _asset_kv.c.key, _raw(_asset_kv.c.updated_at), _asset_kv.c.value, *by)
+    query = query.join(asset, asset.c.id == _asset_kv.c.asset_id)
+    for column, wanted in ((asset.c.id, filt.asset_id), (asset.c.name, filt.name), (asset.c.uri, filt.uri)):
+        if wanted is not None:
+            query = query.where(column == wanted)
+    if filt.key is not None:
+        query = query.where(_asset_kv.c.key == filt.key)
+    query = query.order_by(asset.c.name, asset.c.uri, _asset_kv.c.key)
+    for chunk in conn.execution_options(yield_per=FETCH).execute(query).partitions():
+        for name, uri, key, updated_at, value, kind, dag_id, run_id, task_id, map_index in chunk:
+            writer = (kind, dag_id, run_id, task_id, map_index)
+            try:
+                decoded = load_strict(value)
+            except ValueError as exc:
+                raise _not_json(key, f"asset name={name} uri={uri}", exc) from None
+            yield {
+                "store": "asset",
+                "name": name,
+                "uri": uri,
+                "key": key,
+                "updated_at": iso_utc(updated_at),
+                "expires_at": None,
+                "updated_by": None
+                if writer == (None,) * 5
+                else {"kind": kind, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index},
+                "value": decoded,
+            }
+
+
+def _not_json(key: str, scope: str, exc: ValueError) -> BackendError:
+    # An export that no import could read back is no backup: stop and say which key it is.
+    return BackendError(
+        f"the value of key {key!r} for {scope} is not valid JSON ({getattr(exc, 'msg', exc)}); "
+        "fix or delete that key, or leave it out with the export's filters"
+    )
+
+
+def write_export(settings: Settings, filt: KeyFilter, out: IO[str]) -> ExportSummary:
+    """Write the selected keys to ``out`` as JSON Lines; returns how many of each store."""
+    start = time.monotonic()
+    counts = {"task": 0, "asset": 0}
+    lines: list[str] = []
+    for record in export_records(settings, filt):
+        counts[record["store"]] += 1
+        lines.append(encode_line(record))
+        if len(lines) == FETCH:
+            out.write("\n".join(lines) + "\n")
+            lines.clear()
+    if lines:
+        out.write("\n".join(lines) + "\n")
+    return ExportSummary(counts["task"], counts["asset"], time.monotonic() - start)
+
+
+def export_file(settings: Settings, filt: KeyFilter, path: Path) -> ExportSummary:
+    """Write the export to ``path`` atomically: a temporary file beside it, renamed over it when complete,
+    so a failed or interrupted export never leaves a partial file where a complete one is expected."""
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115  (closed below; renamed or removed)
+            "w", encoding="utf-8", dir=folder, prefix=f".{path.name}.", suffix=".partial", delete=False
+        )
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    temporary = Path(handle.name)
+    try:
+        with handle:
+            summary = write_export(settings, filt, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, _file_mode(path))
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return summary
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a shell redirect would give: the existing file's, else 0666 less the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+# -- import --------------------------------------------------------------------------------------------
+class StoreCounts(NamedTuple):
+    inserted: int = 0
+    updated: int = 0
+
+
+class ImportSummary(NamedTuple):
+    dry_run: bool
+    lines: int
+    batches: int
+    batch_size: int
+    task: StoreCounts
+    asset: StoreCounts
+    dag_runs_created: int
+    assets_created: int
+    elapsed: float
+
+    @property
+    def keys(self) -> int:
+        return sum(self.task) + sum(self.asset)
+
+
+class _Batch(NamedTuple):
+    """What one batch did (or, in a dry run, would do)."""
+
+    task: StoreCounts
+    asset: StoreCounts
+    dag_runs_created: int
+    assets_created: int
+
+
+def import_records(
+    settings: Settings, lines: Iterable[str | bytes], batch_size: int = DEFAULT_BATCH_SIZE, dry_run: bool = False
+) -> ImportSummary:
+    """Upsert the keys of ``lines`` (JSON Lines, as ``export_records`` writes them), ``batch_size`` keys per
+    transaction. On a standalone store missing dag runs and assets are created as ``set`` creates them; an
+    Airflow database must have them already. ``dry_run`` checks everything and writes nothing."""
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise InvalidInputError(f"batch_size must be 1 to {MAX_BATCH_SIZE:,}, got {batch_size}", parameter="batch_size")
+    importer = _Importer(_metastore(settings, "import"), settings.max_value_storage_bytes, dry_run)
+    try:
+        return importer.run(lines, batch_size)
+    except BadRecord as exc:
+        raise InvalidInputError(f"{exc}; {importer.done()}") from None
+    except StateStoreError as exc:
+        raise type(exc)(f"{exc.template}; {importer.done()}", parameter=exc.parameter) from None
+    except KeyboardInterrupt:
+        raise InterruptedByUser(f"interrupted; {importer.done()}") from None
+
+
+class _Importer:
+    def __init__(self, backend: MetastoreBackend, max_value_bytes: int, dry_run: bool) -> None:
+        self.backend = backend
+        self.engine = backend.engine
+        self.dialect = self.engine.dialect.name
+        self.max_value_bytes = max_value_bytes
+        self.dry_run = dry_run
+        self.committed_through = 0  # the last line of the last committed batch
+        self.totals = _Batch(StoreCounts(), StoreCounts(), 0, 0)
+        self.batches = 0
+        self.new_runs: set[tuple[str, str]] = set()  # dry run: runs a real import would create
+        self.new_assets: set[tuple[str, str]] = set()
+        self.dry_conn: Connection | None = None
+
+    def done(self) -> str:
+        """What is in the database after a failure: for the error message."""
+        if self.dry_run:
+            return "nothing was written (dry run)"
+        last = self.committed_through
+        if last == 0:
+            return "nothing was imported"
+        return f"{'line 1 was' if last == 1 else f'lines 1-{last} were'} imported, nothing after"
+
+    def run(self, lines: Iterable[str | bytes], batch_size: int) -> ImportSummary:
+        start = time.monotonic()
+        mysql = self.dialect in _MYSQL
+        batch: list[TaskRow | AssetRow] = []
+        number = 0
+        with translate_errors(self.engine):
+            try:
+                for number, text in enumerate(lines, 1):
+                    row = parse_line(number, text, self.max_value_bytes)
+                    if row is None:
+                        continue
+                    if mysql:
+                        check_mysql(row)
+                    batch.append(row)
+                    if len(batch) == batch_size:
+                        self._batch(batch, number)
+                        batch = []
+                if batch:
+                    self._batch(batch, number)
+            finally:
+                if self.dry_conn is not None:
+                    self.dry_conn.close()
+        totals = self.totals
+        return ImportSummary(
+            self.dry_run,
+            number,
+            self.batches,
+            batch_size,
+            totals.task,
+            totals.asset,
+            totals.dag_runs_created,
+            totals.assets_created,
+            time.monotonic() - start,
+        )
+
+    def _batch(self, rows: list[TaskRow | AssetRow], last_line: int) -> None:
+        if self.dry_run:
+            if self.dry_conn is None:
+                self.dry_conn = self.engine.connect()
+            done = self._apply(self.dry_conn, rows)
+            self.dry_conn.rollback()
+        else:
+
+            def transaction() -> _Batch:
+                with self.engine.begin() as conn:
+                    return self._apply(conn, rows)
+
+            done = retry_deadlocks(transaction)  # a batch is all or nothing, so running it again is safe
+            self.committed_through = last_line
+        t = self.totals
+        self.totals = _Batch(
+            StoreCounts(t.task.inserted + done.task.inserted, t.task.updated + done.task.updated),
+            StoreCounts(t.asset.inserted + done.asset.inserted, t.asset.updated + done.asset.updated),
+            t.dag_runs_created + done.dag_runs_created,
+            t.assets_created + done.assets_created,
+        )
+        self.batches += 1
+
+    def _apply(self, conn: Connection, rows: list[TaskRow | AssetRow]) -> _Batch:
+        # A key given twice in one batch is written once, as its later line says.
+        tasks = {(r.dag_id, r.run_id, r.task_id, r.map_index, r.key): r for r in rows if isinstance(r, TaskRow)}
+        assets = {(r.name, r.uri, r.key): r for r in rows if isinstance(r, AssetRow)}
+        task_counts, runs_created = self._tasks(conn, list(tasks.values())) if tasks else (StoreCounts(), 0)
+        asset_counts, assets_created = self._assets(conn, list(assets.values())) if assets else (StoreCounts(), 0)
+        return _Batch(task_counts, asset_counts, runs_created, assets_created)
+
+    # -- task keys -----------------------------------------------------------------------------------
+    def _tasks(self, conn: Connection, rows: list[TaskRow]) -> tuple[StoreCounts, int]:
+        runs, created = self._run_ids(conn, rows)
+        known = [(runs[(r.dag_id, r.run_id)], r.task_id, r.map_index, r.key) for r in rows]
+        present = [k for k in known if k[0] is not None]
+        updated = _count_present(conn, _TASKS_PRESENT, present)
+        if not self.dry_run:
+            moment = _binder(self.dialect)
+            params = [
+                (
+                    k[0],
+                    r.task_id,
+                    r.map_index,
+                    r.key,
+                    r.dag_id,
+                    r.run_id,
+                    r.value,
+                    moment(r.updated_at),
+                    moment(r.expires_at),
+                )
+                for k, r in zip(known, rows, strict=True)
+            ]
+            self._write(conn, _task_upsert(self.dialect), params, rows)
+        return StoreCounts(len(rows) - updated, updated), created
+
+    def _run_ids(self, conn: Connection, rows: list[TaskRow]) -> tuple[dict[tuple[str, str], int | None], int]:
+        """Each run's ``dag_run.id`` (None: a dry run would create it) and how many runs were created."""
+        first_line: dict[tuple[str, str], int] = {}
+        for r in rows:
+            first_line.setdefault((r.dag_id, r.run_id), r.line)
+        ids: dict[tuple[str, str], int | None] = dict(_find_runs(conn, first_line))
+        missing = [run for run in first_line if run not in ids]
+        if not missing:
+            return ids, 0
+        if self.backend.is_airflow_db(conn):
+            dag_id, run_id = missing[0]
+            raise BadRecord(
+                first_line[missing[0]],
+                f"no dag run dag_id={dag_id} run_id={run_id} in this Airflow database; "
+                "task keys can only be imported for runs Airflow created",
+            )
+        if self.dry_run:
+            fresh = [run for run in missing if run not in self.new_runs]
+            self.new_runs.update(fresh)
+            return ids | dict.fromkeys(missing), len(fresh)
+        conn.exec_driver_sql(_insert_missing(self.dialect, dag_run.name, ("dag_id", "run_id")), missing)
+        found = dict(_find_runs(conn, dict.fromkeys(missing, 0)))
+        if len(found) != len(missing):
+            raise BackendError("creating the dag runs of the imported keys left some of them missing")
+        return ids | found, len(missing)
+
+    # -- asset keys ----------------------------------------------------------------------------------
+    def _assets(self, conn: Connection, rows: list[AssetRow]) -> tuple[StoreCounts, int]:
+        ids, created = self._asset_ids(conn, rows)
+        known = [(ids[(r.name, r.uri)], r.key) for r in rows]
+        present = [k for k in known if k[0] is not None]
+        updated = _count_present(conn, _ASSETS_PRESENT, present)
+        if not self.dry_run:
+            moment = _binder(self.dialect)
+            params = [
+                (
+                    k[0],
+                    r.key,
+                    r.value,
+                    moment(r.updated_at),
+                    r.kind,
+                    r.by_dag_id,
+                    r.by_run_id,
+                    r.by_task_id,
+                    r.by_map_index,
+                )
+                for k, r in zip(known, rows, strict=True)
+            ]
+            self._write(conn, _asset_upsert(self.dialect), params, rows)
+        return StoreCounts(len(rows) - updated, updated), created
+
+    def _asset_ids(self, conn: Connection, rows: list[AssetRow]) -> tuple[dict[tuple[str, str], int | None], int]:
+        first_line: dict[tuple[str, str], int] = {}
+        for r in rows:
+            first_line.setdefault((r.name, r.uri), r.line)
+        ids: dict[tuple[str, str], int | None] = dict(_find_assets(conn, first_line))
+        missing = [pair for pair in first_line if pair not in ids]
+        if not missing:
+            return ids, 0
+        if self.backend.is_airflow_db(conn):
+            name, uri = missing[0]
+            raise BadRecord(
+                first_line[missing[0]],
+                f"no asset name={name} uri={uri} in this Airflow database; assets are created by Airflow",
+            )
+        for name, uri in missing:
+            _check_no_clash(conn, name, uri, first_line[(name, uri)])
+        if self.dry_run:
+            fresh = [pair for pair in missing if pair not in self.new_assets]
+            self.new_assets.update(fresh)
+            return ids | dict.fromkeys(missing), len(fresh)
+        conn.exec_driver_sql(_insert_missing(self.dialect, asset.name, ("name", "uri")), missing)
+        conn.exec_driver_sql(_insert_missing(self.dialect, asset_active.name, ("name", "uri")), missing)
+        found = dict(_find_assets(conn, dict.fromkeys(missing, 0)))
+        if len(found) != len(missing):
+            raise BackendError("creating the assets of the imported keys left some of them missing")
+        return ids | found, len(missing)
+
+    # -- writing -------------------------------------------------------------------------------------
+    def _write(self, conn: Connection, statement: str, params: list[tuple[Any, ...]], rows: Sequence[Any]) -> None:
+        count = conn.exec_driver_sql(statement, params).rowcount
+        # MySQL counts 1 for an inserted row and 2 for an updated one (1 when nothing changed: SQLAlchemy
+        # connects with CLIENT_FOUND_ROWS); the others count 1 for each row written either way.
+        low, high = (len(params), 2 * len(params)) if self.dialect in _MYSQL else (len(params), len(params))
+        if count is None or not low <= count <= high:
+            first, last = min(r.line for r in rows), max(r.line for r in rows)
+            raise BackendError(
+                f"writing the {len(params):,} keys of lines {first}-{last} reported {count} rows written; "
+                "the batch was rolled back"
+            )
+
+
+def _find_runs(conn: Connection, runs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
+    wanted = set(runs)
+    params = {"dag_ids": sorted({d for d, _ in wanted}), "run_ids": sorted({r for _, r in wanted})}
+    for run_pk, dag_id, run_id in conn.execute(_FIND_RUNS, params):
+        if (dag_id, run_id) in wanted:
+            yield (dag_id, run_id), int(run_pk)
+
+
+def _find_assets(conn: Connection, pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
+    wanted = set(pairs)
+    params = {"names": sorted({n for n, _ in wanted}), "uris": sorted({u for _, u in wanted})}
+    for asset_pk, name, uri in conn.execute(_FIND_ASSETS, params):
+        if (name, uri) in wanted:
+            yield (name, uri), int(asset_pk)
+
+
+def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
+    """A new asset may not share its name or its uri with an active asset (Airflow's rule)."""
+    clash = conn.execute(_CLASH, {"name": name, "uri": uri}).first()
+    if clash is not None:
+        raise BadRecord(
+            line,
+            f"asset name={name} uri={uri} clashes with the active asset name={clash.name} uri={clash.uri}: "
+            "an active asset's name and uri are each unique",
+        )
+
+
+def _count_present(conn: Connection, query: Any, identities: list[tuple[Any, ...]]) -> int:
+    """How many of ``identities`` (values of a store's unique columns, as ``query`` selects them) are stored.
+
+    One query per ``LOOKUP`` keys: each column ``IN`` the chunk's values, which every engine answers from
+    the unique index (a row-value ``IN`` list makes SQLite scan the whole table), then the exact matches."""
+    found = 0
+    ordered = sorted(set(identities))
+    for start in range(0, len(ordered), LOOKUP):
+        chunk = ordered[start : start + LOOKUP]
+        wanted = set(chunk)
+        params = {f"v{i}": sorted({identity[i] for identity in chunk}) for i in range(len(chunk[0]))}
+        found += sum(1 for row in conn.execute(query, params) if tuple(row) in wanted)
+    return found
+
+
+def _binder(dialect: str) -> Callable[[datetime | None], Any]:
+    """A UTC instant as each engine stores it: SQLite text ``YYYY-MM-DD HH:MM:SS.ffffff`` (what Airflow
+    writes and compares as text), naive UTC on MySQL (sessions run at +00:00), aware on PostgreSQL."""
+    if dialect == "sqlite":
+        return lambda m: None if m is None else m.replace(tzinfo=None).isoformat(" ", "microseconds")
+    if dialect in _MYSQL:
+        return lambda m: None if m is None else m.replace(tzinfo=None)
+    return lambda m: m
+
+
+def _insert_missing(dialect: str, table: str, columns: Sequence[str]) -> str:
+    """Insert a row unless one with the same unique values exists, for ``executemany``."""
+    marks = ", ".join(["?" if dialect == "sqlite" else "%s"] * len(columns))
+    if dialect in _MYSQL:
+        return f"INSERT IGNORE INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+
+
+def _quoted_key(dialect: str) -> str:
+    return "`key`" if dialect in _MYSQL else '"key"'
+
+
+def _upsert_sql(
+    dialect: str, table: str, columns: Sequence[str], conflict: Sequence[str], update: Sequence[str]
+) -> str:
+    """One row's ``INSERT ... ON CONFLICT DO UPDATE`` (``ON DUPLICATE KEY UPDATE`` on MySQL), for
+    ``executemany``: PyMySQL turns it into multi-row inserts, the other drivers run it per row."""
+    key = _quoted_key(dialect)
+    names = [key if c == "key" else c for c in columns]
+    marks = ", ".join(["?" if dialect == "sqlite" else "%s"] * len(columns))
+    head = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks})"
+    if dialect in _MYSQL:
+        return head + " ON DUPLICATE KEY UPDATE " + ", ".join(f"{c} = VALUES({c})" for c in update)
+    targets = ", ".join(key if c == "key" else c for c in conflict)
+    return head + f" ON CONFLICT ({targets}) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in update)
+
+
+def _task_upsert(dialect: str) -> str:
+    columns = ("dag_run_id", "task_id", "map_index", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
+    conflict = ("dag_run_id", "task_id", "map_index", "key")
+    return _upsert_sql(dialect, _task.name, columns, conflict, ("value", "updated_at", "expires_at"))
+
+
+def _asset_upsert(dialect: str) -> str:
+    columns = (
+        "asset_id",
+        "key",
+        "value",
+        "updated_at",
+        "last_updated_by_kind",
+        "last_updated_by_dag_id",
+        "last_updated_by_run_id",
+        "last_updated_by_task_id",
+        "last_updated_by_map_index",
+    )
+    return _upsert_sql(dialect, _asset_kv.name, columns, ("asset_id", "key"), columns[2:])
