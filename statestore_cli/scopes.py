@@ -24,8 +24,8 @@ def _check_text(name: str, value: object, max_length: int) -> None:
 
 
 def check_utf8(name: str, value: str) -> None:
-    """Refuse text no database stores as given: not UTF-8 (bytes a command line could not decode
-    arrive as lone surrogates) or holding NUL (PostgreSQL refuses it, SQLite would cut the text there)."""
+    """Refuse text that is not UTF-8: bytes a command line could not decode arrive as lone surrogates,
+    and no database or file stores those."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -34,10 +34,6 @@ def check_utf8(name: str, value: str) -> None:
         raise InvalidInputError(
             f"{name} is not valid UTF-8 ({what} at character {exc.start + 1}); pass it as UTF-8 text"
         ) from None
-    if "\x00" in value:
-        raise InvalidInputError(
-            f"{name} holds a NUL character (at character {value.index(chr(0)) + 1}), which no database stores"
-        )
 
 
 def check_key(key: object) -> str:
