@@ -78,7 +78,8 @@ class CleanControl:
 
     ``should_stop`` is asked before every batch after the first and returns a reason to stop (or None);
     ``deadline`` (a ``time.monotonic()`` value) stops the clean once passed; ``on_progress`` hears the
-    number of rows deleted so far after every batch.
+    number of rows deleted so far after every batch; ``on_connected`` hears that the clean's session
+    is open and prepared (the CLI stops honouring signals at once from then on, and stops between batches).
     """
 
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -86,6 +87,7 @@ class CleanControl:
     deadline: float | None = None
     should_stop: Callable[[], StopReason | None] | None = None
     on_progress: Callable[[int], None] | None = None
+    on_connected: Callable[[], None] | None = None  # the session is ready: deleting starts now
 
     def stop_reason(self) -> StopReason | None:
         reason = self.should_stop() if self.should_stop else None
@@ -263,7 +265,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     started = time.monotonic()
     deleted = batches = 0
     stopped: StopReason | None = None
-    with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
+    with translate_errors(engine, lock_parameter="lock_seconds"), _clean_session(engine, control) as (conn, notes):
         run = _batch_runner(conn, now, batch_size)
         after: int | None = 0  # the id the next batch starts after; None once the walk is done
 
@@ -273,7 +275,11 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
 
         while after is not None:
             batch_started = time.monotonic()
-            batch = retry_deadlocks(partial(one_batch, after))
+            try:
+                with translate_errors(engine, lock_parameter="lock_seconds"):
+                    batch = retry_deadlocks(partial(one_batch, after))
+            except BackendError as exc:
+                raise _failed_midway(exc, deleted, batches) from None
             deleted += batch.deleted
             batches += 1 if batch.deleted else 0
             after = batch.after
@@ -293,6 +299,18 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped)
 
 
+def _failed_midway(exc: BackendError, deleted: int, batches: int) -> BackendError:
+    """The error of a batch, saying how far the clean got: committed batches stay deleted."""
+    if not deleted:
+        return exc
+    keys = f"{deleted:,} expired key{'s' if deleted != 1 else ''}"
+    done = f"{keys} in {batches:,} committed batch{'es' if batches != 1 else ''}"
+    return type(exc)(
+        f"{exc.template} (the clean had deleted {done}; they stay deleted: run clean again to finish)",
+        parameter=exc.parameter,
+    )
+
+
 @contextmanager
 def _clean_session(engine: Engine, control: CleanControl) -> Iterator[tuple[Connection, tuple[Note, ...]]]:
     """A connection of its own for one clean: tuned, timed out and locked as asked, then discarded."""
@@ -300,6 +318,8 @@ def _clean_session(engine: Engine, control: CleanControl) -> Iterator[tuple[Conn
         try:
             notes = prepare_session(conn, control.timeouts)
             with _exclusive(conn, control.exclusive):
+                if control.on_connected:
+                    control.on_connected()
                 yield conn, notes
         finally:
             conn.invalidate()  # its settings (timeouts, SQLite pragmas) must not reach the next user of the pool

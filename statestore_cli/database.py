@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,12 +47,31 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(url.database)
 
 
-def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    # Cascades from dag_run and asset only work with foreign keys on, as Airflow runs SQLite.
-    cursor = dbapi_conn.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
+def _sqlite_on_connect(busy_ms: int) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Cascades from dag_run and asset only work with foreign keys on, as Airflow runs SQLite.
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # Another process's write lock is waited for as long as a server may take to accept a
+        # connection: the connect timeout bounds every command on every engine.
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+        cursor.close()
+
+    return on_connect
+
+
+# The connect timeout each engine was made with, for the message when it is hit.
+_CONNECT_TIMEOUTS: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
+
+
+def _mysql_timeouts(url: URL, timeout: float) -> dict[str, Any]:
+    """PyMySQL's connect_timeout covers the TCP connect only; the server's greeting is read under
+    read_timeout, so that bounds the handshake too, and ``_mysql_on_connect`` lifts it afterwards:
+    a long DELETE must not be cut off by it. mysqlclient's connect_timeout covers both already."""
+    seconds = max(1, math.ceil(timeout))
+    if url.get_driver_name() == "pymysql":
+        return {"connect_timeout": seconds, "read_timeout": seconds}
+    return {"connect_timeout": seconds}
 
 
 def _mysql_on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -59,6 +80,8 @@ def _mysql_on_connect(dbapi_conn: Any, _record: Any) -> None:
     cursor = dbapi_conn.cursor()
     cursor.execute("SET time_zone = '+00:00'")
     cursor.close()
+    if hasattr(dbapi_conn, "_read_timeout"):  # PyMySQL: the handshake's bound, not every statement's
+        dbapi_conn._read_timeout = None
 
 
 # URL forms Airflow users have, mapped to a driver this package can install when theirs is missing.
@@ -90,8 +113,14 @@ def _installed(module: str) -> bool:
 SUPPORTED_BACKENDS = ("sqlite", "postgresql", "mysql", "mariadb")
 
 
-def make_engine(conn: str, *, create_file: bool = False) -> Engine:
-    """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``)."""
+DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds; [state_store] connect_timeout
+
+
+def make_engine(conn: str, *, create_file: bool = False, connect_timeout: float | None = None) -> Engine:
+    """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``).
+
+    ``connect_timeout`` (seconds, default 10) bounds how long a server may take to accept a connection,
+    the handshake included: a server that accepts and never answers must not hang a scheduled job."""
     url = parse_url(conn)
     backend = url.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
@@ -106,9 +135,16 @@ def make_engine(conn: str, *, create_file: bool = False) -> Engine:
             raise SchemaMissingError(f"no state store at {path}: the file does not exist; run `statestore db init`")
     url = _usable_driver(url)
     options: dict[str, Any] = {}
+    timeout = DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
     if backend in ("mysql", "mariadb"):
         # Row locks only, no gap locks: concurrent upserts and batched deletes do not deadlock each other.
         options["isolation_level"] = "READ COMMITTED"
+        options["connect_args"] = _mysql_timeouts(url, timeout)
+    elif backend == "postgresql":
+        # libpq counts whole seconds and takes 2 as its least.
+        options["connect_args"] = {"connect_timeout": max(2, math.ceil(timeout))}
+    for name in url.query:  # a timeout written in the URL itself wins
+        options.get("connect_args", {}).pop(name, None)
     try:
         engine = create_engine(url, **options)
     except ModuleNotFoundError as exc:
@@ -117,8 +153,9 @@ def make_engine(conn: str, *, create_file: bool = False) -> Engine:
         ) from None
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
+    _CONNECT_TIMEOUTS[engine] = timeout
     if backend == "sqlite":
-        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "connect", _sqlite_on_connect(math.ceil(timeout * 1000)))
     elif backend in ("mysql", "mariadb"):
         event.listen(engine, "connect", _mysql_on_connect)
     return engine
@@ -138,26 +175,65 @@ def describe_engine(engine: Engine) -> str:
 
 
 @contextmanager
-def translate_errors(engine: Engine) -> Iterator[None]:
-    """Turn driver and SQLAlchemy failures into one-line ``DatabaseError``s."""
+def translate_errors(engine: Engine, *, lock_parameter: str | None = None) -> Iterator[None]:
+    """Turn driver and SQLAlchemy failures into one-line ``DatabaseError``s; a lock wait that timed
+    out names ``lock_parameter`` as the limit to raise (a clean's), else the connect timeout (SQLite)."""
     try:
         yield
     except sa_exc.DBAPIError as exc:
         message = first_line(exc.orig) if exc.orig is not None else first_line(exc)
         where = describe_engine(engine)
+        if exc.statement is None and _is_timeout(message):  # no statement yet: connecting
+            seconds = _CONNECT_TIMEOUTS.get(engine, DEFAULT_CONNECT_TIMEOUT)
+            why = message if message.startswith("(") and message.endswith(")") else f"({message})"
+            raise DatabaseError(
+                f"connect timeout: {where} did not accept a connection within {seconds:g}s {why}; check the "
+                "host and port, or raise the connect timeout (--connect-timeout, [state_store] connect_timeout)"
+            ) from None
         if _is_missing_table(message):
             raise SchemaMissingError(
                 f"the state store tables are missing in {where}; run `statestore db init`"
             ) from None
         if _is_lock_timeout(message):
-            raise DatabaseError(
-                f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: "
-                f"retry later, or raise {PARAMETER}",
-                parameter="lock_seconds",
-            ) from None
-        raise DatabaseError(f"database error on {where}: {message}") from None
+            raise _lock_timeout(engine, where, message, lock_parameter) from None
+        hint = next((h for text, h in _HINTS.items() if text in message.lower()), "")
+        raise DatabaseError(f"database error on {where}: {message}{hint}") from None
     except sa_exc.SQLAlchemyError as exc:
         raise DatabaseError(f"database error on {describe_engine(engine)}: {first_line(exc)}") from None
+
+
+# What to do about the SQLite failures a user can fix.
+_HINTS = {
+    "readonly database": (
+        "; the file, its directory or the filesystem is read-only for this user: write as a user that may, "
+        "or use a writable copy"
+    ),
+    "database or disk is full": "; free space on its filesystem, then retry: the previous values are kept",
+    "unable to open database file": "; the file or its directory cannot be opened: check they exist and may be read",
+}
+
+
+def _lock_timeout(engine: Engine, where: str, message: str, parameter: str | None) -> DatabaseError:
+    if parameter is not None:
+        return DatabaseError(
+            f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: "
+            f"retry later, or raise {PARAMETER}",
+            parameter=parameter,
+        )
+    if engine.dialect.name == "sqlite":
+        seconds = _CONNECT_TIMEOUTS.get(engine, DEFAULT_CONNECT_TIMEOUT)
+        return DatabaseError(
+            f"gave up after {seconds:g}s waiting for another process's lock on {where} ({message}): retry later, "
+            "or raise the connect timeout (--connect-timeout, [state_store] connect_timeout)"
+        )
+    return DatabaseError(
+        f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: retry later"
+    )
+
+
+def _is_timeout(message: str) -> bool:
+    lowered = message.lower()
+    return "timeout expired" in lowered or "timed out" in lowered
 
 
 def _is_lock_timeout(message: str) -> bool:

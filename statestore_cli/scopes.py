@@ -20,6 +20,20 @@ def _check_text(name: str, value: object, max_length: int) -> None:
         raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
     if len(value) > max_length:
         raise InvalidInputError(f"{name} is {len(value)} characters long; the limit is {max_length}")
+    check_utf8(name, value)
+
+
+def check_utf8(name: str, value: str) -> None:
+    """Refuse text that is not UTF-8: bytes a command line could not decode arrive as lone surrogates,
+    and no database or file stores those."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = ord(value[exc.start])
+        what = f"byte 0x{bad - 0xDC00:02x}" if 0xDC80 <= bad <= 0xDCFF else f"lone surrogate U+{bad:04X}"
+        raise InvalidInputError(
+            f"{name} is not valid UTF-8 ({what} at character {exc.start + 1}); pass it as UTF-8 text"
+        ) from None
 
 
 def check_key(key: object) -> str:
@@ -65,6 +79,9 @@ class AssetScope:
     def __post_init__(self) -> None:
         if self.asset_id is None and not self.name and not self.uri:
             raise InvalidInputError("an asset scope needs at least one of asset_id, name or uri")
+        for name in ("name", "uri"):
+            if isinstance(getattr(self, name), str):
+                check_utf8(f"asset {name}", getattr(self, name))
         if self.asset_id is not None and (isinstance(self.asset_id, bool) or not isinstance(self.asset_id, int)):
             raise InvalidInputError(f"asset_id must be an integer, got {self.asset_id!r}")
 

@@ -16,7 +16,8 @@ from statestore_cli.scopes import StoreScope, TaskScope
 
 
 def open_metastore(settings: Settings, *, create_file: bool = False) -> MetastoreBackend:
-    return MetastoreBackend(make_engine(settings.sql_alchemy_conn, create_file=create_file))
+    engine = make_engine(settings.sql_alchemy_conn, create_file=create_file, connect_timeout=settings.connect_timeout)
+    return MetastoreBackend(engine)
 
 
 def open_backend(settings: Settings) -> BaseStoreBackend:

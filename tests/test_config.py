@@ -27,6 +27,7 @@ BOOL_EXPECTED = "a boolean (true/false, yes/no, on/off, 1/0)"
 CLASS_EXPECTED = "a dotted path such as mypackage.module.ClassName"
 URL_EXPECTED = "a SQLAlchemy URL such as sqlite:////path/airflow.db"
 DURATION_EXPECTED = "0 or a duration such as 12h, 2d, 1d12h or P1D"
+TIMEOUT_EXPECTED = "a positive duration such as 10s, 2m or PT30S"
 
 
 def write_cfg(path: Path, text: str) -> Path:
@@ -65,6 +66,7 @@ EXPECTED_DEFAULTS = {
     ("state_store", "state_cleanup_batch_size"): 0,
     ("state_store", "state_cleanup_older_than"): "0",
     ("state_store", "max_value_storage_bytes"): 65535,
+    ("state_store", "connect_timeout"): "10s",
     ("workers", "state_store_backend"): "",
 }
 
@@ -145,6 +147,10 @@ def test_airflow_config_naming_a_missing_file_is_skipped(monkeypatch, tmp_path, 
     settings = load_settings()
     assert settings.config_file is None
     assert settings.default_retention_days == 30
+    assert [str(note) for note in settings.warnings] == [
+        f"$AIRFLOW_CONFIG names {tmp_path / 'nope.cfg'}, which does not exist (or is not a file): "
+        "using the environment and the defaults; fix the path or unset AIRFLOW_CONFIG"
+    ]
 
 
 def test_explicit_config_that_does_not_exist_is_an_error(tmp_path):
@@ -237,6 +243,9 @@ VALID = [
     ("state_store", "state_cleanup_older_than", "0", "0"),
     ("state_store", "max_value_storage_bytes", "0", 0),
     ("state_store", "max_value_storage_bytes", "1048576", 1048576),
+    ("state_store", "connect_timeout", "30s", "30s"),
+    ("state_store", "connect_timeout", "1m30s", "1m30s"),
+    ("state_store", "connect_timeout", "PT2.5S", "PT2.5S"),
     ("workers", "state_store_backend", "mypkg.workers.RefBackend", "mypkg.workers.RefBackend"),
     (
         "database",
@@ -310,6 +319,11 @@ INVALID = [
     ("state_store", "backend", "1pkg.Backend", CLASS_EXPECTED),
     ("state_store", "backend", "mypkg/mod.Backend", CLASS_EXPECTED),
     ("workers", "state_store_backend", "mypkg.mod:Backend", CLASS_EXPECTED),
+    # durations
+    ("state_store", "connect_timeout", "10", TIMEOUT_EXPECTED),
+    ("state_store", "connect_timeout", "0s", TIMEOUT_EXPECTED),
+    ("state_store", "connect_timeout", "soon", TIMEOUT_EXPECTED),
+    ("state_store", "connect_timeout", "", TIMEOUT_EXPECTED),
     # URL
     ("database", "sql_alchemy_conn", "", URL_EXPECTED),
     # duration >= 0
@@ -641,6 +655,7 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
                 "state_cleanup_batch_size": {"value": 0, "source": "default"},
                 "state_cleanup_older_than": {"value": "0", "source": "default"},
                 "max_value_storage_bytes": {"value": 65535, "source": "default"},
+                "connect_timeout": {"value": "10s", "source": "default"},
             },
             "workers": {"state_store_backend": {"value": "", "source": "default"}},
             "database": {"sql_alchemy_conn": {"value": "sqlite:////data/store.db", "source": "--conn"}},
@@ -683,6 +698,7 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         "state_store.state_cleanup_older_than\t0\tdefault\n"
         "state_store.max_value_storage_bytes\t1024\t"
         "environment variable AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES\n"
+        "state_store.connect_timeout\t10s\tdefault\n"
         f"workers.state_store_backend\tmypkg.workers.RefBackend\t{cfg}\n"
         f"database.sql_alchemy_conn\tsqlite:///{clean_environment}/airflow.db\tdefault\n"
     )

@@ -90,6 +90,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             if exists is None and create:
                 raise InvalidInputError(f"no asset with asset_id={scope.asset_id}; give an existing asset")
             return scope.asset_id
+        if conn.dialect.name in ("mysql", "mariadb"):
+            _check_latin1(scope)
         conds = [asset.c.name == scope.name] if scope.name else []
         conds += [asset.c.uri == scope.uri] if scope.uri else []
         # As Airflow's execution API does: a name or uri names an active asset (unique by each).
@@ -361,3 +363,18 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 uri=row.uri,
                 value=row.value if with_values else None,
             )
+
+
+def _check_latin1(scope: AssetScope) -> None:
+    """Asset names and uris are latin1 text on MySQL/MariaDB (Airflow's schema there): anything else
+    cannot be stored or looked up, and is bad input rather than a database error."""
+    for what, text in (("name", scope.name), ("uri", scope.uri)):
+        if text is None:
+            continue
+        try:
+            text.encode("latin-1")
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(
+                f"asset {what} {text!r} holds {text[exc.start]!r}, outside latin1: MySQL and MariaDB store asset "
+                "names and uris as latin1, as Airflow's schema does there"
+            ) from None

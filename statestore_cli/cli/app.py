@@ -15,12 +15,12 @@ import typer
 from typer.core import TyperGroup
 
 from statestore_cli import __version__
-from statestore_cli.cli.failure import FLAGS, closed_pipe, finish, message, report, report_error
+from statestore_cli.cli.failure import FLAGS, closed_pipe, finish, message, report, report_error, warn
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text, warning_line
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
-from statestore_cli.cli.stopping import StopOnSignal
+from statestore_cli.cli.stopping import StopOnSignal, Terminated, terminate_on_sigterm
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings, load_settings
 from statestore_cli.entries import KeyFilter, Timeouts
@@ -28,6 +28,7 @@ from statestore_cli.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_SKIPPED,
+    EXIT_TERMINATED,
     EXIT_USAGE,
     InterruptedByUser,
     InvalidInputError,
@@ -75,6 +76,10 @@ class StateStoreGroup(TyperGroup):
             raise _PipeClosed(_exit_code(outcome)) from None
         except (click_exceptions.ClickException, typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt:  # typer would exit 130 without a word
+            if ctx.params.get("debug"):
+                raise
+            raise _Reported(InterruptedByUser("interrupted")) from None
         except Exception as exc:  # a bug of ours: still no traceback unless --debug asks for it
             if ctx.params.get("debug"):
                 raise
@@ -90,7 +95,10 @@ class StateStoreGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         try:
-            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with terminate_on_sigterm():
+                result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Terminated:
+            _fail("terminated (SIGTERM)", EXIT_TERMINATED)
         except _PipeClosed as exc:
             sys.exit(closed_pipe(exc.exit_code))
         except _Reported as exc:
@@ -258,12 +266,15 @@ class CliState:
     config_path: Optional[Path] = None
     conn: Optional[str] = None
     debug: bool = False
+    connect_timeout: Optional[str] = None
     _settings: Optional[Settings] = field(default=None, repr=False)
 
     @property
     def settings(self) -> Settings:
         if self._settings is None:
-            self._settings = load_settings(self.config_path, self.conn)
+            self._settings = load_settings(self.config_path, self.conn, connect_timeout_override=self.connect_timeout)
+            for note in self._settings.warnings:  # a typo in an option name must not pass unnoticed
+                warn(note.worded(FLAGS))
         return self._settings
 
 
@@ -316,12 +327,21 @@ def main(
             "--conn", metavar="URL", help=f"SQLAlchemy URL of the database; overrides {_DATABASE} sql_alchemy_conn."
         ),
     ] = None,
+    connect_timeout: Annotated[
+        Optional[str],
+        typer.Option(
+            "--connect-timeout",
+            metavar="DURATION",
+            help="Give up when the database server does not accept a connection within this time (5s, 1m). "
+            f"Default: {_section('state_store')} connect_timeout (10s unless configured).",
+        ),
+    ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show the Python traceback of an error.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    ctx.obj = CliState(config_path=config, conn=conn, debug=debug)
+    ctx.obj = CliState(config_path=config, conn=conn, debug=debug, connect_timeout=connect_timeout)
 
 
 # -- db ---------------------------------------------------------------------------------------------
@@ -713,8 +733,8 @@ def clean(
 
     Deletes task keys whose expires_at is before now (minus --older-than);
     asset keys and keys that never expire stay.
-    Ctrl-C stops after the current batch (exit 130). A custom backend is skipped with a message:
-    exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
+    Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
+    skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
@@ -818,7 +838,8 @@ def _clean_run(
     with StopOnSignal() as stop:
         with out.progress("deleting expired keys", total) as advance:
             on_progress = advance if recorder is None else _both(advance, recorder.on_progress)
-            control = CleanControl(timeouts, exclusive, deadline, stop.reason, on_progress)
+            # Until the clean is connected a signal stops it at once; from then on, after the current batch.
+            control = CleanControl(timeouts, exclusive, deadline, stop.reason, on_progress, on_connected=stop.defer)
             result = commands.clean(settings, batch_size, now=now, control=control, older_than=grace)
         if recorder is None or isinstance(result, str):
             return result, None

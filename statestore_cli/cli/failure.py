@@ -14,7 +14,7 @@ import os
 import sys
 from typing import TextIO
 
-from statestore_cli.cli.safe_text import error_line
+from statestore_cli.cli.safe_text import error_line, safe_text
 from statestore_cli.errors import EXIT_OK, StateStoreError
 
 # The library names an argument by its parameter; the CLI user knows it by its flag.
@@ -22,6 +22,7 @@ FLAGS = {
     "batch_size": "--batch-size",
     "config_path": "--config",
     "conn_override": "--conn",
+    "connect_timeout_override": "--connect-timeout",
     "exclusive": "--exclusive",
     "grace": "--grace",
     "lock_seconds": "--lock-timeout",
@@ -47,6 +48,11 @@ def report(text: str, exit_code: int) -> int:
     except BrokenPipeError:
         closed_pipe()
     return exit_code
+
+
+def warn(text: str) -> None:
+    """A warning: one line on stderr, control characters escaped; the command goes on."""
+    sys.stderr.write(f"statestore: warning: {safe_text(text)}\n")
 
 
 def closed_pipe(exit_code: int = EXIT_OK) -> int:

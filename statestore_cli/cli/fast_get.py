@@ -26,7 +26,15 @@ from statestore_cli.errors import StateStoreError
 ROOT_OPTIONS = ("--config", "--conn")
 GET_OPTIONS = ("--dag-id", "--run-id", "--task-id", "--map-index", "--output", "-o")
 # Options of the full CLI the fast path leaves to it on purpose (a test holds these lists to the CLI's).
-ROOT_HANDED_OVER = ("--debug", "--version", "--help", "-h", "--install-completion", "--show-completion")
+ROOT_HANDED_OVER = (
+    "--connect-timeout",
+    "--debug",
+    "--version",
+    "--help",
+    "-h",
+    "--install-completion",
+    "--show-completion",
+)
 GET_HANDED_OVER = ("--asset-name", "--asset-uri", "--asset-id", "--raw", "--help", "-h")
 
 _QUERY = (
@@ -102,6 +110,8 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     check_key(key)
     settings = load_settings(root.get("--config"), root.get("--conn"))
     conn_url = settings.sql_alchemy_conn
+    if settings.warnings:
+        return None  # the full CLI shows them
     if not settings.uses_builtin_backend or settings.worker_backend or not conn_url.startswith("sqlite:///"):
         return None
     path = conn_url.removeprefix("sqlite:///")
@@ -109,7 +119,7 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
         return None
     uri_path = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")  # urllib costs start-up time
     # closing(): a connection's own `with` block ends a transaction but leaves the connection open.
-    with closing(sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=30)) as conn:
+    with closing(sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=settings.connect_timeout)) as conn:
         row = conn.execute(_QUERY, (scope.dag_id, scope.run_id, scope.task_id, scope.map_index, key)).fetchone()
         run_exists = row is not None or conn.execute(_RUN_QUERY, (scope.dag_id, scope.run_id)).fetchone() is not None
     if row is None:

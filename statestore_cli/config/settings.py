@@ -2,12 +2,18 @@
 
 Lookup order, first match wins, for every option:
 
-1. ``conn_override`` (``sql_alchemy_conn`` only; the CLI's ``--conn``);
+1. ``conn_override`` (``sql_alchemy_conn`` only; the CLI's ``--conn``) and ``connect_timeout_override``
+   (``connect_timeout`` only; the CLI's ``--connect-timeout``);
 2. the environment variable ``AIRFLOW__{SECTION}__{OPTION}``;
 3. the INI file: ``config_path`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
    ``$AIRFLOW_HOME/airflow.cfg`` with ``AIRFLOW_HOME`` defaulting to ``~/airflow`` (a discovered
-   file that does not exist is simply skipped, as Airflow does before it writes one);
+   file that does not exist is skipped, as Airflow does before it writes one, but a missing
+   ``$AIRFLOW_CONFIG`` is a warning: it usually means another database than the one meant);
 4. the default declared in ``options.toml``.
+
+Options of ``[state_store]`` and ``[workers]`` the schema does not know are warnings
+(``Settings.warnings``) naming the closest known option: a typo must not fall back to the default
+unnoticed. ``[workers]`` holds many Airflow options, so there only a near miss is reported.
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ def load_option_specs() -> tuple[OptionSpec, ...]:
 
 
 CONN_OVERRIDE = "conn_override"  # the source of a URL passed as load_settings(conn_override=...)
+CONNECT_TIMEOUT_OVERRIDE = "connect_timeout_override"  # load_settings(connect_timeout_override=...)
+_OVERRIDES = (CONN_OVERRIDE, CONNECT_TIMEOUT_OVERRIDE)
 
 
 def _where(source: str) -> str:
@@ -80,7 +88,7 @@ def _where(source: str) -> str:
 
 
 def _invalid(spec: OptionSpec, raw: str, source: str, expected: str) -> ConfigError:
-    parameter = CONN_OVERRIDE if source == CONN_OVERRIDE else None  # named as the caller names it
+    parameter = source if source in _OVERRIDES else None  # named as the caller names it
     where = PARAMETER if parameter else _where(source)
     return ConfigError(
         f"{where}: invalid value {raw!r} for [{spec.section}] {spec.option}: expected {expected}", parameter=parameter
@@ -108,6 +116,8 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         if text.lower() in _FALSE:
             return False
         raise _invalid(spec, raw, source, "a boolean (true/false, yes/no, on/off, 1/0)")
+    if spec.type == "timeout":
+        return _timeout(spec, raw, source)
     if spec.type == "duration":
         from statestore_cli.errors import InvalidInputError
         from statestore_cli.retention import parse_age
@@ -134,6 +144,31 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         masked = _URL_PASSWORD.sub(r"\1***@", raw)  # never echo a password into an error message
         raise _invalid(spec, masked, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db") from None
     return text
+
+
+def _timeout(spec: OptionSpec, raw: str, source: str) -> str:
+    """A timeout as written (for `config show`): a positive duration; ``timeout_seconds`` reads it."""
+    from statestore_cli.errors import InvalidInputError
+
+    text = raw.strip()
+    try:
+        seconds = timeout_seconds(text, spec.option)
+    except InvalidInputError:
+        raise _invalid(spec, raw, source, "a positive duration such as 10s, 2m or PT30S") from None
+    if seconds > spec.max:
+        raise _invalid(spec, raw, source, f"at most {spec.max} seconds")
+    return text
+
+
+def timeout_seconds(text: str, what: str) -> float:
+    """Seconds of a positive duration (``10s``, ``2m``, ``PT30S``)."""
+    from statestore_cli.errors import InvalidInputError
+    from statestore_cli.retention import parse_duration
+
+    seconds = parse_duration(text, what).total_seconds()
+    if seconds <= 0:
+        raise InvalidInputError(f"{what} must be positive, got {text!r}")
+    return seconds
 
 
 def airflow_home(environ: Mapping[str, str]) -> Path:
@@ -217,10 +252,12 @@ class Settings:
         config_file: Path | None,
         home: Path,
         searched: Note | None = None,
+        warnings: tuple[Note, ...] = (),
         *,
         parser: configparser.RawConfigParser | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
+        self.warnings = warnings  # unknown options, a missing $AIRFLOW_CONFIG: the caller shows them
         self._settings = settings
         self.config_file = config_file
         self.airflow_home = home
@@ -278,6 +315,11 @@ class Settings:
         return int(self._value("state_store", "max_value_storage_bytes"))
 
     @property
+    def connect_timeout(self) -> float:
+        """Seconds to wait for a database server to accept a connection."""
+        return timeout_seconds(str(self._value("state_store", "connect_timeout")), "connect_timeout")
+
+    @property
     def worker_backend(self) -> str:
         return str(self._value("workers", "state_store_backend"))
 
@@ -297,16 +339,22 @@ def load_settings(
     config_path: str | os.PathLike[str] | None = None,
     conn_override: str | None = None,
     environ: Mapping[str, str] | None = None,
+    connect_timeout_override: str | None = None,
 ) -> Settings:
     """Resolve every option in the documented lookup order (see the module docstring)."""
     env = os.environ if environ is None else environ
     home = airflow_home(env)
     config_file = find_config_file(config_path, env)
     parser = _read_ini(config_file) if config_file else None
+    specs = load_option_specs()
+    warnings = [*_missing_config_warning(config_path, env), *_unknown_options(parser, config_file, specs, env)]
+    overrides = {"sql_alchemy_conn": (conn_override, CONN_OVERRIDE)}
+    overrides["connect_timeout"] = (connect_timeout_override, CONNECT_TIMEOUT_OVERRIDE)
     resolved: dict[tuple[str, str], Setting] = {}
-    for spec in load_option_specs():
-        if spec.option == "sql_alchemy_conn" and conn_override is not None:
-            raw, source = conn_override, CONN_OVERRIDE
+    for spec in specs:
+        override, override_source = overrides.get(spec.option, (None, ""))
+        if override is not None:
+            raw, source = override, override_source
         elif spec.env_var in env:
             raw, source = env[spec.env_var], f"env {spec.env_var}"
         elif parser is not None and parser.has_option(spec.section, spec.option):
@@ -318,7 +366,58 @@ def load_settings(
             resolved[(spec.section, spec.option)] = Setting(spec, default, "default")
             continue
         resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, raw, source), source)
-    return Settings(resolved, config_file, home, describe_search(config_path, env), parser=parser, environ=env)
+    searched = describe_search(config_path, env)
+    return Settings(resolved, config_file, home, searched, tuple(warnings), parser=parser, environ=env)
+
+
+def _missing_config_warning(config_path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> list[Note]:
+    named = environ.get("AIRFLOW_CONFIG")
+    if config_path is not None or not named or Path(named).expanduser().is_file():
+        return []
+    return [
+        Note(
+            f"$AIRFLOW_CONFIG names {Path(named).expanduser()}, which does not exist (or is not a file): "
+            "using the environment and the defaults; fix the path or unset AIRFLOW_CONFIG"
+        )
+    ]
+
+
+# Sections whose every option is ours, and sections shared with Airflow where only a near miss is reported.
+_OWN_SECTIONS = ("state_store",)
+_SHARED_SECTIONS = ("workers",)
+
+
+def _unknown_options(
+    parser: configparser.RawConfigParser | None,
+    config_file: Path | None,
+    specs: tuple[OptionSpec, ...],
+    environ: Mapping[str, str],
+) -> list[Note]:
+    """A note for each option of ``[state_store]`` (any) or ``[workers]`` (near misses) no spec declares,
+    in the file and in ``AIRFLOW__STATE_STORE__*`` / ``AIRFLOW__WORKERS__*`` variables."""
+    found: list[tuple[str, str, str]] = []  # (section, option, where)
+    for section in (*_OWN_SECTIONS, *_SHARED_SECTIONS):
+        if parser is not None and parser.has_section(section):
+            found += [(section, option, str(config_file)) for option in parser.options(section)]
+        prefix = f"AIRFLOW__{section.upper()}__"
+        found += [
+            (section, name[len(prefix) :].lower(), f"environment variable {name}")
+            for name in environ
+            if name.startswith(prefix)
+        ]
+    notes = []
+    for section, option, where in found:
+        known = [spec.option for spec in specs if spec.section == section]
+        if option in known:
+            continue
+        import difflib  # only for an unknown option: every command reads the config
+
+        close = difflib.get_close_matches(option, known, n=1, cutoff=0.6 if section in _OWN_SECTIONS else 0.8)
+        if not close and section not in _OWN_SECTIONS:
+            continue
+        hint = f"did you mean {close[0]}?" if close else f"known options: {', '.join(known)}"
+        notes.append(Note(f"{where}: unknown option [{section}] {option} is ignored; {hint}"))
+    return notes
 
 
 def describe_source(setting: Setting) -> str:

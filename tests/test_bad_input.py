@@ -1,0 +1,585 @@
+"""The README's "Bad input" table, row by row: each bad input gets its one-line message and exit code,
+and leaves the database byte-for-byte (SQLite) or row-for-row (servers) as it was.
+
+``CASES`` is the table; ``test_the_readme_table_lists_every_case`` holds the README to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from helpers import REPO, isolated_database, run_cli, run_statestore_process, sql
+from sqlalchemy import make_url
+
+from statestore_cli import AssetScope, MetastoreBackend, TaskScope
+from statestore_cli.commands import db_init
+from statestore_cli.config import load_settings
+from statestore_cli.database import make_engine, mask_url
+
+TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
+INT_RANGE = "a whole number from 0 to 2147483647"
+ALL = ("sqlite", "postgresql", "mariadb")
+
+
+class Case(NamedTuple):
+    id: str
+    readme: str  # the input, as the README's table names it
+    args: tuple[str, ...]
+    code: int
+    message: str  # the whole line after "statestore: error: " (or "warning: "); {url} {cfg} {home} filled in
+    env: dict[str, str] | None = None
+    cfg: str | bytes | None = None  # written to {cfg} and passed with --config
+    engines: tuple[str, ...] = ("sqlite",)
+    conn: str | None = None  # instead of the test's store
+    warning: bool = False  # a warning and the command goes on
+
+
+CASES = [
+    # -- configuration ---------------------------------------------------------------------------------
+    Case(
+        "int-wrong-type",
+        "an integer option that is not a number (`AIRFLOW__STATE_STORE__STATE_CLEANUP_BATCH_SIZE=ten`)",
+        ("clean",),
+        2,
+        "environment variable AIRFLOW__STATE_STORE__STATE_CLEANUP_BATCH_SIZE: invalid value 'ten' for "
+        f"[state_store] state_cleanup_batch_size: expected {INT_RANGE}",
+        env={"AIRFLOW__STATE_STORE__STATE_CLEANUP_BATCH_SIZE": "ten"},
+    ),
+    Case(
+        "int-out-of-range",
+        "an integer option out of range (`default_retention_days = -1`)",
+        ("set", *TASK, "k", "1"),
+        2,
+        f"{{cfg}}: invalid value '-1' for [state_store] default_retention_days: expected {INT_RANGE}",
+        cfg="[state_store]\ndefault_retention_days = -1\n",
+    ),
+    Case(
+        "int-too-big",
+        "an integer option beyond a database INTEGER (`max_value_storage_bytes = 2147483648`)",
+        ("set", *TASK, "k", "1"),
+        2,
+        f"{{cfg}}: invalid value '2147483648' for [state_store] max_value_storage_bytes: expected {INT_RANGE}",
+        cfg="[state_store]\nmax_value_storage_bytes = 2147483648\n",
+    ),
+    Case(
+        "bool-wrong",
+        "a boolean option that is not one (`clear_on_success = maybe`)",
+        ("set", *TASK, "k", "1"),
+        2,
+        "{cfg}: invalid value 'maybe' for [state_store] clear_on_success: "
+        "expected a boolean (true/false, yes/no, on/off, 1/0)",
+        cfg="[state_store]\nclear_on_success = maybe\n",
+    ),
+    Case(
+        "class-not-dotted",
+        "a backend that is not a dotted path (`backend = my backend`)",
+        ("set", *TASK, "k", "1"),
+        2,
+        "{cfg}: invalid value 'my backend' for [state_store] backend: "
+        "expected a dotted path such as mypackage.module.ClassName",
+        cfg="[state_store]\nbackend = my backend\n",
+    ),
+    Case(
+        "class-missing-module",
+        "a backend whose module does not exist (`backend = nosuch.module.Backend`)",
+        ("set", *TASK, "k", "1"),
+        2,
+        "{cfg}: [state_store] backend = 'nosuch.module.Backend': cannot import module 'nosuch.module' "
+        "(ModuleNotFoundError: No module named 'nosuch')",
+        cfg="[state_store]\nbackend = nosuch.module.Backend\n",
+    ),
+    Case(
+        "duration-option",
+        "a connect timeout that is not a duration (`--connect-timeout soon`, `connect_timeout = 0s`)",
+        ("--connect-timeout", "soon", "list"),
+        2,
+        "--connect-timeout: invalid value 'soon' for [state_store] connect_timeout: "
+        "expected a positive duration such as 10s, 2m or PT30S",
+    ),
+    Case(
+        "duration-option-zero",
+        "a connect timeout that is not a duration (`--connect-timeout soon`, `connect_timeout = 0s`)",
+        ("list",),
+        2,
+        "{cfg}: invalid value '0s' for [state_store] connect_timeout: "
+        "expected a positive duration such as 10s, 2m or PT30S",
+        cfg="[state_store]\nconnect_timeout = 0s\n",
+    ),
+    Case(
+        "unknown-state-store-option",
+        "an unknown option in `[state_store]` (`state_cleanup_batch_sise = 5`)",
+        ("list",),
+        0,
+        "{cfg}: unknown option [state_store] state_cleanup_batch_sise is ignored; "
+        "did you mean state_cleanup_batch_size?",
+        cfg="[state_store]\nstate_cleanup_batch_sise = 5\n",
+        warning=True,
+    ),
+    Case(
+        "unknown-state-store-env",
+        "an unknown `AIRFLOW__STATE_STORE__*` variable (`..._DEFAULT_RETENTION_DAY=3`)",
+        ("list",),
+        0,
+        "environment variable AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAY: unknown option [state_store] "
+        "default_retention_day is ignored; did you mean default_retention_days?",
+        env={"AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAY": "3"},
+        warning=True,
+    ),
+    Case(
+        "unknown-workers-option",
+        "a near miss in `[workers]` (`state_store_backends = ...`; Airflow's own `[workers]` options pass)",
+        ("list",),
+        0,
+        "{cfg}: unknown option [workers] state_store_backends is ignored; did you mean state_store_backend?",
+        cfg="[workers]\nstate_store_backends = a.b.C\nmin_heartbeat_interval = 5\n",
+        warning=True,
+    ),
+    Case(
+        "config-unclosed-header",
+        "a malformed config file (an unclosed `[section` header)",
+        ("list",),
+        2,
+        "cannot read config file {cfg}: line 1 is an unclosed [section] header: '[state_store'",
+        cfg="[state_store\ndefault_retention_days = 1\n",
+    ),
+    Case(
+        "config-no-section",
+        "a malformed config file (an option before any section)",
+        ("list",),
+        2,
+        "cannot read config file {cfg}: line 1 comes before any [section] header: 'default_retention_days = 1'",
+        cfg="default_retention_days = 1\n",
+    ),
+    Case(
+        "config-not-utf8",
+        "a config file that is not UTF-8",
+        ("list",),
+        2,
+        "cannot read config file {cfg}: 'utf-8' codec can't decode byte 0xff in position 14: invalid start byte",
+        cfg=b"[state_store]\n\xff\n",
+    ),
+    Case(
+        "config-missing",
+        "`--config` naming a file that does not exist",
+        ("--config", "/nonexistent/airflow.cfg", "list"),
+        2,
+        "config file /nonexistent/airflow.cfg does not exist; pass an existing file to --config",
+    ),
+    Case(
+        "config-directory",
+        "`--config` naming a directory",
+        ("--config", "/", "list"),
+        2,
+        "config file / is not a file; pass an airflow.cfg-style file to --config",
+    ),
+    Case(
+        "airflow-config-missing",
+        "`AIRFLOW_CONFIG` naming a file that does not exist",
+        ("list",),
+        0,
+        "$AIRFLOW_CONFIG names /nonexistent/airflow.cfg, which does not exist (or is not a file): "
+        "using the environment and the defaults; fix the path or unset AIRFLOW_CONFIG",
+        env={"AIRFLOW_CONFIG": "/nonexistent/airflow.cfg"},
+        warning=True,
+    ),
+    # -- the database URL ------------------------------------------------------------------------------
+    Case(
+        "url-unparsable",
+        "a URL that does not parse (`AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=postgresql://u:pw@h:port/db`)",
+        ("list",),
+        2,
+        "environment variable AIRFLOW__DATABASE__SQL_ALCHEMY_CONN: invalid value 'postgresql://u:***@h:port/db' "
+        "for [database] sql_alchemy_conn: expected a SQLAlchemy URL such as sqlite:////path/airflow.db",
+        env={"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u:s3cret@h:port/db"},
+        conn="",
+    ),
+    Case(
+        "url-unknown-dialect",
+        "a URL with an unknown dialect (`oracle://...`)",
+        ("list",),
+        2,
+        "unsupported database 'oracle' in [database] sql_alchemy_conn: use sqlite://, postgresql:// or mysql://",
+        conn="oracle://u:s3cret@h/db",
+    ),
+    Case(
+        "url-missing-driver",
+        "a URL whose driver is not installed (`mysql+mysqlconnector://...`)",
+        ("list",),
+        2,
+        "the database driver for 'mysql+mysqlconnector' is not installed (mysql); "
+        "install it, or use mysql+pymysql:// after pip install 'statestore-cli[mysql]'",
+        conn="mysql+mysqlconnector://root:s3cret@127.0.0.1/test",
+    ),
+    Case(
+        "url-wrong-password",
+        "a wrong password",
+        ("list",),
+        3,
+        "database error on mysql+pymysql://root:***@127.0.0.1:3306/test: "
+        "(1045, \"Access denied for user 'root'@'127.0.0.1' (using password: YES)\")",
+        conn="mysql+pymysql://root:s3cret@127.0.0.1:3306/test",
+        engines=("mariadb",),
+    ),
+    Case(
+        "url-unreachable",
+        "an unreachable host (nothing listens on the port)",
+        ("list",),
+        3,
+        "database error on postgresql+psycopg://u:***@127.0.0.1:9/db: connection failed: "
+        'connection to server at "127.0.0.1", port 9 failed: Connection refused',
+        conn="postgresql+psycopg://u:s3cret@127.0.0.1:9/db",
+    ),
+    Case(
+        "url-missing-database",
+        "a database that does not exist on the server",
+        ("list",),
+        3,
+        "database error on postgresql+psycopg://postgres@127.0.0.1:5432/no_such_db_here: connection failed: "
+        'connection to server at "127.0.0.1", port 5432 failed: FATAL:  database "no_such_db_here" does not exist',
+        conn="postgresql+psycopg://postgres@127.0.0.1:5432/no_such_db_here",
+        engines=("postgresql",),
+    ),
+    Case(
+        "sqlite-missing-file",
+        "a SQLite file that does not exist",
+        ("list",),
+        3,
+        "no state store at {home}/missing.db: the file does not exist; run `statestore db init`",
+        conn="sqlite:///{home}/missing.db",
+    ),
+    Case(
+        "no-schema",
+        "a database without the state store tables",
+        ("list",),
+        3,
+        "the state store tables are missing in {bare}; run `statestore db init`",
+        conn="{bare}",
+        engines=ALL,
+    ),
+    # -- values, keys and scopes -----------------------------------------------------------------------
+    Case(
+        "json-invalid",
+        "a VALUE that is not JSON (`{bad`)",
+        ("set", *TASK, "k", "{bad"),
+        2,
+        "VALUE is not valid JSON (Expecting property name enclosed in double quotes at line 1 column 2); "
+        "quote it as JSON or pass --string to store it as a string",
+        engines=ALL,
+    ),
+    Case(
+        "json-null",
+        "a VALUE of JSON `null`",
+        ("set", *TASK, "k", "null"),
+        2,
+        "VALUE is JSON null, which cannot be stored; delete the key instead",
+        engines=ALL,
+    ),
+    Case(
+        "value-too-big",
+        "a VALUE over `max_value_storage_bytes`",
+        ("set", *TASK, "k", '"0123456789"'),
+        2,
+        "value of key 'k' is 12 bytes, over [state_store] max_value_storage_bytes = 10; "
+        "raise the limit or store a smaller value",
+        env={"AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES": "10"},
+        engines=ALL,
+    ),
+    Case(
+        "key-empty", "an empty KEY", ("set", *TASK, "", "1"), 2, "key must be a non-empty string, got ''", engines=ALL
+    ),
+    Case(
+        "key-too-long",
+        "a KEY over 512 characters",
+        ("set", *TASK, "k" * 513, "1"),
+        2,
+        "key is 513 characters long; the limit is 512",
+        engines=ALL,
+    ),
+    Case(
+        "key-not-utf8",
+        "a KEY (or id, or asset name) that is not valid UTF-8",
+        ("set", *TASK, "k\udcff", "1"),
+        2,
+        "key is not valid UTF-8 (byte 0xff at character 2); pass it as UTF-8 text",
+        engines=ALL,
+    ),
+    Case(
+        "id-not-utf8",
+        "a KEY (or id, or asset name) that is not valid UTF-8",
+        ("set", "--dag-id", "d\udcc3", "--run-id", "r", "--task-id", "t", "k", "1"),
+        2,
+        "dag_id is not valid UTF-8 (byte 0xc3 at character 2); pass it as UTF-8 text",
+    ),
+    Case(
+        "asset-name-not-latin1",
+        "an asset name outside latin1 on MySQL/MariaDB (Airflow's schema stores them as latin1 there)",
+        ("set", "--asset-name", "ключ", "k", "1"),
+        2,
+        "asset name 'ключ' holds 'к', outside latin1: MySQL and MariaDB store asset names and uris as latin1, "
+        "as Airflow's schema does there",
+        engines=("mariadb",),
+    ),
+    Case(
+        "map-index-not-int",
+        "a map index that is not an integer",
+        ("set", *TASK, "--map-index", "x", "k", "1"),
+        2,
+        "Invalid value for '--map-index': 'x' is not a valid int. (see 'statestore set --help')",
+        engines=ALL,
+    ),
+    Case(
+        "map-index-negative",
+        "a map index below -1",
+        ("set", *TASK, "--map-index", "-2", "k", "1"),
+        2,
+        "map_index must be -1 (not mapped) or >= 0, got -2",
+    ),
+    Case(
+        "both-scopes",
+        "both a task and an asset scope",
+        ("set", *TASK, "--asset-name", "a", "k", "1"),
+        2,
+        "a task scope and an asset scope were both given; give --dag-id, --run-id and --task-id "
+        "(and --map-index) for a task, or --asset-name, --asset-uri or --asset-id for an asset",
+        engines=ALL,
+    ),
+    Case(
+        "no-scope",
+        "neither a task nor an asset scope",
+        ("set", "k", "1"),
+        2,
+        "no scope given: give --dag-id, --run-id and --task-id (and --map-index) for a task, "
+        "or --asset-name, --asset-uri or --asset-id for an asset",
+        engines=ALL,
+    ),
+    Case(
+        "retention-bad",
+        "a duration that does not parse (`--retention 5x`)",
+        ("set", *TASK, "k", "1", "--retention", "5x"),
+        2,
+        "invalid retention '5x': use 'never', a duration such as 90s, 15m, 6h, 7d or 1d12h, "
+        "or ISO 8601 such as P7D or PT6H",
+        engines=ALL,
+    ),
+    Case(
+        "retention-zero",
+        "a retention of zero (`--retention 0s`)",
+        ("set", *TASK, "k", "1", "--retention", "0s"),
+        2,
+        "retention '0s' must be positive; use 'never' for a key that never expires",
+    ),
+    Case(
+        "clean-duration-bad",
+        "a clean duration that does not parse (`--max-runtime`, `--older-than`, `--lock-timeout`, ...)",
+        ("clean", "--max-runtime", "soon"),
+        2,
+        "invalid --max-runtime 'soon': use a duration such as 30s, 5m or 1h",
+        engines=ALL,
+    ),
+    Case(
+        "older-than-bad",
+        "a clean duration that does not parse (`--max-runtime`, `--older-than`, `--lock-timeout`, ...)",
+        ("clean", "--older-than", "soon"),
+        2,
+        "invalid --older-than 'soon': use a duration such as 30s, 5m or 1h",
+    ),
+    Case(
+        "older-than-option",
+        "a duration option that does not parse (`state_cleanup_older_than = -1d`)",
+        ("clean",),
+        2,
+        "{cfg}: invalid value '-1d' for [state_store] state_cleanup_older_than: "
+        "expected 0 or a duration such as 12h, 2d, 1d12h or P1D",
+        cfg="[state_store]\nstate_cleanup_older_than = -1d\n",
+    ),
+    Case(
+        "batch-negative",
+        "a negative batch size (`--batch-size -1`)",
+        ("clean", "--batch-size", "-1"),
+        2,
+        "Invalid value for '--batch-size': -1 is not in the range x>=0. (see 'statestore clean --help')",
+        engines=ALL,
+    ),
+    Case(
+        "batch-not-number",
+        "a batch size that is not a number (`--batch-size ten`)",
+        ("clean", "--batch-size", "ten"),
+        2,
+        "Invalid value for '--batch-size': 'ten' is not a valid int range. (see 'statestore clean --help')",
+    ),
+    Case(
+        "batch-too-big",
+        "a batch size over 2147483647",
+        ("clean", "--batch-size", "2147483648"),
+        2,
+        "--batch-size 2147483648 is too large; the largest is 2147483647",
+    ),
+    Case(
+        "clear-unconfirmed",
+        "`clear` without `--yes` where nobody can confirm",
+        ("clear", *TASK),
+        2,
+        "clear deletes keys and stdin is not a terminal to confirm on; pass --yes",
+        engines=ALL,
+    ),
+]
+
+
+# -- the store every case runs against: some task keys (one expired), an asset key ---------------------------
+def seed(url: str) -> None:
+    db_init(load_settings(conn_override=url))
+    backend = MetastoreBackend(make_engine(url))
+    past = datetime.now(UTC) - timedelta(days=1)
+    backend.set(TaskScope("d", "r", "t"), "k", '"old"')
+    backend.set(TaskScope("d", "r", "t"), "expired", "1", expires_at=past)
+    backend.set(AssetScope(name="a"), "k", '{"n": 1}')
+    backend.engine.dispose()
+
+
+def snapshot(url: str) -> object:
+    """The database as bytes (SQLite) or as every row of every state store table (servers)."""
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        extra = [p for p in path.parent.iterdir() if p.name.startswith(path.name) and p != path]
+        return hashlib.sha256(path.read_bytes()).hexdigest(), sorted(p.name for p in extra)
+    tables = ("task_state_store", "asset_state_store", "dag_run", "asset", "asset_active")
+    return {t: sorted(map(repr, sql(url, f"SELECT * FROM {t}"))) for t in tables}
+
+
+def params() -> Iterator[object]:
+    for case in CASES:
+        for engine in case.engines:
+            yield pytest.param(case, engine, id=f"{case.id}-{engine}")
+
+
+@contextmanager
+def bare_database(engine: str, tmp_path: Path) -> Iterator[str]:
+    """A database without the state store tables."""
+    if engine == "sqlite":
+        tmp_path.mkdir()
+        path = tmp_path / "bare.db"
+        sqlite3.connect(path).close()
+        yield f"sqlite:///{path}"
+        return
+    with isolated_database(engine, tmp_path) as url:
+        yield url
+
+
+@pytest.mark.parametrize("case, engine", list(params()))
+def test_bad_input(case: Case, engine: str, tmp_path, monkeypatch, clean_environment):
+    with ExitStack() as stack:
+        url = stack.enter_context(isolated_database(engine, tmp_path))
+        seed(url)
+        before = snapshot(url)
+        fill = {"url": url, "home": str(clean_environment), "cfg": str(tmp_path / "airflow.cfg"), "bare": ""}
+        conn = url
+        if case.conn is not None and "{bare}" in case.conn:
+            conn = stack.enter_context(bare_database(engine, tmp_path / "bare"))
+            fill["bare"] = mask_url(make_url(conn))
+        elif case.conn is not None:
+            conn = case.conn.format(**fill)
+        args: list[str] = []
+        if case.cfg is not None:
+            Path(fill["cfg"]).write_bytes(case.cfg if isinstance(case.cfg, bytes) else case.cfg.encode())
+            args += ["--config", fill["cfg"]]
+        for name, value in (case.env or {}).items():
+            monkeypatch.setenv(name, value)
+        result = run_cli(*args, *case.args, conn=conn or None)
+        assert result.exit_code == case.code, result.output
+        kind = "warning" if case.warning else "error"
+        assert result.stderr.splitlines()[0] == f"statestore: {kind}: {case.message.format(**fill)}", result.output
+        if not case.warning:
+            assert result.stderr.count("\n") == 1 and result.stdout == "", result.output
+        assert "Traceback" not in result.stdout + result.stderr and "s3cret" not in result.stdout + result.stderr
+        assert snapshot(url) == before
+
+
+# -- what the table cannot hold: the file system and other processes -----------------------------------------
+def test_an_unreadable_config_file(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads any file: an unreadable config file cannot be set up as root")
+    cfg = tmp_path / "airflow.cfg"
+    cfg.write_text("[state_store]\n")
+    cfg.chmod(0)
+    result = run_cli("--config", str(cfg), "list")
+    assert result.exit_code == 2
+    assert result.stderr == f"statestore: error: cannot read config file {cfg}: [Errno 13] Permission denied: '{cfg}'\n"
+
+
+@pytest.fixture
+def read_only_store(tmp_path: Path) -> Iterator[str]:
+    """A store on a filesystem mounted read-only (root can write any file whatever its mode)."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()}); a read-only store needs one")
+    try:
+        url = f"sqlite:///{where / 'airflow.db'}"
+        # Written by processes of their own: this one must hold no file on the mount it makes read-only.
+        assert run_statestore_process("--conn", url, "db", "init").exit_code == 0
+        assert run_statestore_process("--conn", url, "set", *TASK, "k", '"old"').exit_code == 0
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        yield url
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+@pytest.mark.parametrize("args", [("set", *TASK, "k", '"new"'), ("clean",), ("clear", *TASK, "--yes")])
+def test_a_read_only_sqlite_store(read_only_store, args):
+    before = snapshot(read_only_store)
+    # A process of its own: an in-process run would keep the file open, and the mount busy, until the end.
+    result = run_statestore_process("--conn", read_only_store, *args)
+    assert result.exit_code == 3, result.output
+    assert result.stderr == (
+        f"statestore: error: database error on {read_only_store}: attempt to write a readonly database; the file, "
+        "its directory or the filesystem is read-only for this user: write as a user that may, or use a writable copy\n"
+    )
+    assert snapshot(read_only_store) == before
+    assert run_statestore_process("--conn", read_only_store, "get", *TASK, "k").stdout == '"old"\n'  # reads work
+
+
+@pytest.mark.parametrize(
+    "args", [("set", *TASK, "k", '"new"'), ("list",), ("get", *TASK, "k"), ("clean", "--lock-timeout", "1s")]
+)
+def test_a_sqlite_store_another_process_holds_locked(tmp_path, args):
+    url = f"sqlite:///{tmp_path / 'airflow.db'}"
+    seed(url)
+    holder = sqlite3.connect(tmp_path / "airflow.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        before = snapshot(url)
+        result = run_cli("--connect-timeout", "1s", *args, conn=url)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert result.exit_code == 3, result.output
+    if args[0] == "clean":  # a clean waits as long as its own --lock-timeout says
+        assert result.stderr == (
+            f"statestore: error: gave up waiting for a lock on {url} (database is locked); another transaction "
+            "holds the rows: retry later, or raise --lock-timeout\n"
+        )
+    else:
+        assert result.stderr == (
+            f"statestore: error: gave up after 1s waiting for another process's lock on {url} (database is locked): "
+            "retry later, or raise the connect timeout (--connect-timeout, [state_store] connect_timeout)\n"
+        )
+    assert snapshot(url) == before
+
+
+def test_the_readme_table_lists_every_case():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("### Bad input") :]
+    for case in CASES:
+        row = next((line for line in table.splitlines() if line.startswith(f"| {case.readme} |")), None)
+        assert row is not None, f"README's bad input table has no row for: {case.readme}"
+        assert row.rstrip().endswith(f"| {case.code} |"), row
