@@ -33,7 +33,7 @@ from statestore_cli.errors import (
     StateStoreError,
     first_line,
 )
-from statestore_cli.retention import parse_duration, parse_retention, utcnow
+from statestore_cli.retention import parse_duration, parse_instant, parse_retention, utcnow
 
 try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
     from typer._click import exceptions as click_exceptions
@@ -339,16 +339,58 @@ def set_(
     string: Annotated[
         bool, typer.Option("--string", help="Store VALUE as a JSON string instead of parsing it.")
     ] = False,
+    keep_expiry: Annotated[
+        bool,
+        typer.Option(
+            "--keep-expiry", help="Replace the value of an existing key and keep its expiry; a missing key exits 1."
+        ),
+    ] = False,
+    expires_at: Annotated[
+        Optional[str],
+        typer.Option(
+            "--expires-at",
+            metavar="TIMESTAMP",
+            help="Expire at this instant, ISO 8601 with a time zone (2026-12-01T00:00:00Z); task keys only.",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --expires-at: accept an instant in the past.")] = False,
 ) -> None:
-    """Write a key (insert or replace)."""
+    """Write a key (insert or replace).
+
+    Keys may hold any characters, `/` and spaces included; a value is refused when it is JSON null,
+    NaN or Infinity, or larger than max_value_storage_bytes (exit 2)."""
     from statestore_cli import commands
 
     scope = scope_of(scope_args)
+    _check_expiry_options(retention, keep_expiry, expires_at, force)
     parsed_retention = parse_retention(retention) if retention is not None else None
+    instant = parse_instant(expires_at, "--expires-at") if expires_at is not None else None
     document = read_value(value, as_string=string)
+    if keep_expiry:
+        commands.replace_value(_settings(ctx), scope, key, document)
+        Output.choose().line(f"replaced '{safe_text(key)}' for {safe_text(scope.describe())} (expiry kept)")
+        return
+    if instant is not None:
+        expires_at_utc = commands.set_value_until(_settings(ctx), scope, key, document, instant, force=force)
+        Output.choose().line(
+            f"set '{safe_text(key)}' for {safe_text(scope.describe())} (expires {expires_at_utc:%Y-%m-%d %H:%M:%S} UTC)"
+        )
+        return
     expires_at = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
     expiry = "never expires" if expires_at is None else f"expires {expires_at:%Y-%m-%d %H:%M:%S} UTC"
     Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
+
+
+def _check_expiry_options(retention: Optional[str], keep_expiry: bool, expires_at: Optional[str], force: bool) -> None:
+    given = [
+        flag
+        for flag, on in (("--retention", retention), ("--keep-expiry", keep_expiry), ("--expires-at", expires_at))
+        if on
+    ]
+    if len(given) > 1:
+        raise InvalidInputError(f"{' and '.join(given)} each decide the expiry; give one of them")
+    if force and expires_at is None:
+        raise InvalidInputError("--force goes with --expires-at (to accept an instant in the past)")
 
 
 @app.command("delete", epilog=_examples(f"delete {_TASK} job_id"))

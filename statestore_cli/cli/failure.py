@@ -14,6 +14,8 @@ FLAGS = {
     "config_path": "--config",
     "conn_override": "--conn",
     "exclusive": "--exclusive",
+    "expires_at": "--expires-at",
+    "force": "--force",
     "lock_seconds": "--lock-timeout",
     "retention": "--retention",
     "statement_seconds": "--statement-timeout",

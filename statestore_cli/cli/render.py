@@ -257,6 +257,12 @@ class Output:
             "backend": report.backend,
             "error": None if problem is None else str(problem),
         }
+        if schema.mode == "airflow":  # Airflow's own database: its release and what its stores hold
+            counts = report.counts
+            doc["airflow_version"] = report.airflow_version
+            doc["task_keys"] = None if counts is None else counts.task_keys
+            doc["task_keys_expired"] = None if counts is None else counts.task_keys_expired
+            doc["asset_keys"] = None if counts is None else counts.asset_keys
         if created:
             doc["tables_created"] = list(report.created)
         if self.json:

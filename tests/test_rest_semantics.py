@@ -1,0 +1,142 @@
+"""Airflow's REST semantics from the command line: `set --keep-expiry` (PATCH), `set --expires-at`,
+keys with `/` and spaces, and the values Airflow's API refuses. On every engine."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from helpers import as_utc, sql
+
+ALL_ENGINES = True
+
+TASK = ("--dag-id", "etl_orders_daily", "--run-id", "scheduled__2026-11-30T00:00:00+00:00", "--task-id", "submit")
+
+
+def _row(db_url: str, key: str) -> tuple:
+    rows = sql(db_url, "SELECT value, updated_at, expires_at FROM task_state_store WHERE {key} = :k", k=key)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_keep_expiry_replaces_the_value_and_keeps_expires_at(cli, db_url):
+    assert cli("set", *TASK, "job", '{"id": 1}', "--retention", "6h").exit_code == 0
+    value, updated, expires = _row(db_url, "job")
+    result = cli("set", *TASK, "job", '{"id": 2}', "--keep-expiry")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("replaced 'job' for dag_id=etl_orders_daily")
+    new_value, new_updated, new_expires = _row(db_url, "job")
+    assert (json.loads(value), json.loads(new_value)) == ({"id": 1}, {"id": 2})
+    assert as_utc(new_expires) == as_utc(expires)
+    assert as_utc(new_updated) >= as_utc(updated)
+
+
+def test_keep_expiry_keeps_never_expiring_keys_never_expiring(cli, db_url):
+    assert cli("set", *TASK, "pinned", "1", "--retention", "never").exit_code == 0
+    assert cli("set", *TASK, "pinned", "2", "--keep-expiry").exit_code == 0
+    assert _row(db_url, "pinned")[2] is None
+
+
+def test_keep_expiry_on_a_missing_key_exits_1_and_creates_nothing(cli, db_url):
+    result = cli("set", *TASK, "absent", "1", "--keep-expiry")
+    assert result.exit_code == 1
+    assert "no key 'absent' for dag_id=etl_orders_daily" in result.stderr
+    assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(0,)]
+    result = cli("set", "--asset-name", "orders", "absent", "1", "--keep-expiry")
+    assert result.exit_code == 1
+    assert sql(db_url, "SELECT count(*) FROM asset_state_store") == [(0,)]
+
+
+def test_keep_expiry_on_an_asset_key_replaces_its_value(cli, db_url):
+    assert cli("set", "--asset-name", "orders", "watermark", '"2026-11-29"').exit_code == 0
+    assert cli("set", "--asset-name", "orders", "watermark", '"2026-11-30"', "--keep-expiry").exit_code == 0
+    assert json.loads(cli("get", "--asset-name", "orders", "watermark").stdout) == "2026-11-30"
+    assert sql(db_url, "SELECT last_updated_by_kind FROM asset_state_store") == [("api",)]
+
+
+def test_expires_at_stores_the_instant_in_utc(cli, db_url):
+    result = cli("set", *TASK, "job", "1", "--expires-at", "2030-01-01T02:00:00+02:00")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("(expires 2030-01-01 00:00:00 UTC)\n")
+    assert as_utc(_row(db_url, "job")[2]) == datetime(2030, 1, 1, tzinfo=UTC)
+    listed = json.loads(cli("list", "-o", "json").stdout)
+    assert [d["expires_at"] for d in listed] == ["2030-01-01T00:00:00+00:00"]
+
+
+def test_expires_at_needs_a_time_zone(cli, db_url):
+    result = cli("set", *TASK, "job", "1", "--expires-at", "2030-01-01T00:00:00")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "statestore: error: --expires-at '2030-01-01T00:00:00' has no time zone; add one, "
+        "e.g. 2030-01-01T00:00:00Z or 2030-01-01T00:00:00+00:00\n"
+    )
+    assert cli("set", *TASK, "job", "1", "--expires-at", "soon").exit_code == 2
+    assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(0,)]
+
+
+def test_expires_at_in_the_past_is_refused_unless_forced(cli, db_url):
+    past = (datetime.now(UTC) - timedelta(hours=1)).replace(microsecond=0)
+    result = cli("set", *TASK, "job", "1", "--expires-at", past.isoformat())
+    assert result.exit_code == 2
+    assert "is in the past: the next clean would delete the key; pass --force to write it anyway" in result.stderr
+    assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(0,)]
+    assert cli("set", *TASK, "job", "1", "--expires-at", past.isoformat(), "--force").exit_code == 0
+    plan = json.loads(cli("clean", "--dry-run", "-o", "json").stdout)
+    assert [r["key"] for r in plan["rows"]] == ["job"]
+
+
+def test_expiry_options_exclude_each_other_and_asset_keys(cli, db_url):
+    for extra in (("--retention", "1d"), ("--keep-expiry",)):
+        result = cli("set", *TASK, "job", "1", "--expires-at", "2030-01-01T00:00:00Z", *extra)
+        assert result.exit_code == 2 and "each decide the expiry; give one of them" in result.stderr
+    result = cli("set", *TASK, "job", "1", "--force")
+    assert result.exit_code == 2 and "--force goes with --expires-at" in result.stderr
+    result = cli("set", "--asset-name", "orders", "k", "1", "--expires-at", "2030-01-01T00:00:00Z")
+    assert result.exit_code == 2
+    assert result.stderr == "statestore: error: --expires-at applies to task keys only; asset keys never expire\n"
+    assert sql(db_url, "SELECT count(*) FROM task_state_store UNION ALL SELECT count(*) FROM asset") == [(0,), (0,)]
+
+
+def test_keys_may_hold_slashes_and_spaces(cli, db_url):
+    keys = ["s3/prefix/part-0001", "key with spaces", " leading and trailing ", "a/../b"]
+    for number, key in enumerate(keys):
+        assert cli("set", *TASK, key, str(number)).exit_code == 0
+        assert cli("set", "--asset-name", "orders/eu west", key, str(number)).exit_code == 0
+    for number, key in enumerate(keys):
+        assert json.loads(cli("get", *TASK, key).stdout) == number
+        assert json.loads(cli("get", "--asset-name", "orders/eu west", key).stdout) == number
+    listed = json.loads(cli("list", "--store", "task", "-o", "json").stdout)
+    assert sorted(d["key"] for d in listed) == sorted(keys)
+    assert cli("delete", *TASK, "a/../b").exit_code == 0
+    assert cli("get", *TASK, "a/../b").exit_code == 1
+
+
+def test_values_airflows_api_refuses_are_refused(cli, db_url):
+    refused = {
+        "null": "VALUE is JSON null, which cannot be stored",
+        "NaN": "VALUE contains NaN, which JSON does not allow",
+        "Infinity": "VALUE contains Infinity, which JSON does not allow",
+        "[1, -Infinity]": "VALUE contains -Infinity, which JSON does not allow",
+        '{"ratio": NaN}': "VALUE contains NaN, which JSON does not allow",
+    }
+    for value, message in refused.items():
+        result = cli("set", *TASK, "k", value)
+        assert result.exit_code == 2, value
+        assert message in result.stderr, result.stderr
+    big = '"' + "x" * 65534 + '"'  # 65536 bytes stored: one over the default limit
+    result = cli("set", *TASK, "k", "-", input=big)
+    assert result.exit_code == 2
+    assert "is 65536 bytes, over [state_store] max_value_storage_bytes = 65535" in result.stderr
+    assert cli("set", "--asset-name", "orders", "k", "-", input=big).exit_code == 2
+    assert sql(db_url, "SELECT count(*) FROM task_state_store UNION ALL SELECT count(*) FROM asset_state_store") == [
+        (0,),
+        (0,),
+    ]
+    assert cli("set", *TASK, "k", "-", input=big[:-2] + '"').exit_code == 0  # exactly the limit is fine
+
+
+def test_keep_expiry_refuses_oversized_and_nan_values_and_keeps_the_old_one(cli, db_url):
+    assert cli("set", *TASK, "k", '"old"').exit_code == 0
+    assert cli("set", *TASK, "k", "NaN", "--keep-expiry").exit_code == 2
+    assert cli("set", *TASK, "k", "-", "--keep-expiry", input='"' + "x" * 70000 + '"').exit_code == 2
+    assert json.loads(cli("get", *TASK, "k").stdout) == "old"
