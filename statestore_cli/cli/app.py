@@ -371,13 +371,10 @@ def set_(
         Output.choose().line(f"replaced '{safe_text(key)}' for {safe_text(scope.describe())} (expiry kept)")
         return
     if instant is not None:
-        expires_at_utc = commands.set_value_until(_settings(ctx), scope, key, document, instant, force=force)
-        Output.choose().line(
-            f"set '{safe_text(key)}' for {safe_text(scope.describe())} (expires {expires_at_utc:%Y-%m-%d %H:%M:%S} UTC)"
-        )
-        return
-    expires_at = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
-    expiry = "never expires" if expires_at is None else f"expires {expires_at:%Y-%m-%d %H:%M:%S} UTC"
+        stored = commands.set_value_until(_settings(ctx), scope, key, document, instant, force=force)
+    else:
+        stored = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
+    expiry = "never expires" if stored is None else f"expires {stored:%Y-%m-%d %H:%M:%S} UTC"
     Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
 
 
