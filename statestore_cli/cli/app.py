@@ -6,6 +6,7 @@ exit 0 (a clean stopped early) returns it as an ``Outcome``, and the group exits
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, Optional
 
@@ -370,6 +371,7 @@ def set_(
         commands.replace_value(_settings(ctx), scope, key, document)
         Output.choose().line(f"replaced '{safe_text(key)}' for {safe_text(scope.describe())} (expiry kept)")
         return
+    stored: Optional[datetime]
     if instant is not None:
         stored = commands.set_value_until(_settings(ctx), scope, key, document, instant, force=force)
     else:
