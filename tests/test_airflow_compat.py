@@ -180,7 +180,8 @@ def test_db_check_names_the_airflow_release_and_counts_both_stores(tmp_path):
     with sqlite3.connect(path) as db:
         db.execute(
             'INSERT INTO asset (name, uri, "group", extra, created_at, updated_at) '
-            "VALUES ('orders', 's3://orders', 'asset', '{}', '2026-11-01 00:00:00.000000', '2026-11-01 00:00:00.000000')"
+            "VALUES ('orders', 's3://orders', 'asset', '{}', :t, :t)",
+            {"t": "2026-11-01 00:00:00.000000"},
         )
         db.execute("INSERT INTO asset_active (name, uri) VALUES ('orders', 's3://orders')")
     task = ["--dag-id", "etl", "--run-id", "manual__1", "--task-id", "t"]
