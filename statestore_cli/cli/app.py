@@ -197,8 +197,20 @@ config_app = typer.Typer(
     epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"),
     no_args_is_help=True,
 )
+assets_app = typer.Typer(
+    help="Sweep the keys of inactive assets; delete an asset of a standalone store.",
+    epilog=_examples("assets sweep --dry-run", "assets sweep", "assets delete --asset-name orders --yes"),
+    no_args_is_help=True,
+)
+runs_app = typer.Typer(
+    help="Delete a dag run of a standalone store, with its keys.",
+    epilog=_examples("runs delete --dag-id etl --run-id manual__1 --yes"),
+    no_args_is_help=True,
+)
 app.add_typer(db_app, name="db")
 app.add_typer(config_app, name="config")
+app.add_typer(assets_app, name="assets")
+app.add_typer(runs_app, name="runs")
 
 
 @dataclass
@@ -410,7 +422,12 @@ def delete(
 
 @app.command(
     "clear",
-    epilog=_examples(f"clear {_TASK}", "clear --dag-id etl --run-id manual__1 --task-id load --all-map-indices --yes"),
+    epilog=_examples(
+        f"clear {_TASK}",
+        "clear --dag-id etl --run-id manual__1 --task-id load --all-map-indices --yes",
+        "clear --dag-id etl --run-id manual__1 --yes",
+        "clear --dag-id etl --batch-size 10000 --yes",
+    ),
 )
 @with_scope_options
 def clear(
@@ -420,30 +437,81 @@ def clear(
         bool, typer.Option("--all-map-indices", help="Clear every map index of the task.")
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--batch-size",
+            min=0,
+            metavar="N",
+            help="A whole run or dag: keys per committed batch; 0 = one statement. "
+            f"Default: {_section('state_store')} state_cleanup_batch_size.",
+        ),
+    ] = None,
 ) -> None:
-    """Delete every key of a scope.
+    """Delete every key of a scope, of a whole run, or of a whole dag.
 
+    --dag-id with --run-id and no --task-id clears every task key of the run; --dag-id alone every
+    task key of the dag, in batches of --batch-size.
     Counts the keys first: with none it says so and exits 0.
     Then it asks on a terminal; anywhere else it needs --yes.
     Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130."""
     from statestore_cli import commands
     from statestore_cli.scopes import describe_keys_of
 
-    scope = scope_of(scope_args)
     settings = _settings(ctx)
+    if _whole_run_or_dag(scope_args, all_map_indices):
+        _clear_run_or_dag(settings, scope_args.dag_id, scope_args.run_id, yes, batch_size)  # type: ignore[arg-type]
+        return
+    if batch_size is not None:
+        raise InvalidInputError("--batch-size applies to a whole run or dag (--dag-id [--run-id] without --task-id)")
+    scope = scope_of(scope_args)
     where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
     count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
     if count == 0:
         Output.choose().line(f"nothing to clear: no keys for {where}")
         return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise InvalidInputError("clear deletes keys and stdin is not a terminal to confirm on; pass --yes")
-        what = "all keys" if count is None else _keys(count)
-        if not _confirm(f"Delete {what} of {where}? [y/N] "):
-            raise NotConfirmedError("nothing deleted (not confirmed)")
+    _confirm_delete(yes, "clear deletes keys", f"Delete {'all keys' if count is None else _keys(count)} of {where}?")
     removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
     Output.choose().line(f"deleted {'keys' if removed is None else _keys(removed)} of {where}")
+
+
+def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> bool:
+    """Whether ``clear`` was given a run (--dag-id --run-id) or a dag (--dag-id) rather than a task."""
+    if given.dag_id is None or given.task_id is not None or given.has_asset_fields:
+        return False
+    if given.map_index is not None or all_map_indices:
+        flag = "--map-index" if given.map_index is not None else "--all-map-indices"
+        raise InvalidInputError(f"{flag} needs --task-id; without it clear takes every task of the run or dag")
+    return True
+
+
+def _clear_run_or_dag(
+    settings: Settings, dag_id: str, run_id: Optional[str], yes: bool, batch_size: Optional[int]
+) -> None:
+    from statestore_cli import lifecycle
+
+    if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
+        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
+    where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
+    whole = "every task of the run" if run_id is not None else "every run and task of the dag"
+    count = lifecycle.count_task_keys(settings, dag_id, run_id)
+    if count == 0:
+        Output.choose().line(f"nothing to clear: no task keys for {where}")
+        return
+    _confirm_delete(yes, "clear deletes keys", f"Delete {_keys(count)} of {where} ({whole})?")
+    removed, batches = lifecycle.clear_task_keys(settings, dag_id, run_id, batch_size)
+    plural = "es" if batches != 1 else ""
+    Output.choose().line(f"deleted {_keys(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
+
+
+def _confirm_delete(yes: bool, action: str, question: str) -> None:
+    """The confirmation rule of every deleting command: --yes, or y/yes typed at a terminal."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InvalidInputError(f"{action} and stdin is not a terminal to confirm on; pass --yes")
+    if not _confirm(f"{question} [y/N] "):
+        raise NotConfirmedError("nothing deleted (not confirmed)")
 
 
 def _keys(count: int) -> str:
@@ -600,6 +668,92 @@ _MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LI
 
 def _seconds(text: str, option: str) -> float:
     return parse_duration(text, option).total_seconds()
+
+
+# -- assets and runs --------------------------------------------------------------------------------
+@assets_app.command(
+    "sweep", epilog=_examples("assets sweep --dry-run", "assets sweep --batch-size 1000", "assets sweep -o json")
+)
+def assets_sweep(
+    ctx: typer.Context,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")] = False,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--batch-size",
+            min=0,
+            max=_MAX_BATCH_SIZE,
+            metavar="N",
+            help="Keys per committed batch; 0 = one statement per asset. "
+            f"Default: {_section('state_store')} state_cleanup_batch_size.",
+        ),
+    ] = None,
+    output: OutputOpt = OutputMode.auto,
+) -> None:
+    """Delete the keys of assets that are no longer active.
+
+    An asset is inactive when it has no asset_active row (Airflow removes that row when no dag
+    uses the asset any more). Active assets' keys stay. Listed and deleted grouped by asset."""
+    from statestore_cli import lifecycle
+
+    out = _output(output)
+    settings = _settings(ctx)
+    if dry_run:
+        out.sweep_plan(lifecycle.plan_sweep(settings))
+        return
+    out.sweep_report(lifecycle.sweep(settings, batch_size))
+
+
+@assets_app.command("delete", epilog=_examples("assets delete --asset-name orders", "assets delete --asset-id 7 --yes"))
+def assets_delete(
+    ctx: typer.Context,
+    asset_name: Annotated[Optional[str], typer.Option("--asset-name", help="Asset name.")] = None,
+    asset_uri: Annotated[Optional[str], typer.Option("--asset-uri", help="Asset URI.")] = None,
+    asset_id: Annotated[Optional[int], typer.Option("--asset-id", help="Asset id (as in the asset table).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete an asset of a standalone store; its keys go with it.
+
+    Active or not. Refused on an Airflow database (exit 2): there Airflow owns its assets.
+    Asks on a terminal; anywhere else it needs --yes."""
+    from statestore_cli import lifecycle
+    from statestore_cli.scopes import AssetScope
+
+    settings = _settings(ctx)
+    if asset_name is None and asset_uri is None and asset_id is None:
+        raise InvalidInputError("assets delete needs --asset-name, --asset-uri or --asset-id")
+    scope = AssetScope(asset_id=asset_id, name=asset_name, uri=asset_uri)
+    lifecycle.require_standalone(settings, "delete assets")
+    found = lifecycle.find_asset(settings, scope)
+    where = safe_text(f"asset_id={found.asset_id} name={found.name} uri={found.uri}")
+    _confirm_delete(yes, "assets delete deletes an asset", f"Delete {where} and its {_keys(found.keys)}?")
+    gone = lifecycle.delete_asset(settings, scope)
+    Output.choose().line(f"deleted {where} and its {_keys(gone.keys)}")
+
+
+@runs_app.command("delete", epilog=_examples("runs delete --dag-id etl --run-id manual__1 --yes"))
+def runs_delete(
+    ctx: typer.Context,
+    dag_id: Annotated[str, typer.Option("--dag-id", help="DAG id of the run.")],
+    run_id: Annotated[str, typer.Option("--run-id", help="Run id.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a dag run of a standalone store; its task keys go with it.
+
+    A run that does not exist exits 1. Refused on an Airflow database (exit 2): there Airflow owns
+    its runs. Asks on a terminal; anywhere else it needs --yes."""
+    from statestore_cli import lifecycle
+    from statestore_cli.errors import NotFoundError
+
+    settings = _settings(ctx)
+    where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
+    lifecycle.require_standalone(settings, "delete dag runs")
+    keys = lifecycle.count_run_keys(settings, dag_id, run_id)
+    if keys is None:
+        raise NotFoundError(f"no dag run {where}")
+    _confirm_delete(yes, "runs delete deletes a run", f"Delete the dag run {where} and its {_keys(keys)}?")
+    removed = lifecycle.delete_run(settings, dag_id, run_id)
+    Output.choose().line(f"deleted the dag run {where} and its {_keys(removed)}")
 
 
 # -- config -----------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
 
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import CleanPlan, ConfigRow, DbReport
+    from statestore_cli.lifecycle import SweepReport, SweptAsset
     from statestore_cli.stats import StoreStats
 
 _STOPPED = {
@@ -224,6 +225,17 @@ class Output:
                 f"stopped early ({_STOPPED[report.stopped]}): every committed batch stays deleted; "
                 "run clean again to finish"
             )
+
+    # -- assets sweep -------------------------------------------------------------------------------
+    def sweep_plan(self, assets: Iterable[SweptAsset]) -> None:
+        from statestore_cli.cli.sweep_view import show_plan  # its own module: tables, plain lines, JSON
+
+        show_plan(self, assets)
+
+    def sweep_report(self, report: SweepReport) -> None:
+        from statestore_cli.cli.sweep_view import show_report
+
+        show_report(self, report)
 
     # -- progress -----------------------------------------------------------------------------------
     @property

@@ -1,0 +1,377 @@
+"""The rules that remove keys other than by expiry.
+
+- The orphan sweep: asset keys of assets that are no longer active (no ``asset_active`` row). The
+  dry run and the real run share ``inactive()``; the real run deletes asset by asset, in batches of
+  keys, and each delete re-checks that the asset is still inactive, so an asset reactivated while
+  the sweep runs keeps its keys.
+- Clearing every task key of a run or of a dag, in batches.
+- Deleting a run or an asset of a standalone store: the foreign keys' ``ON DELETE CASCADE`` removes
+  its keys, as in Airflow. Refused on an Airflow database, whose runs and assets are Airflow's.
+- The two task-instance events an integration reports: success (``clear_on_success``) and being
+  cleared for a re-run (``keep_task_state``).
+
+Where a worker-side backend is configured, its ``clear()`` runs for each scope whose rows went, after
+they are gone (the database reference first, then the external payload).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from sqlalchemy import and_, delete, exists, func, select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import ColumnElement
+
+from statestore_cli.backends.base import BaseStoreBackend
+from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.config import Settings
+from statestore_cli.database import retry_deadlocks, translate_errors
+from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.scopes import AssetScope, TaskScope
+from statestore_cli.stores import open_backend, open_worker_backend
+
+_task = task_state_store
+_akv = asset_state_store
+
+
+# -- the orphan sweep -------------------------------------------------------------------------------------
+class SweepRow(NamedTuple):
+    """One asset key the sweep deletes."""
+
+    asset_id: int
+    name: str
+    uri: str
+    key: str
+
+
+class SweptAsset(NamedTuple):
+    """One inactive asset and its keys: the keys a dry run lists, or how many a real run deleted."""
+
+    asset_id: int
+    name: str
+    uri: str
+    keys: tuple[str, ...]
+    deleted: int
+
+
+class SweepReport(NamedTuple):
+    deleted: int
+    batches: int
+    batch_size: int
+    assets: tuple[SweptAsset, ...]
+    elapsed: float
+
+
+def inactive() -> ColumnElement[bool]:
+    """The one selection both runs use: asset keys whose asset has no ``asset_active`` row."""
+    active = (
+        select(asset.c.id)
+        .join(asset_active, and_(asset_active.c.name == asset.c.name, asset_active.c.uri == asset.c.uri))
+        .where(asset.c.id == _akv.c.asset_id)
+        .correlate(_akv)  # only the key's row: the subquery's own asset is the joined one
+    )
+    return ~exists(active)
+
+
+def iter_inactive(engine: Engine) -> Iterator[SweepRow]:
+    """What a sweep deletes, ordered by asset name, uri and key; streamed."""
+    query = (
+        select(asset.c.id, asset.c.name, asset.c.uri, _akv.c.key)
+        .join(asset, asset.c.id == _akv.c.asset_id)
+        .where(inactive())
+        .order_by(asset.c.name, asset.c.uri, asset.c.id, _akv.c.key)
+    )
+    with translate_errors(engine), engine.connect() as conn:
+        for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
+            for asset_id, name, uri, key in chunk:
+                yield SweepRow(asset_id, name, uri, key)
+
+
+def by_asset(rows: Iterator[SweepRow]) -> Iterator[SweptAsset]:
+    """``iter_inactive`` rows grouped by asset (they come ordered by it)."""
+    current: SweepRow | None = None
+    keys: list[str] = []
+    for row in rows:
+        if current is not None and row.asset_id != current.asset_id:
+            yield SweptAsset(current.asset_id, current.name, current.uri, tuple(keys), 0)
+            keys = []
+        current = row
+        keys.append(row.key)
+    if current is not None:
+        yield SweptAsset(current.asset_id, current.name, current.uri, tuple(keys), 0)
+
+
+def sweep_inactive(
+    engine: Engine, batch_size: int, worker: BaseStoreBackend | None = None, pause: Callable[[float], None] = time.sleep
+) -> SweepReport:
+    """Delete what ``iter_inactive`` lists: per asset in one statement, or ``batch_size`` keys per commit."""
+    if batch_size < 0:
+        raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
+    started = time.monotonic()
+    query = (
+        select(asset.c.id, asset.c.name, asset.c.uri)
+        .distinct()
+        .join(_akv, _akv.c.asset_id == asset.c.id)
+        .where(inactive())
+        .order_by(asset.c.name, asset.c.uri, asset.c.id)
+    )
+    with translate_errors(engine):
+        with engine.connect() as conn:
+            candidates = conn.execute(query).all()
+        swept: list[SweptAsset] = []
+        batches = 0
+        for asset_id, name, uri in candidates:
+            where = and_(_akv.c.asset_id == asset_id, inactive())
+            deleted, used = _delete_batched(engine, _akv.c.key, where, batch_size, pause)
+            batches += used
+            if deleted:
+                swept.append(SweptAsset(asset_id, name, uri, (), deleted))
+                if worker is not None:
+                    worker.clear(AssetScope(asset_id=asset_id, name=name, uri=uri))
+    return SweepReport(sum(a.deleted for a in swept), batches, batch_size, tuple(swept), time.monotonic() - started)
+
+
+# -- batched deletes --------------------------------------------------------------------------------------
+def _delete_batched(
+    engine: Engine,
+    order: ColumnElement[object],
+    where: ColumnElement[bool],
+    batch_size: int,
+    pause: Callable[[float], None],
+) -> tuple[int, int]:
+    """Delete the rows ``where`` selects, ``batch_size`` per transaction walking ``order`` (a unique
+    column within ``where``), or all in one statement with 0; returns (rows deleted, batches).
+
+    A batch finds the value that ends the next ``batch_size`` rows and deletes the rows up to it: no
+    ``LIMIT`` in a sub-select (MySQL refuses one) and no list of keys sent back to the server. Every
+    delete repeats ``where``, so a row that stopped matching since it was counted stays.
+    """
+    table = order.table
+    deleted = batches = 0
+    with engine.connect() as conn:
+        if batch_size == 0:
+            count = _run(conn, delete(table).where(where))
+            return count, 1 if count else 0
+
+        after: object = None
+        while True:
+            started = time.monotonic()
+            walked = where if after is None else and_(where, order > after)
+            end = select(order).where(walked).order_by(order).limit(1).offset(batch_size - 1)
+
+            def batch(walked: ColumnElement[bool] = walked, end: object = end) -> tuple[int, object]:
+                with conn.begin():
+                    upper = conn.execute(end).scalar()  # type: ignore[call-overload]
+                    bounded = walked if upper is None else and_(walked, order <= upper)
+                    return int(_checked(conn.execute(delete(table).where(bounded)).rowcount)), upper
+
+            count, after = retry_deadlocks(batch)
+            deleted += count
+            batches += 1 if count else 0
+            if after is None:
+                return deleted, batches
+            if engine.dialect.name == "sqlite":  # let waiting writers take SQLite's one write lock
+                pause(min(0.1, (time.monotonic() - started) / 4))
+
+
+def _run(conn: Connection, stmt: object) -> int:
+    def once() -> int:
+        with conn.begin():
+            return _checked(conn.execute(stmt).rowcount)  # type: ignore[call-overload]
+
+    return retry_deadlocks(once)
+
+
+def _checked(rowcount: int) -> int:
+    if rowcount is None or rowcount < 0:
+        raise BackendError("the database did not report how many rows a delete removed")
+    return int(rowcount)
+
+
+# -- a whole run or dag -----------------------------------------------------------------------------------
+def _task_selection(dag_id: str, run_id: str | None) -> ColumnElement[bool]:
+    parts = [_task.c.dag_id == dag_id] + ([_task.c.run_id == run_id] if run_id is not None else [])
+    return and_(*parts)
+
+
+def describe_run_or_dag(dag_id: str, run_id: str | None) -> str:
+    return f"dag_id={dag_id}" + (f" run_id={run_id}" if run_id is not None else "")
+
+
+def _metastore_only(settings: Settings, what: str) -> MetastoreBackend:
+    backend = open_backend(settings)
+    if not isinstance(backend, MetastoreBackend):
+        raise BackendError(f"{what} needs the metastore backend; [state_store] backend is {settings.backend}")
+    return backend
+
+
+def count_task_keys(settings: Settings, dag_id: str, run_id: str | None = None) -> int:
+    """How many task keys a dag (or one of its runs) holds."""
+    store = _metastore_only(settings, "counting the keys of a run or dag")
+    with store.connection() as conn:
+        query = select(func.count()).select_from(_task).where(_task_selection(dag_id, run_id))
+        return int(conn.execute(query).scalar_one())
+
+
+def _tasks_of(conn: Connection, where: ColumnElement[bool]) -> list[TaskScope]:
+    """The task instances (all map indices) whose rows ``where`` selects: what a worker backend clears."""
+    query = select(_task.c.dag_id, _task.c.run_id, _task.c.task_id).where(where).distinct()
+    return [TaskScope(d, r, t) for d, r, t in conn.execute(query)]
+
+
+def _clear_worker(worker: BaseStoreBackend | None, tasks: list[TaskScope]) -> None:
+    for scope in tasks:
+        worker.clear(scope, all_map_indices=True)  # type: ignore[union-attr]
+
+
+def clear_task_keys(
+    settings: Settings, dag_id: str, run_id: str | None = None, batch_size: int | None = None
+) -> tuple[int, int]:
+    """Delete every task key of a dag (or one of its runs), ``batch_size`` per commit (default
+    ``state_cleanup_batch_size``; 0: one statement); returns (keys deleted, batches)."""
+    store = _metastore_only(settings, "clearing a whole run or dag")
+    size = settings.state_cleanup_batch_size if batch_size is None else batch_size
+    if size < 0:
+        raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {size}")
+    where = _task_selection(dag_id, run_id)
+    worker = open_worker_backend(settings)
+    tasks: list[TaskScope] = []
+    if worker is not None:
+        with store.connection() as conn:
+            tasks = _tasks_of(conn, where)
+    with translate_errors(store.engine):
+        result = _delete_batched(store.engine, _task.c.id, where, size, time.sleep)
+    _clear_worker(worker, tasks)
+    return result
+
+
+# -- deleting runs and assets of a standalone store ---------------------------------------------------------
+def require_standalone(settings: Settings, what: str) -> None:
+    """Raise ``InvalidInputError`` when the database is Airflow's: ``what`` is done with Airflow there."""
+    _standalone_only(_metastore_only(settings, what), what)
+
+
+def _standalone_only(store: MetastoreBackend, what: str) -> None:
+    with store.connection() as conn:
+        if conn.dialect.has_table(conn, "alembic_version"):
+            raise InvalidInputError(
+                f"this is an Airflow metadata database: {what} with Airflow (its UI, REST API or CLI), "
+                "which removes their keys with them; statestore deletes runs and assets of a standalone store only"
+            )
+
+
+def delete_run(settings: Settings, dag_id: str, run_id: str) -> int:
+    """Delete a dag run of a standalone store; the cascade removes its task keys. Returns how many went."""
+    store = _metastore_only(settings, "deleting a run")
+    _standalone_only(store, "delete dag runs")
+    worker = open_worker_backend(settings)
+    where = _task_selection(dag_id, run_id)
+    with store.connection() as conn:
+        keys = int(conn.execute(select(func.count()).select_from(_task).where(where)).scalar_one())
+        tasks = _tasks_of(conn, where) if worker is not None else []
+        gone = conn.execute(delete(dag_run).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)).rowcount
+        if gone == 0:
+            raise NotFoundError(f"no dag run dag_id={dag_id} run_id={run_id}")
+    _clear_worker(worker, tasks)
+    return keys
+
+
+def count_run_keys(settings: Settings, dag_id: str, run_id: str) -> int | None:
+    """The task keys of a run (None: no such run)."""
+    store = _metastore_only(settings, "deleting a run")
+    with store.connection() as conn:
+        found = conn.execute(select(dag_run.c.id).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)).first()
+        if found is None:
+            return None
+        return int(
+            conn.execute(select(func.count()).select_from(_task).where(_task.c.dag_run_id == found.id)).scalar_one()
+        )
+
+
+class AssetRow(NamedTuple):
+    asset_id: int
+    name: str
+    uri: str
+    keys: int
+    active: bool
+
+
+def find_asset(settings: Settings, scope: AssetScope) -> AssetRow:
+    """The one asset (active or not) ``scope`` names, with its key count; ``NotFoundError`` when none."""
+    store = _metastore_only(settings, "deleting an asset")
+    conds = [asset.c.id == scope.asset_id] if scope.asset_id is not None else []
+    conds += [asset.c.name == scope.name] if scope.name else []
+    conds += [asset.c.uri == scope.uri] if scope.uri else []
+    keys = select(func.count()).select_from(_akv).where(_akv.c.asset_id == asset.c.id).scalar_subquery()
+    is_active = exists(
+        select(asset_active.c.name).where(asset_active.c.name == asset.c.name, asset_active.c.uri == asset.c.uri)
+    )
+    query = select(asset.c.id, asset.c.name, asset.c.uri, keys, is_active).where(*conds).limit(2)
+    with store.connection() as conn:
+        rows = conn.execute(query).all()
+    if not rows:
+        raise NotFoundError(f"no asset {scope.describe()}")
+    if len(rows) > 1:
+        raise InvalidInputError(f"several assets match {scope.describe()}; give both name and uri, or asset_id")
+    asset_id, name, uri, count, active = rows[0]
+    return AssetRow(int(asset_id), name, uri, int(count), bool(active))
+
+
+def delete_asset(settings: Settings, scope: AssetScope) -> AssetRow:
+    """Delete an asset of a standalone store (active or not); the cascade removes its keys and its
+    ``asset_active`` row. Returns the asset as it was, with the number of keys that went."""
+    store = _metastore_only(settings, "deleting an asset")
+    _standalone_only(store, "delete assets")
+    found = find_asset(settings, scope)
+    with store.connection() as conn:
+        keys = int(
+            conn.execute(select(func.count()).select_from(_akv).where(_akv.c.asset_id == found.asset_id)).scalar_one()
+        )
+        if conn.execute(delete(asset).where(asset.c.id == found.asset_id)).rowcount == 0:
+            raise NotFoundError(f"no asset {scope.describe()}")
+    worker = open_worker_backend(settings)
+    if worker is not None:
+        worker.clear(AssetScope(asset_id=found.asset_id, name=found.name, uri=found.uri))
+    return found._replace(keys=keys)
+
+
+# -- task instance events ---------------------------------------------------------------------------------
+def task_instance_succeeded(settings: Settings, scope: TaskScope) -> int | None:
+    """A task instance reached ``success``: with ``[state_store] clear_on_success`` its task keys go (its
+    map index only; asset keys never), then a worker-side backend's ``clear()`` runs. Returns the keys
+    deleted: 0 when the setting is off, None when a custom backend does not say."""
+    if not settings.clear_on_success:
+        return 0
+    return _clear_task_instance(settings, scope)
+
+
+def task_instance_cleared(settings: Settings, scope: TaskScope, *, keep_task_state: bool = False) -> int | None:
+    """A task instance is being cleared (to run again): its task keys are discarded, unless
+    ``keep_task_state``, then a worker-side backend's ``clear()`` runs. Returns the keys deleted (0 when
+    kept, None when a custom backend does not say)."""
+    if keep_task_state:
+        return 0
+    return _clear_task_instance(settings, scope)
+
+
+def _clear_task_instance(settings: Settings, scope: TaskScope) -> int | None:
+    if not isinstance(scope, TaskScope):
+        raise InvalidInputError("a task instance event needs a TaskScope")
+    from statestore_cli.commands import clear_scope
+
+    return clear_scope(settings, scope)
+
+
+def plan_sweep(settings: Settings) -> Iterator[SweptAsset]:
+    """What ``sweep`` deletes, grouped by asset."""
+    return by_asset(iter_inactive(_metastore_only(settings, "the asset sweep").engine))
+
+
+def sweep(settings: Settings, batch_size: int | None = None) -> SweepReport:
+    """Delete the asset keys of inactive assets, ``batch_size`` per commit (default ``state_cleanup_batch_size``)."""
+    store = _metastore_only(settings, "the asset sweep")
+    size = settings.state_cleanup_batch_size if batch_size is None else batch_size
+    return sweep_inactive(store.engine, size, open_worker_backend(settings))
