@@ -31,6 +31,8 @@ _EXPORTS = {
     "SchemaMissingError": "statestore_cli.errors",
     "StateStoreError": "statestore_cli.errors",
     "accessor": "statestore_cli.stores",
+    "task_instance_cleared": "statestore_cli.lifecycle",
+    "task_instance_succeeded": "statestore_cli.lifecycle",
 }
 
 __all__ = [
@@ -53,6 +55,8 @@ __all__ = [
     "TaskStateStoreAccessor",
     "accessor",
     "load_settings",
+    "task_instance_cleared",
+    "task_instance_succeeded",
 ]
 
 
@@ -76,6 +80,7 @@ if TYPE_CHECKING:
         SchemaMissingError,
         StateStoreError,
     )
+    from statestore_cli.lifecycle import task_instance_cleared, task_instance_succeeded
     from statestore_cli.retention import NEVER_EXPIRE
     from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
     from statestore_cli.stores import accessor
