@@ -317,3 +317,45 @@ def test_worker_backend_clear_runs_after_the_rows_are_gone(cli, db_url, monkeypa
     ss_recording_worker.CALLS.clear()
     assert cli("clear", "--dag-id", "etl", "--run-id", RUN, "--yes").exit_code == 0
     assert sorted(ss_recording_worker.CALLS) == [("load", -1, True, 0), ("submit", -1, True, 0)]
+
+
+# -- confirmation at a terminal ------------------------------------------------------------------------------
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_clear_of_a_run_asks_with_the_count_at_a_terminal(cli, db_url):
+    from test_help_and_prompts import Terminal, terminal_env
+
+    _task_keys(cli)
+    term = Terminal(["--conn", db_url, "clear", "--dag-id", "etl", "--run-id", RUN], terminal_env(columns=80))
+    term.wait_for(b"[y/N] ")
+    assert f"Delete 4 keys of dag_id=etl run_id={RUN} (every task of the run)? [y/N] ".encode() in term.seen
+    term.type(b"n\n")
+    status, screen = term.finish()
+    assert status == 1 and screen.endswith("statestore: error: nothing deleted (not confirmed)\n"), screen
+    assert sum(n for *_, n in _remaining(db_url)) == 16
+
+    term = Terminal(["--conn", db_url, "clear", "--dag-id", "ml"], terminal_env(columns=80))
+    term.wait_for(b"[y/N] ")
+    assert b"Delete 8 keys of dag_id=ml (every run and task of the dag)? [y/N] " in term.seen
+    term.type(b"y\n")
+    status, screen = term.finish()
+    assert status == 0 and "deleted 8 keys of dag_id=ml (every run and task of the dag) in 1 batch" in screen
+    assert [dag for dag, *_ in _remaining(db_url)] == ["etl", "etl"]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_runs_and_assets_delete_ask_at_a_terminal(cli, db_url):
+    from test_help_and_prompts import Terminal, terminal_env
+
+    _task_keys(cli)
+    _asset(cli, "orders", "a", "b")
+    term = Terminal(["--conn", db_url, "runs", "delete", "--dag-id", "etl", "--run-id", RUN], terminal_env())
+    term.wait_for(b"[y/N] ")
+    assert f"Delete the dag run dag_id=etl run_id={RUN} and its 4 keys? [y/N] ".encode() in term.seen
+    term.type(b"\x04")
+    assert term.finish()[0] == 1
+    term = Terminal(["--conn", db_url, "assets", "delete", "--asset-name", "orders"], terminal_env())
+    term.wait_for(b"[y/N] ")
+    assert b"uri=s3://bucket/orders and its 2 keys? [y/N] " in term.seen
+    term.type(b"yes\n")
+    assert term.finish()[0] == 0
+    assert sum(n for *_, n in _remaining(db_url)) == 16 and _asset_keys(db_url) == []
