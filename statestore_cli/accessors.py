@@ -85,6 +85,11 @@ class _Accessor:
         if not isinstance(self.backend, MetastoreBackend):
             name = type(self.backend).__name__
             raise BackendError(f"replacing a value and keeping its expiry needs the metastore backend, not {name}")
+        if (
+            self.worker_backend is not None
+            and self.backend.get(self.scope, check_key(key), session=self.session) is None
+        ):
+            raise missing_key(self.scope, key)  # before the hook writes a payload no row would refer to
         stored = self._stored_form(check_key(key), value)
         if self.backend.replace(self.scope, key, stored, session=self.session) == 0:
             raise missing_key(self.scope, key)

@@ -8,9 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 from helpers import as_utc, sql
 
+from statestore_cli import BaseStoreBackend
+from statestore_cli.backends.base import ThreadOffloadMixin
+
 ALL_ENGINES = True
 
-TASK = ("--dag-id", "etl_orders_daily", "--run-id", "scheduled__2026-11-30T00:00:00+00:00", "--task-id", "submit")
+RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
+TASK = ("--dag-id", "etl_orders_daily", "--run-id", RUN_ID, "--task-id", "submit")
 
 
 def _row(db_url: str, key: str) -> tuple:
@@ -140,3 +144,76 @@ def test_keep_expiry_refuses_oversized_and_nan_values_and_keeps_the_old_one(cli,
     assert cli("set", *TASK, "k", "NaN", "--keep-expiry").exit_code == 2
     assert cli("set", *TASK, "k", "-", "--keep-expiry", input='"' + "x" * 70000 + '"').exit_code == 2
     assert json.loads(cli("get", *TASK, "k").stdout) == "old"
+
+
+# -- the library: accessors ---------------------------------------------------------------------------------
+def test_accessor_replace_and_set_until(db_url):
+    import pytest
+
+    from statestore_cli import AssetScope, NotFoundError, TaskScope, accessor, load_settings
+    from statestore_cli.errors import InvalidInputError
+
+    settings = load_settings(conn_override=db_url)
+    task = accessor(settings, TaskScope("etl", RUN_ID, "submit", 4))
+    when = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    task.set_until("job", {"id": 1}, when)  # type: ignore[union-attr]
+    task.replace("job", {"id": 2})
+    assert task.get("job") == {"id": 2}
+    assert as_utc(_row(db_url, "job")[2]) == when
+    with pytest.raises(NotFoundError, match="no key 'missing'"):
+        task.replace("missing", 1)
+    with pytest.raises(InvalidInputError, match="has no time zone"):
+        task.set_until("job", 1, datetime(2031, 1, 1))  # type: ignore[union-attr]
+    with pytest.raises(InvalidInputError, match="NaN or Infinity"):
+        task.replace("job", float("nan"))
+    asset = accessor(settings, AssetScope(name="orders"))
+    with pytest.raises(NotFoundError):
+        asset.replace("wm", 1)
+    asset.set("wm", 1)
+    asset.replace("wm", 2)
+    assert asset.get("wm") == 2
+
+
+class PayloadStore(ThreadOffloadMixin, BaseStoreBackend):
+    """A worker-side backend keeping payloads in a dict (an object store), references being paths."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, str] = {}
+
+    def serialize_task_state_store_to_ref(self, *, value, key, scope):
+        ref = f"{scope.dag_id}/{scope.task_id}/{key}"
+        self.objects[ref] = json.dumps(value)
+        return ref
+
+    def deserialize_task_state_store_from_ref(self, stored):
+        return json.loads(self.objects[stored])
+
+    def get(self, scope, key, *, session=None):
+        return None
+
+    def set(self, scope, key, value, *, expires_at=None, session=None):
+        pass
+
+    def delete(self, scope, key, *, session=None):
+        return 0
+
+    def clear(self, scope, *, all_map_indices=False, session=None):
+        return 0
+
+
+def test_replace_through_a_worker_backend_writes_no_payload_for_a_missing_key(db_url):
+    import pytest
+
+    from statestore_cli import MetastoreBackend, NotFoundError, TaskScope, TaskStateStoreAccessor
+    from statestore_cli.database import make_engine
+
+    payloads = PayloadStore()
+    backend = MetastoreBackend(make_engine(db_url))
+    acc = TaskStateStoreAccessor(TaskScope("etl", RUN_ID, "submit"), backend, worker_backend=payloads)
+    with pytest.raises(NotFoundError):
+        acc.replace("job", {"id": 1})
+    assert payloads.objects == {}
+    acc.set("job", {"id": 1})
+    acc.replace("job", {"id": 2})
+    assert acc.get("job") == {"id": 2} and payloads.objects == {"etl/submit/job": '{"id": 2}'}
+    backend.engine.dispose()
