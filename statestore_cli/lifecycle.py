@@ -17,6 +17,7 @@ they are gone (the database reference first, then the external payload).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -119,9 +120,13 @@ def sweep_inactive(
         .order_by(asset.c.name, asset.c.uri, asset.c.id)
     )
     with translate_errors(engine):
+        if batch_size == 0:
+            swept, batches = _sweep_at_once(engine)
+            _clear_worker_assets(worker, swept)
+            return SweepReport(sum(a.deleted for a in swept), batches, 0, tuple(swept), time.monotonic() - started)
         with engine.connect() as conn:
             candidates = conn.execute(query).all()
-        swept: list[SweptAsset] = []
+        swept = []
         batches = 0
         for asset_id, name, uri in candidates:
             where = and_(_akv.c.asset_id == asset_id, inactive())
@@ -129,9 +134,30 @@ def sweep_inactive(
             batches += used
             if deleted:
                 swept.append(SweptAsset(asset_id, name, uri, (), deleted))
-                if worker is not None:
-                    worker.clear(AssetScope(asset_id=asset_id, name=name, uri=uri))
+                _clear_worker_assets(worker, swept[-1:])
     return SweepReport(sum(a.deleted for a in swept), batches, batch_size, tuple(swept), time.monotonic() - started)
+
+
+def _sweep_at_once(engine: Engine) -> tuple[list[SweptAsset], int]:
+    """The sweep in one statement and one transaction (one commit, where a commit per asset would cost
+    a sync each on SQLite). The per-asset counts are those of the rows deleted: ``DELETE ... RETURNING``
+    where the engine has it, else (MySQL) the rows are locked as they are counted, then deleted."""
+    with engine.connect() as conn, conn.begin():
+        if conn.dialect.delete_returning:
+            gone = Counter(conn.execute(delete(_akv).where(inactive()).returning(_akv.c.asset_id)).scalars())
+        else:
+            gone = Counter(conn.execute(select(_akv.c.asset_id).where(inactive()).with_for_update()).scalars())
+            deleted = _checked(conn.execute(delete(_akv).where(inactive())).rowcount)
+            if deleted != sum(gone.values()):
+                raise BackendError(f"the sweep counted {sum(gone.values())} keys and deleted {deleted}")
+        names = conn.execute(select(asset.c.id, asset.c.name, asset.c.uri).where(asset.c.id.in_(list(gone)))).all()
+    swept = sorted((SweptAsset(i, n, u, (), gone[i]) for i, n, u in names), key=lambda a: (a.name, a.uri, a.asset_id))
+    return swept, 1 if gone else 0
+
+
+def _clear_worker_assets(worker: BaseStoreBackend | None, swept: list[SweptAsset]) -> None:
+    for a in swept if worker is not None else ():
+        worker.clear(AssetScope(asset_id=a.asset_id, name=a.name, uri=a.uri))  # type: ignore[union-attr]
 
 
 # -- batched deletes --------------------------------------------------------------------------------------
@@ -141,13 +167,16 @@ def _delete_batched(
     where: ColumnElement[bool],
     batch_size: int,
     pause: Callable[[float], None],
+    walk: ColumnElement[bool] | None = None,
 ) -> tuple[int, int]:
     """Delete the rows ``where`` selects, ``batch_size`` per transaction walking ``order`` (a unique
     column within ``where``), or all in one statement with 0; returns (rows deleted, batches).
 
     A batch finds the value that ends the next ``batch_size`` rows and deletes the rows up to it: no
     ``LIMIT`` in a sub-select (MySQL refuses one) and no list of keys sent back to the server. Every
-    delete repeats ``where``, so a row that stopped matching since it was counted stays.
+    delete repeats the selection, so a row that stopped matching since it was counted stays. ``walk``
+    is the same selection written so that the engine walks ``order`` rather than an index of
+    ``where``'s columns; the walk is bounded by the first and last ``order`` value ``where`` selects.
     """
     table = order.table
     deleted = batches = 0
@@ -155,11 +184,15 @@ def _delete_batched(
         if batch_size == 0:
             count = _run(conn, delete(table).where(where))
             return count, 1 if count else 0
-
+        with conn.begin():
+            first, last = conn.execute(select(func.min(order), func.max(order)).where(where)).one()
+        if first is None:
+            return 0, 0
+        walk = and_(walk if walk is not None else where, order <= last)
         after: object = None
         while True:
             started = time.monotonic()
-            walked = where if after is None else and_(where, order > after)
+            walked = and_(walk, order >= first) if after is None else and_(walk, order > after)
             end = select(order).where(walked).order_by(order).limit(1).offset(batch_size - 1)
 
             def batch(walked: ColumnElement[bool] = walked, end: object = end) -> tuple[int, object]:
@@ -192,8 +225,14 @@ def _checked(rowcount: int) -> int:
 
 
 # -- a whole run or dag -----------------------------------------------------------------------------------
-def _task_selection(dag_id: str, run_id: str | None) -> ColumnElement[bool]:
-    parts = [_task.c.dag_id == dag_id] + ([_task.c.run_id == run_id] if run_id is not None else [])
+def _task_selection(dag_id: str, run_id: str | None, *, walking: str = "") -> ColumnElement[bool]:
+    """The task keys of a dag or run. ``walking`` names the engine of a batched delete walking the
+    primary key: on SQLite the columns are wrapped (``dag_id || ''``) so that the index on them is not
+    used, since SQLite would otherwise read every remaining row of the dag from it for each batch."""
+    dag, run = _task.c.dag_id, _task.c.run_id
+    if walking == "sqlite":
+        dag, run = dag.concat(""), run.concat("")  # type: ignore[assignment]
+    parts = [dag == dag_id] + ([run == run_id] if run_id is not None else [])
     return and_(*parts)
 
 
@@ -243,7 +282,8 @@ def clear_task_keys(
         with store.connection() as conn:
             tasks = _tasks_of(conn, where)
     with translate_errors(store.engine):
-        result = _delete_batched(store.engine, _task.c.id, where, size, time.sleep)
+        walk = _task_selection(dag_id, run_id, walking=store.engine.dialect.name)
+        result = _delete_batched(store.engine, _task.c.id, where, size, time.sleep, walk)
     _clear_worker(worker, tasks)
     return result
 
