@@ -217,3 +217,31 @@ def test_replace_through_a_worker_backend_writes_no_payload_for_a_missing_key(db
     acc.replace("job", {"id": 2})
     assert acc.get("job") == {"id": 2} and payloads.objects == {"etl/submit/job": '{"id": 2}'}
     backend.engine.dispose()
+
+
+# -- db check on an Airflow database --------------------------------------------------------------------------
+def test_db_check_on_an_airflow_database_names_its_release_and_counts(cli, db_url):
+    """The store made Airflow's by its alembic_version table (the way the tool tells them apart)."""
+    assert cli("set", *TASK, "old", "1", "--expires-at", "2020-01-01T00:00:00Z", "--force").exit_code == 0
+    assert cli("set", *TASK, "new", "1").exit_code == 0
+    assert cli("set", "--asset-name", "orders", "watermark", "1").exit_code == 0
+    sql(db_url, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+    sql(db_url, "INSERT INTO alembic_version VALUES ('d2f4e1b3c5a7')")
+    doc = json.loads(cli("db", "check", "-o", "json").stdout)
+    assert (doc["ok"], doc["mode"], doc["airflow_version"]) == (True, "airflow", "3.3.0")
+    assert (doc["task_keys"], doc["task_keys_expired"], doc["asset_keys"]) == (2, 1, 1)
+
+    sql(db_url, "UPDATE alembic_version SET version_num = '1d6611b6ab7c'")
+    sql(db_url, "DROP TABLE task_state_store")
+    sql(db_url, "DROP TABLE asset_state_store")
+    result = cli("db", "check", "-o", "json")
+    assert result.exit_code == 3
+    doc = json.loads(result.stdout)
+    assert (doc["ok"], doc["airflow_version"], doc["task_keys"]) == (False, "3.2.0", None)
+    assert "this is an Airflow 3.2.0 metadata database (revision 1d6611b6ab7c) without the state store, which " in (
+        result.stderr
+    )
+    sql(db_url, "UPDATE alembic_version SET version_num = 'abcdef012345'")  # a revision no release has
+    result = cli("db", "check", "-o", "json")
+    assert json.loads(result.stdout)["airflow_version"] is None
+    assert "this is an Airflow metadata database (revision abcdef012345) without the state store" in result.stderr
