@@ -3,8 +3,9 @@
 Asset rows and task rows without an expiry (``NEVER_EXPIRE``, or written with
 ``default_retention_days = 0``) are never touched.
 
-The dry run and the real run share ``expired()``, evaluated against one ``now`` fixed when the
-run starts, so what a dry run lists is exactly what a real run at the same instant deletes. Each
+The dry run and the real run share ``expired()``, evaluated against one cutoff fixed when the run
+starts (its start, or ``--older-than`` before it), so what a dry run lists is exactly what a real run
+at the same instant deletes. Each
 delete re-checks the condition on the rows it removes: a key a writer refreshed after it was
 selected survives.
 """
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import NamedTuple
 
@@ -59,6 +60,7 @@ class CleanReport:
     notes: tuple[Note, ...] = ()
     elapsed: float = 0.0
     stopped: StopReason | None = None  # why the clean stopped before it was done
+    older_than: timedelta = timedelta(0)  # the grace window: ``cutoff`` is this long before the clean started
 
     @property
     def rows_per_second(self) -> float:

@@ -7,7 +7,8 @@ them; rendering is the caller's business.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.accessors import TaskStateStoreAccessor
@@ -26,7 +27,7 @@ from statestore_cli.errors import (
     SchemaMissingError,
     StateStoreError,
 )
-from statestore_cli.retention import Retention, utcnow
+from statestore_cli.retention import Retention, clean_cutoff, utcnow
 from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
 from statestore_cli.stores import accessor, open_backend, open_metastore
@@ -237,6 +238,7 @@ class CleanPlan(NamedTuple):
     cutoff: datetime
     rows: Iterator[ExpiredRow]
     skipped_reason: str | None = None
+    older_than: timedelta = timedelta(0)
 
 
 def _skip_reason(settings: Settings) -> str | None:
@@ -249,14 +251,29 @@ def _skip_reason(settings: Settings) -> str | None:
     )
 
 
-def plan_clean(settings: Settings, now: datetime | None = None) -> CleanPlan:
-    cutoff = now or utcnow()
+def clean_window(
+    settings: Settings, now: datetime | None = None, older_than: timedelta | None = None
+) -> tuple[datetime, timedelta]:
+    """The cutoff a clean at ``now`` deletes keys expired before, and the grace window behind it:
+    ``older_than``, else ``[state_store] state_cleanup_older_than``. A dry run, a real run and the
+    count of what is left all take it from here, so they select the same rows."""
+    grace = settings.state_cleanup_older_than if older_than is None else older_than
+    if grace < timedelta(0):
+        raise InvalidInputError(
+            f"{PARAMETER} must not be negative, got {grace.total_seconds():g} seconds", parameter="older_than"
+        )
+    return clean_cutoff(now or utcnow(), grace), grace
+
+
+def plan_clean(settings: Settings, now: datetime | None = None, older_than: timedelta | None = None) -> CleanPlan:
+    """What a clean at ``now`` would delete (streamed), without deleting anything."""
+    cutoff, grace = clean_window(settings, now, older_than)
     reason = _skip_reason(settings)
     if reason:
-        return CleanPlan(cutoff, iter(()), reason)
+        return CleanPlan(cutoff, iter(()), reason, grace)
     from statestore_cli.cleanup import iter_expired
 
-    return CleanPlan(cutoff, iter_expired(open_metastore(settings).engine, cutoff))
+    return CleanPlan(cutoff, iter_expired(open_metastore(settings).engine, cutoff), None, grace)
 
 
 def clean(
@@ -264,25 +281,29 @@ def clean(
     batch_size: int | None = None,
     now: datetime | None = None,
     control: CleanControl | None = None,
+    older_than: timedelta | None = None,
 ) -> CleanReport | str:
-    """Delete expired task keys; returns the report, or the reason the clean was skipped."""
-    cutoff = now or utcnow()
+    """Delete expired task keys (those ``older_than`` past their expiry, when given); returns the
+    report, or the reason the clean was skipped."""
+    cutoff, grace = clean_window(settings, now, older_than)
     reason = _skip_reason(settings)
     if reason:
         return reason
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
     from statestore_cli.cleanup import delete_expired
 
-    return delete_expired(open_metastore(settings).engine, cutoff, size, control)
+    report = delete_expired(open_metastore(settings).engine, cutoff, size, control)
+    return replace(report, older_than=grace)
 
 
-def count_expired_keys(settings: Settings, now: datetime) -> int:
+def count_expired_keys(settings: Settings, now: datetime | None = None, older_than: timedelta | None = None) -> int:
     """How many task keys a clean at ``now`` deletes (0 with a custom backend)."""
+    cutoff, _ = clean_window(settings, now, older_than)
     if _skip_reason(settings):
         return 0
     from statestore_cli.cleanup import count_expired
 
-    return count_expired(open_metastore(settings).engine, now)
+    return count_expired(open_metastore(settings).engine, cutoff)
 
 
 # -- config --------------------------------------------------------------------------------------------

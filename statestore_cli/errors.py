@@ -89,6 +89,10 @@ class CleanRunningError(BackendError):
     """An exclusive clean found another exclusive clean running on the same database."""
 
 
+class MetricsFileError(BackendError):
+    """A clean's metrics file could not be written when the clean ended (what it deleted stays deleted)."""
+
+
 class SchemaMissingError(DatabaseError):
     """The state store tables do not exist yet (``statestore db init`` creates them)."""
 

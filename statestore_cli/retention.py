@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Union
 
 from statestore_cli.errors import InvalidInputError
+from statestore_cli.timestamps import format_duration
 
 
 class _NeverExpire:
@@ -65,6 +66,25 @@ def parse_duration(text: str, what: str) -> timedelta:
         return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
     except OverflowError:
         raise InvalidInputError(f"{what} {text!r} is too long") from None
+
+
+def parse_age(text: str, what: str) -> timedelta:
+    """A non-negative duration (``parse_duration``'s forms, or ``0`` for none), as ``clean --older-than``
+    and ``state_cleanup_older_than`` take it."""
+    raw = text.strip()
+    if raw == "0":
+        return timedelta(0)
+    if raw.startswith("-"):
+        raise InvalidInputError(f"{what} {text!r} is negative; use 0 or a duration such as 12h, 2d or P1D")
+    return parse_duration(raw, what)
+
+
+def clean_cutoff(now: datetime, older_than: timedelta) -> datetime:
+    """What a clean at ``now`` deletes expired before: ``older_than`` earlier than now."""
+    try:
+        return now - older_than
+    except OverflowError:
+        raise InvalidInputError(f"an age of {format_duration(older_than)} reaches back before the year 1") from None
 
 
 def check_duration(duration: timedelta, source: str = "") -> timedelta:

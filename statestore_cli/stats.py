@@ -6,9 +6,9 @@ holds; Python only ever sees one row per dag (and part, below), per asset or per
 one pass that reads every value (the figures per dag) is split into parts read at once on connections of
 their own, one per core, since reading the values is what a stats run spends its time on.
 
-All moments are bound as parameters computed from one ``now`` (SQLite stores timestamps as text ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, PostgreSQL as
-``timestamptz``, MySQL as naive UTC; each compares a bound instant correctly), so no figure depends on
-the server's clock or time zone.
+All moments are bound as parameters computed from one ``now`` (SQLite stores timestamps as text
+``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, PostgreSQL as ``timestamptz``, MySQL as naive UTC; each compares a
+bound instant correctly), so no figure depends on the server's clock or time zone.
 
 Value sizes are bytes of the stored (UTF-8) text on every engine: ``octet_length`` on PostgreSQL,
 ``LENGTH`` on MySQL/MariaDB (bytes there) and ``length(CAST(value AS BLOB))`` on SQLite, the same

@@ -14,6 +14,7 @@ Running the CLI:
 from __future__ import annotations
 
 import os
+import re
 import select
 import subprocess
 import sys
@@ -296,3 +297,48 @@ def seed_realistic(url: str) -> None:
         moment = REALISTIC_UPDATED.replace(tzinfo=None)
     for table in ("task_state_store", "asset_state_store"):
         sql(url, f"UPDATE {table} SET updated_at = :moment", moment=moment)
+
+
+# -- Prometheus metrics files -------------------------------------------------------------------------------
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_SAMPLE_VALUE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|NaN|Inf)")
+
+
+def read_metrics(path: Path) -> dict[str, float | None]:
+    """The metrics file ``path`` as {family name: its one sample, or None when it has none}, after checking
+    it strictly against the text exposition format: every family a ``# HELP`` line, then its ``# TYPE``
+    line, then at most one sample, no blank or stray lines, a newline at the end; and that
+    prometheus_client's parser reads the same families and values from it."""
+    text = path.read_text(encoding="utf-8")
+    assert text.endswith("\n"), "the last line must end with a newline"
+    families: dict[str, dict[str, object]] = {}
+    current = None
+    for number, line in enumerate(text.split("\n")[:-1], 1):
+        where = f"line {number}: {line!r}"
+        if line.startswith("# HELP "):
+            name, _, help_text = line[len("# HELP ") :].partition(" ")
+            assert _METRIC_NAME.fullmatch(name) and name not in families and help_text.strip(), where
+            assert "\\" not in help_text, where  # no escapes needed: none used
+            families[name] = {}
+            current = name
+        elif line.startswith("# TYPE "):
+            name, _, kind = line[len("# TYPE ") :].partition(" ")
+            assert name == current and "type" not in families[name], where
+            assert kind in ("counter", "gauge", "histogram", "summary", "untyped"), where
+            families[name]["type"] = kind
+        else:
+            name, _, value = line.partition(" ")
+            assert name == current and "type" in families[name] and "value" not in families[name], where
+            assert _SAMPLE_VALUE.fullmatch(value), where
+            families[name]["value"] = float(value)
+    assert all("type" in family for family in families.values())
+    values = {name: family.get("value") for name, family in families.items()}
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    parsed = {family.name: family for family in text_string_to_metric_families(text)}
+    assert set(parsed) == set(values)
+    for name, family in parsed.items():
+        assert family.type == families[name]["type"]
+        assert [sample.value for sample in family.samples] == ([] if values[name] is None else [values[name]])
+    return values

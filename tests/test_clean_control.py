@@ -57,7 +57,7 @@ def test_stopped_clean_says_what_was_done(cli, db_url):
     seed_expired(db_url, 5)
     result = cli("clean", "--batch-size", "2", "--max-runtime", "0s")
     assert result.exit_code == 4
-    lines = result.stdout.splitlines()
+    lines = result.stderr.splitlines()
     assert lines[0].startswith("deleted 2 expired task keys in 1 batch of up to 2 (expired before ")
     assert lines[1] == (
         "stopped early (--max-runtime reached): every committed batch stays deleted; run clean again to finish"
@@ -83,7 +83,7 @@ def test_summary_has_elapsed_time_and_rate(cli, db_url):
     doc = json.loads(cli("clean", "-o", "json").stdout)
     assert doc["deleted"] == 4 and doc["elapsed_seconds"] >= 0 and doc["rows_per_second"] >= 0
     seed_expired(db_url, 4)
-    line = cli("clean").stdout
+    line = cli("clean").stderr
     assert " rows/s\n" in line and ") in " in line
 
 

@@ -213,12 +213,13 @@ def test_delete_removes_one_key_and_a_missing_key_is_not_an_error(cli):
     cli("set", *TASK, "b", "2")
     result = cli("delete", *TASK, "a")
     assert result.exit_code == 0, result.output
-    assert result.stdout == "deleted 'a' for dag_id=etl run_id=manual__1 task_id=extract map_index=-1\n"
+    assert result.stdout == ""  # not a terminal: the message is for people, on stderr
+    assert result.stderr == "deleted 'a' for dag_id=etl run_id=manual__1 task_id=extract map_index=-1\n"
     assert cli("get", *TASK, "a").exit_code == 1
     assert cli("get", *TASK, "b").exit_code == 0
     again = cli("delete", *TASK, "a")
     assert again.exit_code == 0
-    assert again.stdout.startswith("no such key, nothing deleted: 'a'")
+    assert again.stderr.startswith("no such key, nothing deleted: 'a'")
 
 
 def test_clear_needs_yes_without_a_terminal_and_deletes_nothing(cli, db_url):
@@ -237,14 +238,14 @@ def test_clear_only_its_map_index_unless_all_map_indices(cli, db_url):
     cli("set", "--dag-id", "etl", "--run-id", "manual__1", "--task-id", "other", "k", "1")
     result = cli("clear", *TASK, "--map-index", "0", "--yes")
     assert result.exit_code == 0, result.output
-    assert result.stdout == "deleted 1 key of dag_id=etl run_id=manual__1 task_id=extract map_index=0\n"
+    assert result.stderr == "deleted 1 key of dag_id=etl run_id=manual__1 task_id=extract map_index=0\n"
     assert _rows(db_url, "SELECT task_id, map_index FROM task_state_store ORDER BY 1, 2") == [
         ("extract", -1),
         ("extract", 1),
         ("other", -1),
     ]
     result = cli("clear", *TASK, "--all-map-indices", "--yes")
-    assert result.stdout.startswith("deleted 2 keys of")
+    assert result.stderr.startswith("deleted 2 keys of")
     assert _rows(db_url, "SELECT task_id FROM task_state_store") == [("other",)]
 
 
@@ -254,7 +255,7 @@ def test_clear_asset_scope(cli, db_url):
     cli("set", "--asset-name", "other", "a", "1")
     result = cli("clear", *ASSET, "-y")
     assert result.exit_code == 0, result.output
-    assert result.stdout == "deleted 2 keys of name=orders\n"
+    assert result.stderr == "deleted 2 keys of name=orders\n"
     assert _rows(db_url, "SELECT {key} FROM asset_state_store") == [("a",)]
 
 

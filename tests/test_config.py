@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ INT_EXPECTED = "a whole number from 0 to 2147483647"
 BOOL_EXPECTED = "a boolean (true/false, yes/no, on/off, 1/0)"
 CLASS_EXPECTED = "a dotted path such as mypackage.module.ClassName"
 URL_EXPECTED = "a SQLAlchemy URL such as sqlite:////path/airflow.db"
+DURATION_EXPECTED = "0 or a duration such as 12h, 2d, 1d12h or P1D"
 
 
 def write_cfg(path: Path, text: str) -> Path:
@@ -61,6 +63,7 @@ EXPECTED_DEFAULTS = {
     ("state_store", "default_retention_days"): 30,
     ("state_store", "clear_on_success"): False,
     ("state_store", "state_cleanup_batch_size"): 0,
+    ("state_store", "state_cleanup_older_than"): "0",
     ("state_store", "max_value_storage_bytes"): 65535,
     ("workers", "state_store_backend"): "",
 }
@@ -79,6 +82,7 @@ def test_the_defaults_are_the_documented_ones(clean_environment):
     # the typed accessors agree
     assert (settings.default_retention_days, settings.clear_on_success) == (30, False)
     assert (settings.state_cleanup_batch_size, settings.max_value_storage_bytes) == (0, 65535)
+    assert settings.state_cleanup_older_than == timedelta(0)
     assert (settings.backend, settings.worker_backend) == (BUILTIN_BACKEND, "")
     assert settings.uses_builtin_backend
 
@@ -228,6 +232,9 @@ VALID = [
     ("state_store", "default_retention_days", "0", 0),
     ("state_store", "clear_on_success", "true", True),
     ("state_store", "state_cleanup_batch_size", "500", 500),
+    ("state_store", "state_cleanup_older_than", "1d12h", "1d12h"),
+    ("state_store", "state_cleanup_older_than", "P2D", "P2D"),
+    ("state_store", "state_cleanup_older_than", "0", "0"),
     ("state_store", "max_value_storage_bytes", "0", 0),
     ("state_store", "max_value_storage_bytes", "1048576", 1048576),
     ("workers", "state_store_backend", "mypkg.workers.RefBackend", "mypkg.workers.RefBackend"),
@@ -305,6 +312,10 @@ INVALID = [
     ("workers", "state_store_backend", "mypkg.mod:Backend", CLASS_EXPECTED),
     # URL
     ("database", "sql_alchemy_conn", "", URL_EXPECTED),
+    # duration >= 0
+    ("state_store", "state_cleanup_older_than", "-1d", DURATION_EXPECTED),
+    ("state_store", "state_cleanup_older_than", "1 day", DURATION_EXPECTED),
+    ("state_store", "state_cleanup_older_than", "", DURATION_EXPECTED),
 ]
 
 
@@ -561,7 +572,7 @@ def test_clean_with_a_valid_custom_backend_is_skipped(monkeypatch, cli, backends
     monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", f"{backends}.DictBackend")
     run = cli("clean")
     assert run.exit_code == 0, run.output
-    assert run.stdout.startswith(f"skipped: [state_store] backend is {backends}.DictBackend, not the metastore")
+    assert run.stderr.startswith(f"skipped: [state_store] backend is {backends}.DictBackend, not the metastore")
     run = cli("clean", "--output", "json")
     assert run.exit_code == 0, run.output
     doc = json.loads(run.stdout)
@@ -628,6 +639,7 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
                     "source": "environment variable AIRFLOW__STATE_STORE__CLEAR_ON_SUCCESS",
                 },
                 "state_cleanup_batch_size": {"value": 0, "source": "default"},
+                "state_cleanup_older_than": {"value": "0", "source": "default"},
                 "max_value_storage_bytes": {"value": 65535, "source": "default"},
             },
             "workers": {"state_store_backend": {"value": "", "source": "default"}},
@@ -668,6 +680,7 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         f"state_store.default_retention_days\t0\t{cfg}\n"
         "state_store.clear_on_success\tFalse\tdefault\n"
         f"state_store.state_cleanup_batch_size\t1000\t{cfg}\n"
+        "state_store.state_cleanup_older_than\t0\tdefault\n"
         "state_store.max_value_storage_bytes\t1024\t"
         "environment variable AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES\n"
         f"workers.state_store_backend\tmypkg.workers.RefBackend\t{cfg}\n"

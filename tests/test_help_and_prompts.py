@@ -122,12 +122,12 @@ def _mapped_keys(cli) -> None:  # type: ignore[no-untyped-def]
 # -- clear ----------------------------------------------------------------------------------------------------
 def test_clear_with_nothing_to_clear_says_so_and_does_not_ask(cli):
     result = cli("clear", *TASK)  # stdin is not a terminal and there is no --yes: it would refuse to ask
-    assert (result.exit_code, result.stderr) == (0, ""), result.output
-    assert result.stdout == "nothing to clear: no keys for dag_id=d run_id=r task_id=t map_index=-1\n"
+    assert (result.exit_code, result.stdout) == (0, ""), result.output  # a message, not a record: stderr
+    assert result.stderr == "nothing to clear: no keys for dag_id=d run_id=r task_id=t map_index=-1\n"
     everything = cli("clear", *TASK, "--all-map-indices")
-    assert everything.stdout == "nothing to clear: no keys for dag_id=d run_id=r task_id=t, all map indices\n"
+    assert everything.stderr == "nothing to clear: no keys for dag_id=d run_id=r task_id=t, all map indices\n"
     asset = cli("clear", "--asset-name", "nowhere", "--yes")
-    assert (asset.exit_code, asset.stdout) == (0, "nothing to clear: no keys for name=nowhere\n")
+    assert (asset.exit_code, asset.stderr) == (0, "nothing to clear: no keys for name=nowhere\n")
 
 
 def test_clear_question_names_the_scope_the_map_indices_and_the_count(cli, db_url):
@@ -248,13 +248,15 @@ def test_a_dry_run_bar_ends_at_the_final_count(cli, db_url):
 def test_human_lines_use_thousands_separators_and_machine_fields_do_not(cli, db_url):
     _expired_rows(db_url, 1200)
     dry = cli("clean", "--dry-run", "-o", "plain")
-    assert dry.stdout.splitlines()[-1].startswith("dry run: 1,200 expired task keys would be deleted")
+    assert dry.stderr.startswith("dry run: 1,200 expired task keys would be deleted")
+    assert len(dry.stdout.splitlines()) == 1200
     assert cli("clean", "--dry-run", "-o", "json").stdout.rstrip().endswith('"would_delete": 1200}')
     listed = cli("list", "-o", "table")
     assert listed.stdout.endswith("1,200 keys\n")
     done = cli("clean", "--batch-size", "1000", "-o", "plain")
-    assert done.stdout.startswith("deleted 1,200 expired task keys in 2 batches of up to 1,000 ")
-    assert re.search(r"[\d,]+ rows/s\n$", done.stdout)
+    assert done.stderr.startswith("deleted 1,200 expired task keys in 2 batches of up to 1,000 ")
+    assert re.search(r"[\d,]+ rows/s\n$", done.stderr)
+    assert "deleted\t1200\n" in done.stdout
 
 
 def test_a_clean_report_in_json_has_plain_numbers(cli, db_url):

@@ -64,20 +64,21 @@ def test_sweep_deletes_the_keys_of_inactive_assets_only(cli, db_url):
     # the assets themselves stay: only their keys were orphans
     assert sql(db_url, "SELECT count(*) FROM asset") == [(3,)]
     again = cli("assets", "sweep")
-    assert again.stdout == "nothing to sweep: no inactive asset has keys\n"
+    assert (again.stdout, again.stderr) == ("", "nothing to sweep: no inactive asset has keys\n")
 
 
 def test_sweep_output_for_people_is_grouped_by_asset(cli, db_url):
     _asset(cli, "orders", LONG_KEY, "watermark")
     _asset(cli, "customers", "watermark")
     _deactivate(db_url, "orders")
-    plain = cli("assets", "sweep", "--dry-run", "-o", "plain").stdout.splitlines()
+    plain = cli("assets", "sweep", "--dry-run", "-o", "plain", "--header")
     asset_id = sql(db_url, "SELECT id FROM asset WHERE name = 'orders'")[0][0]
-    assert plain == [
+    assert plain.stdout.splitlines() == [
+        "asset_id\tname\turi\tkey",
         f"{asset_id}\torders\ts3://bucket/orders\t{LONG_KEY}",
         f"{asset_id}\torders\ts3://bucket/orders\twatermark",
-        "dry run: 2 keys of 1 inactive asset would be deleted",
     ]
+    assert plain.stderr == "dry run: 2 keys of 1 inactive asset would be deleted\n"
     table = cli("assets", "sweep", "--dry-run", "-o", "table").stdout.splitlines()
     assert table == [
         f"asset orders (uri s3://bucket/orders, asset_id {asset_id}): 2 keys",
@@ -85,8 +86,9 @@ def test_sweep_output_for_people_is_grouped_by_asset(cli, db_url):
         "  watermark",
         "dry run: 2 keys of 1 inactive asset would be deleted",
     ]
-    done = cli("assets", "sweep", "-o", "plain").stdout.splitlines()
-    assert done == [f"{asset_id}\torders\ts3://bucket/orders\t2", "deleted 2 keys of 1 inactive asset in 1 batch"]
+    done = cli("assets", "sweep", "-o", "plain")
+    assert done.stdout == f"{asset_id}\torders\ts3://bucket/orders\t2\n"
+    assert done.stderr == "deleted 2 keys of 1 inactive asset in 1 batch\n"
 
 
 def test_sweep_rechecks_activity_when_it_deletes(cli, db_url):
@@ -145,17 +147,17 @@ def test_clear_a_whole_run_in_batches(cli, db_url):
     assert len(_remaining(db_url)) == 4
     result = cli("clear", "--dag-id", "etl", "--run-id", RUN, "--batch-size", "3", "--yes")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"deleted 4 keys of dag_id=etl run_id={RUN} (every task of the run) in 2 batches\n"
+    assert result.stderr == f"deleted 4 keys of dag_id=etl run_id={RUN} (every task of the run) in 2 batches\n"
     assert _remaining(db_url) == [("etl", "manual__1", 4), ("ml", "manual__1", 4), ("ml", RUN, 4)]
     assert _asset_keys(db_url) == [("orders", "watermark")]
     nothing = cli("clear", "--dag-id", "etl", "--run-id", RUN, "--yes")
-    assert nothing.stdout == f"nothing to clear: no task keys for dag_id=etl run_id={RUN}\n"
+    assert nothing.stderr == f"nothing to clear: no task keys for dag_id=etl run_id={RUN}\n"
 
 
 def test_clear_a_whole_dag(cli, db_url):
     _task_keys(cli)
     result = cli("clear", "--dag-id", "ml", "--yes")
-    assert result.stdout == "deleted 8 keys of dag_id=ml (every run and task of the dag) in 1 batch\n"
+    assert result.stderr == "deleted 8 keys of dag_id=ml (every run and task of the dag) in 1 batch\n"
     assert _remaining(db_url) == [("etl", "manual__1", 4), ("etl", RUN, 4)]
 
 
@@ -174,7 +176,7 @@ def test_runs_delete_cascades_to_the_runs_keys(cli, db_url):
     _task_keys(cli)
     result = cli("runs", "delete", "--dag-id", "etl", "--run-id", RUN, "--yes")
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"deleted the dag run dag_id=etl run_id={RUN} and its 4 keys\n"
+    assert result.stderr == f"deleted the dag run dag_id=etl run_id={RUN} and its 4 keys\n"
     assert sql(db_url, "SELECT count(*) FROM dag_run WHERE dag_id = 'etl' AND run_id = :r", r=RUN) == [(0,)]
     assert ("etl", RUN, 4) not in _remaining(db_url) and len(_remaining(db_url)) == 3
     missing = cli("runs", "delete", "--dag-id", "etl", "--run-id", RUN, "--yes")
@@ -187,7 +189,7 @@ def test_assets_delete_cascades_to_its_keys_and_activity(cli, db_url):
     _asset(cli, "customers", "a")
     result = cli("assets", "delete", "--asset-name", "orders", "--yes")
     assert result.exit_code == 0, result.output
-    assert result.stdout.endswith("name=orders uri=s3://bucket/orders and its 2 keys\n")
+    assert result.stderr.endswith("name=orders uri=s3://bucket/orders and its 2 keys\n")
     assert _asset_keys(db_url) == [("customers", "a")]
     assert sql(db_url, "SELECT name FROM asset UNION ALL SELECT name FROM asset_active") == [
         ("customers",),

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -65,3 +66,22 @@ def test_installed_wheel_runs_without_the_checkout(wheel, tmp_path):
     assert (got.exit_code, got.stdout) == (0, '{"x": 1}\n'), got.stderr
     shown = run("config", "show", "-o", "json")
     assert shown.exit_code == 0 and '"default_retention_days": {"value": 30' in shown.stdout, shown.stderr
+
+
+def test_sdist_ships_the_deployable_recipes_and_the_wheel_does_not(wheel, tmp_path):
+    """config/ is for operators and for the tests that run it: in the source distribution, not installed."""
+    build = [sys.executable, "-m", "hatchling", "build", "-t", "sdist", "-d", str(tmp_path)]
+    subprocess.run(build, cwd=REPO, check=True, capture_output=True)
+    [sdist] = tmp_path.glob("statestore_cli-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        shipped = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    recipes = {str(path.relative_to(REPO)) for path in (REPO / "config").rglob("*") if path.is_file()}
+    assert recipes == {
+        "config/airflow.cfg",
+        "config/cron/statestore-clean",
+        "config/kubernetes/cronjob.yaml",
+        "config/systemd/statestore-clean.service",
+        "config/systemd/statestore-clean.timer",
+    }
+    assert recipes <= shipped and "tests/test_config_recipes.py" in shipped
+    assert not any(name.startswith("config/") for name in zipfile.ZipFile(wheel).namelist())

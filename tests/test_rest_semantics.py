@@ -28,7 +28,7 @@ def test_keep_expiry_replaces_the_value_and_keeps_expires_at(cli, db_url):
     value, updated, expires = _row(db_url, "job")
     result = cli("set", *TASK, "job", '{"id": 2}', "--keep-expiry")
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith("replaced 'job' for dag_id=etl_orders_daily")
+    assert result.stderr.startswith("replaced 'job' for dag_id=etl_orders_daily")
     new_value, new_updated, new_expires = _row(db_url, "job")
     assert (json.loads(value), json.loads(new_value)) == ({"id": 1}, {"id": 2})
     assert as_utc(new_expires) == as_utc(expires)
@@ -61,7 +61,7 @@ def test_keep_expiry_on_an_asset_key_replaces_its_value(cli, db_url):
 def test_expires_at_stores_the_instant_in_utc(cli, db_url):
     result = cli("set", *TASK, "job", "1", "--expires-at", "2030-01-01T02:00:00+02:00")
     assert result.exit_code == 0, result.output
-    assert result.stdout.endswith("(expires 2030-01-01 00:00:00 UTC)\n")
+    assert result.stderr.endswith("(expires 2030-01-01 00:00:00 UTC)\n")
     assert as_utc(_row(db_url, "job")[2]) == datetime(2030, 1, 1, tzinfo=UTC)
     listed = json.loads(cli("list", "-o", "json").stdout)
     assert [d["expires_at"] for d in listed] == ["2030-01-01T00:00:00+00:00"]

@@ -5,16 +5,17 @@ exit 0 (a clean stopped early) returns it as an ``Outcome``, and the group exits
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from statestore_cli import __version__
-from statestore_cli.cli.failure import FLAGS, report, report_error
+from statestore_cli.cli.failure import FLAGS, closed_pipe, finish, message, report, report_error
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
@@ -34,7 +35,11 @@ from statestore_cli.errors import (
     StateStoreError,
     first_line,
 )
-from statestore_cli.retention import parse_duration, parse_instant, parse_retention, utcnow
+from statestore_cli.retention import parse_age, parse_duration, parse_instant, parse_retention, utcnow
+
+if TYPE_CHECKING:  # loaded by `clean` only when it runs
+    from statestore_cli.cleanup import CleanReport
+    from statestore_cli.metrics import CleanRecorder
 
 try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
     from typer._click import exceptions as click_exceptions
@@ -45,8 +50,14 @@ _NoArgsIsHelp = getattr(click_exceptions, "NoArgsIsHelpError", None)
 
 
 class StateStoreGroup(TyperGroup):
-    """Turns every error into one line on stderr and a documented exit code (see the README), and a
-    command's ``Outcome`` into its exit code."""
+    """Turns every error into one line on stderr and a documented exit code (see the README), a
+    command's ``Outcome`` into its exit code, and a closed pipe into a quiet end (``cli.failure``)."""
+
+    def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:
+        try:  # root options are parsed here: `--help` and `--version` print from inside
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except BrokenPipeError:
+            raise _PipeClosed(EXIT_OK) from None
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -55,6 +66,12 @@ class StateStoreGroup(TyperGroup):
             if ctx.params.get("debug"):
                 raise
             raise _Reported(exc) from None
+        except BrokenPipeError:
+            # The reader went away: the output ends, the outcome decided before it stands.
+            outcome = ctx.meta.get(_DECIDED)
+            if isinstance(outcome, StateStoreError):
+                raise _Reported(outcome) from None
+            raise _PipeClosed(_exit_code(outcome)) from None
         except (click_exceptions.ClickException, typer.Exit, typer.Abort):
             raise
         except Exception as exc:  # a bug of ours: still no traceback unless --debug asks for it
@@ -73,12 +90,13 @@ class StateStoreGroup(TyperGroup):
     ) -> Any:
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _PipeClosed as exc:
+            sys.exit(closed_pipe(exc.exit_code))
         except _Reported as exc:
             sys.exit(report_error(exc.error))
         except click_exceptions.UsageError as exc:
             if _NoArgsIsHelp is not None and isinstance(exc, _NoArgsIsHelp):
-                sys.stdout.write(exc.format_message())  # rich help is printed already; plain help is here
-                sys.exit(0)
+                sys.exit(_print(exc.format_message()))  # rich help is printed already; plain help is here
             argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
             placement = _placement_hint(self, exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
             if placement:
@@ -91,7 +109,7 @@ class StateStoreGroup(TyperGroup):
             if isinstance(exc.__cause__, KeyboardInterrupt):  # click has ended the ^C line already
                 _fail("interrupted", EXIT_INTERRUPTED)
             _fail("aborted", 1)
-        code = _exit_code(result)
+        code = finish(_exit_code(result))
         if standalone_mode:
             sys.exit(code)
         return code
@@ -136,6 +154,33 @@ def _exit_code(result: object) -> int:
     if isinstance(result, Outcome):
         return result.exit_code
     return result if isinstance(result, int) else EXIT_OK
+
+
+# Where a command records its outcome before writing its output (``decided``), in the context's meta,
+# which every context of one run shares.
+_DECIDED = "statestore.decided"
+
+
+def decided(ctx: typer.Context, outcome: Outcome | StateStoreError | None) -> None:
+    """Record the command's outcome before its output is written: a reader that closes the pipe
+    early cuts the output short, and the exit code is still this outcome's (an error: its line and code)."""
+    ctx.meta[_DECIDED] = outcome
+
+
+def _print(text: str) -> int:
+    try:
+        sys.stdout.write(text)
+    except BrokenPipeError:
+        return closed_pipe()
+    return finish(EXIT_OK)
+
+
+class _PipeClosed(Exception):
+    """stdout's reader went away; not an OSError, so click passes it through to ``StateStoreGroup.main``."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
 
 
 class _Reported(click_exceptions.ClickException):
@@ -239,10 +284,13 @@ OutputOpt = Annotated[
         help="auto, table, plain or json; auto gives tables on a terminal, plain lines otherwise.",
     ),
 ]
+HeaderOpt = Annotated[
+    bool, typer.Option("--header", help="Plain output: start with a line naming the tab-separated columns.")
+]
 
 
-def _output(requested: OutputMode) -> Output:
-    return Output.choose(requested.value)
+def _output(requested: OutputMode, header: bool = False) -> Output:
+    return Output.choose(requested.value, header)
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -283,27 +331,28 @@ def main(
 
 # -- db ---------------------------------------------------------------------------------------------
 @db_app.command("init", epilog=_examples("db init", "--conn postgresql+psycopg://airflow@db/airflow db init"))
-def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Create the state store schema (idempotent).
 
     Refuses to touch an Airflow database older than 3.3."""
     from statestore_cli import commands  # here, not at the top: `--help` need not load SQLAlchemy
 
-    out = _output(output)
+    out = _output(output, header)
     out.db_report(commands.db_init(_settings(ctx)), created=True)
 
 
 @db_app.command("check", epilog=_examples("db check", "db check -o json"))
-def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Report engine, schema state and mode.
 
     Exits 0 only when the store is usable, else 3 with the reason."""
     from statestore_cli import commands
 
-    out = _output(output)
+    out = _output(output, header)
     checked = commands.db_check(_settings(ctx))
-    out.db_report(checked)
     problem = checked.problem()
+    decided(ctx, problem)
+    out.db_report(checked)
     if problem is not None:
         raise problem
 
@@ -551,15 +600,16 @@ def list_(
         int, typer.Option("--offset", min=0, help="Skip the first N keys of the listing's order.", metavar="N")
     ] = 0,
     output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
 ) -> None:
     """List keys with their scope, updated_at and expires_at.
 
     Ordered by scope and key; any scope option filters."""
     from statestore_cli import commands
 
-    out = _output(output)
+    out = _output(output, header)
     filt = as_filter(scope_args, store, key)
-    out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset))
+    out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset), filt)
 
 
 @app.command("stats", epilog=_examples("stats", "stats --dag-id etl -o json"))
@@ -570,13 +620,14 @@ def stats(
     key: KeyOpt = None,
     store: StoreOpt = None,
     output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
 ) -> None:
     """Count keys per store, by expiry, per dag and per asset.
 
     On a terminal it also charts when task keys expire."""
     from statestore_cli import commands
 
-    out = _output(output)
+    out = _output(output, header)
     filt = as_filter(scope_args, store, key)
     out.stats(commands.stats(_settings(ctx), filt))
 
@@ -625,42 +676,151 @@ def clean(
     exclusive: Annotated[
         bool, typer.Option("--exclusive", help="Refuse to start while another --exclusive clean runs on the database.")
     ] = False,
+    older_than: Annotated[
+        Optional[str],
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Only keys that expired at least this long ago (e.g. 1d): a grace window for retries. "
+            f"Default: {_section('state_store')} state_cleanup_older_than (0 unless configured).",
+        ),
+    ] = None,
+    metrics_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--metrics-file",
+            metavar="PATH",
+            help="Write Prometheus metrics of the run here (node-exporter textfile collector), "
+            "also when it fails or stops early.",
+        ),
+    ] = None,
     output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
 ) -> Optional[Outcome]:
     """Delete expired task keys.
 
-    Deletes task keys whose expires_at is before now; asset keys and keys that never expire stay.
+    Deletes task keys whose expires_at is before now (minus --older-than);
+    asset keys and keys that never expire stay.
     Ctrl-C stops after the current batch (exit 130)."""
-    from statestore_cli import commands
-    from statestore_cli.cleanup import CleanControl
-
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
-    out = _output(output)
-    settings = _settings(ctx)
+    grace = None if older_than is None else parse_age(older_than, "--older-than")
+    out = _output(output, header)
     if dry_run:
-        plan = commands.plan_clean(settings)
-        if plan.skipped_reason:
-            out.clean_skipped(plan.skipped_reason, dry_run=True)
-            return None
-        total = commands.count_expired_keys(settings, plan.cutoff) if out.shows_progress else None
-        out.clean_plan(plan, limit=None if show_all else 100, total=total)
+        if metrics_file is not None:
+            raise InvalidInputError(
+                "--metrics-file records what a clean deleted and a --dry-run deletes nothing; drop one of them"
+            )
+        _clean_dry_run(_settings(ctx), out, grace, show_all)
         return None
     timeouts = Timeouts(
         lock_seconds=_seconds(lock_timeout, "--lock-timeout"),
         statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
     )
-    deadline = None if max_runtime is None else time.monotonic() + _seconds(max_runtime, "--max-runtime")
-    cutoff = utcnow()
-    total = commands.count_expired_keys(settings, cutoff) if out.shows_progress else None
-    with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
-        control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance)
-        result = commands.clean(settings, batch_size, now=cutoff, control=control)
+    runtime = None if max_runtime is None else _seconds(max_runtime, "--max-runtime")
+    recorder = None
+    if metrics_file is not None:
+        from statestore_cli.metrics import CleanRecorder
+
+        recorder = CleanRecorder(metrics_file)  # an unwritable path fails here, before anything is deleted
+    try:
+        result, remaining = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, recorder)
+    except BaseException as exc:
+        if recorder is not None:
+            _record_failure(recorder, exc, out)
+        raise
+    # The metrics first: a report that cannot be shown (a closed pipe) must not cost the monitoring its file.
+    unwritten = _record(recorder, result, remaining)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
+    else:
+        decided(ctx, result)  # the deletion is done: a reader closing the pipe does not change its exit code
+        out.clean_report(result)
+    if unwritten is not None:
+        raise unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
+    return None if isinstance(result, str) else result  # a clean stopped early exits with its reason's code
+
+
+def _clean_dry_run(settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool) -> None:
+    from statestore_cli import commands
+
+    now = utcnow()
+    plan = commands.plan_clean(settings, now, grace)
+    if plan.skipped_reason:
+        out.clean_skipped(plan.skipped_reason, dry_run=True)
+        return
+    total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
+    out.clean_plan(plan, limit=None if show_all else 100, total=total)
+
+
+def _clean_run(
+    ctx: typer.Context,
+    out: Output,
+    batch_size: Optional[int],
+    grace: Optional[timedelta],
+    timeouts: Timeouts,
+    runtime: Optional[float],
+    exclusive: bool,
+    recorder: Optional["CleanRecorder"],
+) -> tuple["CleanReport | str", Optional[int]]:
+    """The clean itself, and (for ``--metrics-file``) how many expired keys it left: not counted after
+    a signal, which asks for a quick exit."""
+    from statestore_cli import commands
+    from statestore_cli.cleanup import CleanControl
+    from statestore_cli.errors import StopReason
+
+    settings = _settings(ctx)  # inside the recorded run: a broken config is a failed clean too
+    now = utcnow()
+    deadline = None if runtime is None else time.monotonic() + runtime
+    total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
+    with StopOnSignal() as stop:
+        with out.progress("deleting expired keys", total) as advance:
+            on_progress = advance if recorder is None else _both(advance, recorder.on_progress)
+            control = CleanControl(timeouts, exclusive, deadline, stop.reason, on_progress)
+            result = commands.clean(settings, batch_size, now=now, control=control, older_than=grace)
+        if recorder is None or isinstance(result, str):
+            return result, None
+        if result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):
+            return result, None
+        try:
+            return result, commands.count_expired_keys(settings, now, grace)
+        except StateStoreError as exc:
+            out.note(f"--metrics-file: the expired keys left were not counted: {message(exc)}")
+            return result, None
+
+
+def _both(*calls: Callable[[int], None]) -> Callable[[int], None]:
+    def call(done: int) -> None:
+        for each in calls:
+            each(done)
+
+    return call
+
+
+def _record(
+    recorder: Optional["CleanRecorder"], result: "CleanReport | str", remaining: Optional[int]
+) -> Optional[StateStoreError]:
+    """Write the metrics of a clean that ended (done, skipped or stopped early); the error when it cannot."""
+    if recorder is None:
         return None
-    out.clean_report(result)
-    return result  # a clean stopped early exits with its reason's code
+    try:
+        if isinstance(result, str):
+            recorder.finish(EXIT_OK)
+        else:
+            recorder.finish(result.exit_code, rows_deleted=result.deleted, batches=result.batches, remaining=remaining)
+    except StateStoreError as exc:
+        return exc
+    return None
+
+
+def _record_failure(recorder: "CleanRecorder", exc: BaseException, out: Output) -> None:
+    """Write the metrics of a clean that failed; the failure itself is what the user hears about."""
+    from statestore_cli.metrics import exit_status_of
+
+    try:
+        recorder.finish(exit_status_of(exc))
+    except StateStoreError as write_error:
+        out.note(message(write_error))
 
 
 _MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LIMIT
@@ -689,6 +849,7 @@ def assets_sweep(
         ),
     ] = None,
     output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
 ) -> None:
     """Delete the keys of assets that are no longer active.
 
@@ -696,7 +857,7 @@ def assets_sweep(
     uses the asset any more). Active assets' keys stay. Listed and deleted grouped by asset."""
     from statestore_cli import lifecycle
 
-    out = _output(output)
+    out = _output(output, header)
     settings = _settings(ctx)
     if dry_run:
         out.sweep_plan(lifecycle.plan_sweep(settings))
@@ -758,13 +919,13 @@ def runs_delete(
 
 # -- config -----------------------------------------------------------------------------------------
 @config_app.command("show", epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"))
-def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto) -> None:
+def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Show every effective setting and where it came from.
 
     Secrets are masked."""
     from statestore_cli import commands
 
-    out = _output(output)
+    out = _output(output, header)
     settings = _settings(ctx)
     config_file = str(settings.config_file) if settings.config_file else None
     searched = settings.config_search.worded(FLAGS) if settings.config_search else None

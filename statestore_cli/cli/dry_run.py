@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from statestore_cli.cli.grid import Column, Out, TableStream, draw
 from statestore_cli.cli.safe_text import safe_text
-from statestore_cli.timestamps import human, human_iso
+from statestore_cli.timestamps import format_duration, human, human_iso
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,7 +79,7 @@ class DryRunView:
         self.out.message(
             [
                 *f"Dry run: {_plural(total, 'expired task key')} would be deleted (expired before".split(),
-                human(plan.cutoff) + ").",
+                *_cutoff_words(plan.cutoff, plan.older_than),
                 "Nothing",
                 "was",
                 "deleted.",
@@ -139,3 +140,10 @@ class DryRunView:
     def _print_summary(self) -> None:
         rows = [(safe_text(d.dag_id), f"{d.runs:,}", f"{d.instances:,}", f"{d.keys:,}") for d in self.dags]
         draw(self.out, "expired keys per dag", SUMMARY, rows)
+
+
+def _cutoff_words(cutoff: datetime, older_than: timedelta) -> list[str]:
+    """The end of ``(expired before <cutoff>[, at least <D> ago]).``; the timestamp is one unbreakable word."""
+    if not older_than:
+        return [human(cutoff) + ")."]
+    return [human(cutoff) + ",", "at", "least", format_duration(older_than), "ago)."]

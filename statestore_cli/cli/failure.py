@@ -1,13 +1,21 @@
 """The one place where an error becomes what the user sees: one line on stderr, control characters
 escaped, and the exit code its class carries. ``StateStoreGroup`` (the full CLI) and the fast ``get``
-path both end here; kept free of typer and rich so the fast path can use it."""
+path both end here; kept free of typer and rich so the fast path can use it.
+
+A reader that stops reading (`statestore list | head -1`) is not an error: ``closed_pipe`` ends the
+command quietly, as `cat` does, and every exit goes through ``finish``, which flushes stdout first so
+that a closed pipe is noticed here and not in the interpreter's own flush at shutdown (which would
+print "Exception ignored ... BrokenPipeError").
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import TextIO
 
 from statestore_cli.cli.safe_text import error_line
-from statestore_cli.errors import StateStoreError
+from statestore_cli.errors import EXIT_OK, StateStoreError
 
 # The library names an argument by its parameter; the CLI user knows it by its flag.
 FLAGS = {
@@ -17,6 +25,8 @@ FLAGS = {
     "expires_at": "--expires-at",
     "force": "--force",
     "lock_seconds": "--lock-timeout",
+    "metrics_file": "--metrics-file",
+    "older_than": "--older-than",
     "retention": "--retention",
     "statement_seconds": "--statement-timeout",
 }
@@ -28,10 +38,53 @@ def message(error: StateStoreError) -> str:
 
 
 def report(text: str, exit_code: int) -> int:
-    """Write ``text`` as the one error line; returns ``exit_code`` for the caller to exit with."""
-    sys.stdout.flush()
-    sys.stderr.write(error_line(text))
+    """Write ``text`` as the one error line; returns ``exit_code`` for the caller to exit with.
+    A closed stdout or stderr does not hide the exit code: the line is dropped, the code stands."""
+    finish(exit_code)  # what the command printed comes before the error
+    try:
+        sys.stderr.write(error_line(text))
+        sys.stderr.flush()
+    except BrokenPipeError:
+        closed_pipe()
     return exit_code
+
+
+def closed_pipe(exit_code: int = EXIT_OK) -> int:
+    """The reader of our output has gone: say nothing and return ``exit_code`` (0 unless the command's
+    own result decided another code before the pipe closed, as a clean stopped early does).
+
+    What is still buffered for a closed stream can never be written, and Python would try again at
+    exit and complain; such a stream is pointed at the null device, so those writes go nowhere."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            _to_devnull(stream)
+        except (OSError, ValueError):  # closed or not a file: nothing is buffered for the OS
+            pass
+    return exit_code
+
+
+def finish(exit_code: int) -> int:
+    """Flush stdout before the process exits with ``exit_code``; a closed pipe noticed only now
+    (output small enough to sit in the buffer) changes nothing about the code."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return closed_pipe(exit_code)
+    except (OSError, ValueError):
+        pass
+    return exit_code
+
+
+def _to_devnull(stream: TextIO) -> None:
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):  # not backed by a descriptor (a test's capture): nothing to redirect
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def report_error(error: StateStoreError) -> int:

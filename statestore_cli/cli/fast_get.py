@@ -83,6 +83,8 @@ def answer(argv: Sequence[str], environ: dict[str, str] | None = None) -> int | 
         return None
     try:
         return _get(root, options, key, output)
+    except BrokenPipeError:
+        raise  # the value was being written: the caller ends quietly (cli.failure), no second answer
     except (StateStoreError, ValueError, OSError, sqlite3.Error):
         return None  # the full CLI explains the problem properly
 

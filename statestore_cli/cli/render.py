@@ -3,6 +3,10 @@
 The mode is decided once per command (``Output.choose``): ``json`` when asked for, else rich tables
 on a terminal and plain tab-separated lines when stdout is a pipe or a file. Stored text is always
 passed through ``safe_text``/``safe_json`` and into rich only as ``Text`` objects, never as markup.
+
+Plain and JSON stdout carry records only, for scripts: one record per line in plain output (fields
+escaped by ``plain_field``, so a tab or a line break inside a value cannot split a record), a header
+line only when asked for (``--header``); sentences for people (summaries, notes) go to stderr.
 rich is imported only when a table or a progress bar is drawn: plain and JSON output (cron, CI, a
 pipe) never pay for it.
 """
@@ -13,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from functools import cached_property
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
@@ -20,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from statestore_cli.cli.documents import entry_json, get_output, iso
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.modes import resolve
-from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
-from statestore_cli.entries import Entry
+from statestore_cli.cli.safe_text import plain_field, safe_json, safe_json_text, safe_text
+from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import InterruptedByUser, StopReason
-from statestore_cli.timestamps import human, human_iso
+from statestore_cli.timestamps import expired_before, human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
     from rich.console import Console
@@ -39,6 +44,12 @@ _STOPPED = {
     StopReason.TERMINATED: "terminated by SIGTERM",
     StopReason.MAX_RUNTIME: "--max-runtime reached",
 }
+# The columns of each kind of plain record, printed as a header line with --header.
+TASK_KEY_COLUMNS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at")
+ASSET_KEY_COLUMNS = ("store", "asset_id", "name", "uri", "key", "updated_at", "expires_at")
+EXPIRED_ROW_COLUMNS = ("dag_id", "run_id", "task_id", "map_index", "key", "expires_at")
+FIELD_COLUMNS = ("field", "value")  # db check/init and a clean's report: one field per line
+CONFIG_COLUMNS = ("option", "value", "source")
 
 
 def _expired_row_json(row: ExpiredRow) -> str:
@@ -50,6 +61,12 @@ def _expired_row_json(row: ExpiredRow) -> str:
     return line if line.isascii() and "\x7f" not in line else safe_json_text(line)
 
 
+def _seconds(duration: timedelta) -> int | float:
+    """A duration for scripts: whole seconds as an integer, else a fraction."""
+    seconds = duration.total_seconds()
+    return int(seconds) if seconds.is_integer() else seconds
+
+
 def _cell(value: object) -> Text:
     from rich.text import Text
 
@@ -57,10 +74,12 @@ def _cell(value: object) -> Text:
 
 
 class Output:
-    """Where and how one command writes: ``mode`` is table, plain or json."""
+    """Where and how one command writes: ``mode`` is table, plain or json; ``header``: plain records
+    are preceded by a line naming their columns."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, header: bool = False) -> None:
         self.mode = mode
+        self.header = header
 
     @cached_property
     def console(self) -> Console:
@@ -71,16 +90,17 @@ class Output:
         return _console(stderr=True)
 
     @classmethod
-    def choose(cls, requested: str = "auto") -> Output:
-        return cls(resolve(requested))
+    def choose(cls, requested: str = "auto", header: bool = False) -> Output:
+        return cls(resolve(requested), header)
 
     @property
     def json(self) -> bool:
         return self.mode == "json"
 
     def line(self, text: str) -> None:
-        """A message for people, already safe: on stdout except in json mode, where it goes to stderr."""
-        self._message(text, stderr=self.json)
+        """A message for people, already safe: on stdout beside a table, else on stderr (plain and JSON
+        stdout hold records only)."""
+        self._message(text, stderr=self.mode != "table")
 
     def _message(self, text: str, *, stderr: bool) -> None:
         if self.mode != "table":  # unstyled, unwrapped: what rich prints for it, without loading rich
@@ -91,29 +111,49 @@ class Output:
 
         (self.stderr if stderr else self.console).print(Text(text), soft_wrap=True)
 
+    def note(self, text: str) -> None:
+        """Something the user should know that is not the result: on stderr, in every mode."""
+        self._message(f"note: {text}", stderr=True)
+
     def write_json(self, document: Any) -> None:
         sys.stdout.write(safe_json(document) + "\n")
 
     def plain_row(self, *cells: object) -> None:
-        sys.stdout.write("\t".join("" if c is None else safe_text(c) for c in cells) + "\n")
+        sys.stdout.write("\t".join("" if c is None else plain_field(c) for c in cells) + "\n")
+
+    def plain_header(self, columns: tuple[str, ...]) -> None:
+        if self.header:
+            sys.stdout.write("\t".join(columns) + "\n")
 
     # -- keys ---------------------------------------------------------------------------------------
     def value(self, entry: Entry) -> None:
         sys.stdout.write(get_output(entry, self.mode))
 
-    def entries(self, entries: Iterable[Entry]) -> int:
+    def entries(self, entries: Iterable[Entry], filt: KeyFilter | None = None) -> int:
         if self.json:
             return self._stream_json_array(entry_json(e) for e in entries)
         if self.mode == "plain":
-            count = 0
-            for entry in entries:
-                count += 1
-                self.plain_row(*_entry_cells(entry, zone=" UTC"))
-            return count
+            return self._plain_entries(entries, filt or KeyFilter())
         from statestore_cli.cli.list_view import ListView
 
         count = ListView(self.console).render(entries)
         self.line(f"{count:,} key{'s' if count != 1 else ''}")
+        return count
+
+    def _plain_entries(self, entries: Iterable[Entry], filt: KeyFilter) -> int:
+        # Task and asset keys have different columns: with --header, each store's rows follow their own
+        # header line (task keys come first); an empty listing has the header of the first store selected.
+        count = 0
+        store = None
+        for entry in entries:
+            count += 1
+            if entry.store != store:
+                store = entry.store
+                self.plain_header(TASK_KEY_COLUMNS if store == "task" else ASSET_KEY_COLUMNS)
+            self.plain_row(*_entry_cells(entry, zone=" UTC"))
+        if count == 0:
+            only_assets = filt.store == "asset" or (filt.store is None and filt.has_asset_fields)
+            self.plain_header(ASSET_KEY_COLUMNS if only_assets else TASK_KEY_COLUMNS)
         return count
 
     def _stream_json_array(self, documents: Iterator[dict[str, Any]]) -> int:
@@ -139,6 +179,7 @@ class Output:
             if self.json:
                 return self._clean_plan_json(plan, read)
             if self.mode == "plain":
+                self.plain_header(EXPIRED_ROW_COLUMNS)
                 for row in plan.rows:
                     read[0] += 1
                     self.plain_row(
@@ -147,7 +188,7 @@ class Output:
                 count = read[0]
                 self.line(
                     f"dry run: {count:,} expired task key{'s' if count != 1 else ''} would be deleted "
-                    f"(expired before {human(plan.cutoff)})"
+                    f"({expired_before(plan.cutoff, plan.older_than)})"
                 )
                 return count
             from statestore_cli.cli.dry_run import DryRunView
@@ -172,7 +213,13 @@ class Output:
     def _clean_plan_json(self, plan: CleanPlan, read: list[int]) -> int:
         # Streamed: rows first, the count last, so memory stays flat however many rows there are.
         write = sys.stdout.write
-        write('{"dry_run": true, "cutoff": ' + safe_json(iso(plan.cutoff)) + ', "rows": [')
+        write(
+            '{"dry_run": true, "cutoff": '
+            + safe_json(iso(plan.cutoff))
+            + ', "older_than_seconds": '
+            + safe_json(_seconds(plan.older_than))
+            + ', "rows": ['
+        )
         count = 0
         lines: list[str] = []
         for row in plan.rows:
@@ -195,21 +242,21 @@ class Output:
 
     def clean_report(self, report: CleanReport) -> None:
         for note in report.notes:
-            self._message(f"note: {note.worded(FLAGS)}", stderr=True)
+            self.note(note.worded(FLAGS))
+        doc = {
+            "dry_run": False,
+            "deleted": report.deleted,
+            "complete": report.stopped is None,
+            "stopped": report.stopped,
+            "batches": report.batches,
+            "batch_size": report.batch_size,
+            "cutoff": iso(report.cutoff),
+            "older_than_seconds": _seconds(report.older_than),
+            "elapsed_seconds": round(report.elapsed, 3),
+            "rows_per_second": round(report.rows_per_second, 1),
+        }
         if self.json:
-            self.write_json(
-                {
-                    "dry_run": False,
-                    "deleted": report.deleted,
-                    "complete": report.stopped is None,
-                    "stopped": report.stopped,
-                    "batches": report.batches,
-                    "batch_size": report.batch_size,
-                    "cutoff": iso(report.cutoff),
-                    "elapsed_seconds": round(report.elapsed, 3),
-                    "rows_per_second": round(report.rows_per_second, 1),
-                }
-            )
+            self.write_json(doc)
             return
         batches = (
             f"in {report.batches:,} batch{'es' if report.batches != 1 else ''} of up to {report.batch_size:,}"
@@ -218,13 +265,16 @@ class Output:
         )
         self.line(
             f"deleted {report.deleted:,} expired task key{'s' if report.deleted != 1 else ''} {batches} "
-            f"(expired before {human(report.cutoff)}) in {report.elapsed:.1f}s, {report.rows_per_second:,.0f} rows/s"
+            f"({expired_before(report.cutoff, report.older_than)}) in {report.elapsed:.1f}s, "
+            f"{report.rows_per_second:,.0f} rows/s"
         )
         if report.stopped:
             self.line(
                 f"stopped early ({_STOPPED[report.stopped]}): every committed batch stays deleted; "
                 "run clean again to finish"
             )
+        if self.mode == "plain":  # the sentences above went to stderr; stdout gets the fields as records
+            self.plain_fields(doc)
 
     # -- assets sweep -------------------------------------------------------------------------------
     def sweep_plan(self, assets: Iterable[SweptAsset]) -> None:
@@ -255,6 +305,13 @@ class Output:
             yield advance
 
     # -- db and config ------------------------------------------------------------------------------
+    def plain_fields(self, doc: dict[str, Any]) -> None:
+        """A document as ``field<TAB>value`` records: lists joined by ", ", ``-`` for none."""
+        self.plain_header(FIELD_COLUMNS)
+        for name, value in doc.items():
+            shown = ", ".join(value) if isinstance(value, list) else value
+            self.plain_row(name, "-" if shown in (None, "") else shown)
+
     def db_report(self, report: DbReport, *, created: bool = False) -> None:
         schema = report.schema
         problem = report.problem()  # the reason the store is not usable, in the report itself too
@@ -281,9 +338,7 @@ class Output:
             self.write_json(doc)
             return
         if self.mode == "plain":
-            for name, value in doc.items():
-                shown = ", ".join(value) if isinstance(value, list) else value
-                self.plain_row(name, "-" if shown in (None, "") else shown)
+            self.plain_fields(doc)
             return
         from rich.table import Table
 
@@ -306,6 +361,7 @@ class Output:
             self.write_json({"config_file": config_file, "airflow_home": airflow_home, "options": options})
             return
         if self.mode == "plain":
+            self.plain_header(CONFIG_COLUMNS)
             for row in rows:
                 self.plain_row(f"{row.section}.{row.option}", row.value, _source(row))
             return
@@ -335,9 +391,15 @@ def _source(row: ConfigRow) -> str:
 def _console(*, stderr: bool) -> Console:
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own handling exits 1; the CLI ends a closed pipe in one place (cli.failure).
+            self.quiet = True  # and nothing more is drawn on the way out (a progress bar's last frame)
+            raise  # the BrokenPipeError being handled
+
     # NO_COLOR (no-color.org) asks for no ANSI styling at all, not only no colours.
     plain = bool(os.environ.get("NO_COLOR"))
-    return Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")
+    return _Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")
 
 
 def _entry_cells(entry: Entry, zone: str) -> tuple[object, ...]:

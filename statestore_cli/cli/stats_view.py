@@ -30,12 +30,15 @@ BUCKET_LABELS = {
     "never": "never",
 }
 NOT_APPLICABLE = "-"  # plain output's null
+# The header line of plain output (--header); the top-dag and top-asset rows carry more fields after these.
+PLAIN_COLUMNS = ("section", "name", "value")
 
 
 def show(out: Output, stats: StoreStats) -> None:
     if out.json:
         out.write_json(stats_document(stats))
     elif out.mode == "plain":
+        out.plain_header(PLAIN_COLUMNS)
         for cells in plain_rows(stats):
             out.plain_row(*(NOT_APPLICABLE if c is None else c for c in cells))
     else:

@@ -1,5 +1,5 @@
-"""What ``statestore assets sweep`` prints, grouped by asset: a JSON document, tab-separated lines,
-or a table on a terminal.
+"""What ``statestore assets sweep`` prints, grouped by asset: a JSON document, tab-separated records
+(one per key, or per asset after a real run; the summary sentence on stderr), or a table on a terminal.
 
 Stored text (asset names, uris, keys) goes through ``safe_text``/``safe_json`` and reaches rich only
 as ``Text`` objects; rich is imported only to draw the table.
@@ -39,6 +39,7 @@ def show_plan(out: Output, assets: Iterable[SweptAsset]) -> None:
         )
         return
     if out.mode == "plain":
+        out.plain_header(("asset_id", "name", "uri", "key"))
         for a in shown:
             for key in a.keys:
                 out.plain_row(a.asset_id, a.name, a.uri, key)
@@ -67,6 +68,7 @@ def show_report(out: Output, report: SweepReport) -> None:
         )
         return
     if out.mode == "plain":
+        out.plain_header(("asset_id", "name", "uri", "deleted"))
         for a in report.assets:
             out.plain_row(a.asset_id, a.name, a.uri, a.deleted)
     elif report.assets:

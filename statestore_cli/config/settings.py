@@ -23,6 +23,7 @@ from statestore_cli.errors import PARAMETER, ConfigError, Note
 
 if TYPE_CHECKING:
     import configparser
+    from datetime import timedelta
 
 BUILTIN_BACKEND = "statestore_cli.backends.metastore.MetastoreBackend"
 _BUILTIN_ALIASES = {BUILTIN_BACKEND, "statestore_cli.MetastoreBackend"}  # the public re-export, same class
@@ -107,6 +108,15 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         if text.lower() in _FALSE:
             return False
         raise _invalid(spec, raw, source, "a boolean (true/false, yes/no, on/off, 1/0)")
+    if spec.type == "duration":
+        from statestore_cli.errors import InvalidInputError
+        from statestore_cli.retention import parse_age
+
+        try:
+            parse_age(text, f"[{spec.section}] {spec.option}")
+        except InvalidInputError:
+            raise _invalid(spec, raw, source, "0 or a duration such as 12h, 2d, 1d12h or P1D") from None
+        return text  # as written, for `config show`; ``Settings`` reads it as a timedelta
     if spec.type == "class":
         if text and not _DOTTED.fullmatch(text):
             raise _invalid(spec, raw, source, "a dotted path such as mypackage.module.ClassName")
@@ -241,6 +251,12 @@ class Settings:
     @property
     def state_cleanup_batch_size(self) -> int:
         return int(self._value("state_store", "state_cleanup_batch_size"))
+
+    @property
+    def state_cleanup_older_than(self) -> timedelta:
+        from statestore_cli.retention import parse_age
+
+        return parse_age(str(self._value("state_store", "state_cleanup_older_than")), "state_cleanup_older_than")
 
     @property
     def max_value_storage_bytes(self) -> int:

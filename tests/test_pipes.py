@@ -1,0 +1,307 @@
+"""statestore in a pipe: a reader that closes early ends the command quietly (no error line, no
+traceback, exit 0 unless the command's own outcome says otherwise), and plain output is records only,
+one per line, with a header line only when ``--header`` asks for it.
+
+The closed-pipe tests run real processes: the reader is a pipe this test closes, either after the
+first line of an output larger than the pipe's buffer (64 KiB on Linux), so the writer is blocked on
+it when it closes, or before the process writes at all, so even an output that would fit in the
+buffer meets a closed pipe (at the latest when it is flushed at exit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from helpers import REALISTIC_KEY, REALISTIC_RUNS, run_cli, sql, statestore_argv
+from sqlalchemy import create_engine, text
+
+from statestore_cli import AssetScope, MetastoreBackend, TaskScope
+from statestore_cli.database import make_engine
+
+DAGS = ("etl_orders_daily", "ml_feature_store_refresh_with_a_rather_long_dag_id")
+TASKS = 25
+KEYS_PER_TASK = 40  # 2 dags x 2 runs x 25 tasks x 40 keys = 4,000 rows, 2,000 of them expired
+PIPE_BUFFER = 64 * 1024
+
+
+def seed_many(url: str, keys_per_task: int = KEYS_PER_TASK) -> int:
+    """Realistic task keys in bulk, every other one expired; returns how many expired."""
+    engine = create_engine(url)
+    now = datetime.now(UTC).replace(microsecond=0)
+    runs, rows = [], []
+    for dag_id in DAGS:
+        for run_id in REALISTIC_RUNS:
+            runs.append({"id": len(runs) + 1, "dag_id": dag_id, "run_id": run_id})
+            for task in range(TASKS):
+                for k in range(keys_per_task):
+                    expires = now - timedelta(days=3) if len(rows) % 2 else now + timedelta(days=30)
+                    rows.append(
+                        {
+                            "dag_run_id": len(runs),
+                            "task_id": f"submit_spark_job_for_partition_{task:03d}",
+                            "key": f"{REALISTIC_KEY[:52]}_{k:07d}",
+                            "dag_id": dag_id,
+                            "run_id": run_id,
+                            "value": '{"job_id": "spark-application-1764460800123_0042", "attempt": 2}',
+                            "updated_at": _stored(url, now),
+                            "expires_at": _stored(url, expires),
+                        }
+                    )
+    quote = "`" if engine.dialect.name in ("mysql", "mariadb") else '"'
+    columns = ("dag_run_id", "task_id", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
+    insert = (
+        f"INSERT INTO task_state_store (map_index, {', '.join(quote + c + quote for c in columns)}) "
+        f"VALUES (-1, {', '.join(':' + c for c in columns)})"
+    )
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO dag_run (id, dag_id, run_id) VALUES (:id, :dag_id, :run_id)"), runs)
+            conn.execute(text(insert), rows)
+    finally:
+        engine.dispose()
+    return len(rows) // 2
+
+
+def _stored(url: str, moment: datetime) -> object:
+    """A UTC timestamp as each engine's column takes it: SQLite text, MySQL naive UTC, PostgreSQL aware."""
+    if url.startswith("sqlite"):
+        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if url.startswith(("mysql", "mariadb")):
+        return moment.replace(tzinfo=None)
+    return moment
+
+
+def closed_early(*args: str, read_first_line: bool = True, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run ``statestore ARGS`` with stdout into a pipe that this test closes: after reading one line,
+    or (``read_first_line=False``) before the process has written anything. Returns exit code, the
+    line read and stderr."""
+    proc = subprocess.Popen(statestore_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline() if read_first_line else ""
+    proc.stdout.close()
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = proc.stderr.read()
+    proc.stderr.close()
+    return code, first, stderr
+
+
+def full_output(*args: str) -> str:
+    done = subprocess.run(statestore_argv(*args), capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# -- a reader that closes early ---------------------------------------------------------------------------
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql", "mariadb"], indirect=True)
+@pytest.mark.parametrize("mode", ["plain", "json", "table"])
+def test_list_larger_than_the_pipe_buffer_ends_quietly_when_the_reader_stops(db_url, mode):
+    seed_many(db_url)
+    args = ("--conn", db_url, "list", "-o", mode)
+    assert len(full_output(*args).encode()) > 2 * PIPE_BUFFER  # the writer is blocked when the pipe closes
+    code, first, stderr = closed_early(*args)
+    assert (code, stderr) == (0, "")
+    assert first.strip()
+
+
+@pytest.mark.parametrize("mode", ["plain", "json", "table"])
+def test_dry_run_ends_quietly_when_the_reader_stops(db_url, mode):
+    expired = seed_many(db_url)
+    args = ("--conn", db_url, "clean", "--dry-run", "--all", "-o", mode)
+    assert len(full_output(*args).encode()) > 2 * PIPE_BUFFER
+    code, first, stderr = closed_early(*args)
+    assert (code, stderr) == (0, "")
+    assert first.strip()
+    assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(2 * expired,)]  # a dry run deletes nothing
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("config", "show"),
+        ("config", "show", "-o", "table"),
+        ("config", "show", "-o", "json"),
+        ("db", "check", "-o", "plain"),
+        ("db", "check", "-o", "table"),
+        ("db", "check", "-o", "json"),
+        ("db", "init", "-o", "plain"),
+        ("stats",),
+        ("stats", "-o", "table"),
+        ("stats", "-o", "json"),
+        ("list", "--header"),
+        ("clean", "--dry-run"),
+        ("--help",),
+        ("list", "--help"),
+        ("db",),  # a group without a command prints its help
+        ("--version",),
+    ],
+    ids=" ".join,
+)
+def test_small_outputs_meet_a_pipe_closed_before_they_are_written(db_url, args):
+    """The output fits in the pipe's buffer, so the closed pipe shows only when it is flushed, maybe at
+    exit: still no line on stderr (not even Python's "Exception ignored ... BrokenPipeError")."""
+    seed_many(db_url, keys_per_task=1)
+    code, _, stderr = closed_early("--conn", db_url, *args, read_first_line=False)
+    assert (code, stderr) == (0, "")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast path", "full CLI"])
+def test_get_into_a_closed_pipe(db_url, fast):
+    seed_many(db_url, keys_per_task=1)
+    scope = ["--dag-id", DAGS[0], "--run-id", REALISTIC_RUNS[0], "--task-id", "submit_spark_job_for_partition_000"]
+    env = None if fast else {**os.environ, "STATESTORE_NO_FAST_PATH": "1"}
+    key = f"{REALISTIC_KEY[:52]}_{0:07d}"
+    code, _, stderr = closed_early("--conn", db_url, "get", *scope, key, read_first_line=False, env=env)
+    assert (code, stderr) == (0, "")
+
+
+def test_a_shell_pipeline_under_pipefail_succeeds(db_url):
+    """What a script does: `set -o pipefail; statestore list | head -1`, and with stderr in the pipe too."""
+    seed_many(db_url)
+    argv = " ".join(f"'{a}'" for a in statestore_argv("--conn", db_url))
+    for redirect in ("", "2>&1"):
+        script = f"set -o pipefail; {argv} list {redirect} | head -1; {argv} clean --dry-run {redirect} | head -1"
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False, timeout=120)
+        assert (done.returncode, done.stderr) == (0, ""), done
+        assert [line.split("\t")[0] for line in done.stdout.splitlines()] == ["task", DAGS[0]]
+
+
+def test_a_clean_whose_reader_is_gone_keeps_its_deletions_and_its_exit_code(db_url):
+    expired = seed_many(db_url)
+    code, _, stderr = closed_early("--conn", db_url, "clean", "-o", "plain", read_first_line=False)
+    assert code == 0
+    assert stderr.startswith(f"deleted {expired:,} expired task keys in one statement")  # the sentence, no error
+    assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(expired,)]
+    sql(db_url, "UPDATE task_state_store SET expires_at = :past", past=_stored(db_url, datetime(2020, 1, 1)))
+    # A clean stopped by --max-runtime exits 4 whether or not anyone reads its report.
+    code, _, stderr = closed_early(
+        "--conn", db_url, "clean", "--batch-size", "100", "--max-runtime", "0s", read_first_line=False
+    )
+    assert code == 4
+    assert "stopped early (--max-runtime reached)" in stderr
+    assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(expired - 100,)]
+
+
+def test_db_check_of_an_unusable_store_still_fails_when_the_reader_is_gone(tmp_path):
+    url = f"sqlite:///{tmp_path / 'missing.db'}"
+    code, _, stderr = closed_early("--conn", url, "db", "check", "-o", "plain", read_first_line=False)
+    assert code == 3
+    assert stderr == (
+        f"statestore: error: no state store at {tmp_path / 'missing.db'}: the file does not exist; "
+        "run `statestore db init`\n"
+    )
+
+
+# -- plain output: records only, --header -------------------------------------------------------------------
+def test_plain_list_is_one_record_per_key_and_a_header_per_store_only_with_header(db_url):
+    backend = MetastoreBackend(make_engine(db_url))
+    backend.set(TaskScope("etl", "r1", "extract"), "job_id", '"j-1"', expires_at=None)
+    backend.set(AssetScope(name="orders", uri="s3://b/orders"), "watermark", "1")
+    backend.engine.dispose()
+    moment = _stored(db_url, datetime(2026, 11, 29, 10, 15, 30))
+    sql(db_url, "UPDATE task_state_store SET updated_at = :t", t=moment)
+    sql(db_url, "UPDATE asset_state_store SET updated_at = :t", t=moment)
+    rows = [
+        "task\tetl\tr1\textract\t-1\tjob_id\t2026-11-29 10:15:30 UTC\tnever",
+        "asset\t1\torders\ts3://b/orders\twatermark\t2026-11-29 10:15:30 UTC\tnever",
+    ]
+    plain = run_cli("list", "-o", "plain", conn=db_url)
+    assert (plain.exit_code, plain.stdout, plain.stderr) == (0, "\n".join(rows) + "\n", "")
+    headed = run_cli("list", "-o", "plain", "--header", conn=db_url)
+    assert headed.stdout.splitlines() == [
+        "store\tdag_id\trun_id\ttask_id\tmap_index\tkey\tupdated_at\texpires_at",
+        rows[0],
+        "store\tasset_id\tname\turi\tkey\tupdated_at\texpires_at",
+        rows[1],
+    ]
+    # With no rows, the header of the store the filters select.
+    assert run_cli("list", "--header", "--dag-id", "none", conn=db_url).stdout.startswith("store\tdag_id\t")
+    assert run_cli("list", "--header", "--asset-name", "none", conn=db_url).stdout.startswith("store\tasset_id\t")
+    assert run_cli("list", "--header", "--store", "asset", "--key", "x", conn=db_url).stdout.count("\n") == 1
+    # --header is for plain output: JSON names its fields, a table has its own header.
+    assert json.loads(run_cli("list", "-o", "json", "--header", conn=db_url).stdout)[0]["key"] == "job_id"
+
+
+def test_tabs_newlines_and_backslashes_inside_values_keep_one_record_per_line(db_url):
+    awkward = "tab\there\nnew line\\n not a newline\r\u2028\x1b[31m"
+    backend = MetastoreBackend(make_engine(db_url))
+    backend.set(TaskScope("etl", "run\t1", "extract"), awkward, "1", expires_at=datetime(2020, 1, 1, tzinfo=UTC))
+    backend.engine.dispose()
+    from statestore_cli.cli.safe_text import plain_field
+
+    escaped = "tab\\there\\nnew line\\\\n not a newline\\r\\u2028\\x1b[31m"
+    assert plain_field(awkward) == escaped
+    listed = run_cli("list", conn=db_url).stdout
+    assert listed.count("\n") == 1 and listed.split("\t")[2] == "run\\t1" and listed.split("\t")[5] == escaped
+    dry = run_cli("clean", "--dry-run", conn=db_url).stdout
+    assert dry == f"etl\trun\\t1\textract\t-1\t{escaped}\t2020-01-01 00:00:00 UTC\n"
+
+
+def test_dry_run_plain_rows_on_stdout_count_on_stderr(db_url):
+    expired = seed_many(db_url)
+    dry = run_cli("clean", "--dry-run", "-o", "plain", conn=db_url)
+    lines = dry.stdout.splitlines()
+    assert len(lines) == expired and all(line.count("\t") == 5 for line in lines)  # what `wc -l` and `cut` see
+    assert dry.stderr.startswith(f"dry run: {expired:,} expired task keys would be deleted (expired before ")
+    headed = run_cli("clean", "--dry-run", "--header", conn=db_url).stdout.splitlines()
+    assert headed[0] == "dag_id\trun_id\ttask_id\tmap_index\tkey\texpires_at"
+    assert headed[1:] == lines
+
+
+def test_a_real_clean_in_plain_output_prints_its_report_as_records(db_url):
+    expired = seed_many(db_url)
+    done = run_cli("clean", "--batch-size", "300", "--header", conn=db_url)
+    assert done.exit_code == 0, done.output
+    fields = dict(line.split("\t") for line in done.stdout.splitlines())
+    assert list(fields) == [
+        "field",
+        "dry_run",
+        "deleted",
+        "complete",
+        "stopped",
+        "batches",
+        "batch_size",
+        "cutoff",
+        "older_than_seconds",
+        "elapsed_seconds",
+        "rows_per_second",
+    ]
+    assert fields["field"] == "value"
+    assert (fields["deleted"], fields["complete"], fields["stopped"]) == (str(expired), "True", "-")
+    assert (fields["batches"], fields["batch_size"]) == (str(-(-expired // 300)), "300")
+    assert fields["older_than_seconds"] == "0"
+    assert done.stderr.startswith(
+        f"deleted {expired:,} expired task keys in {-(-expired // 300)} batches of up to 300 "
+    )
+
+
+def test_config_show_db_check_and_stats_headers(db_url):
+    config = run_cli("config", "show", "--header", conn=db_url).stdout.splitlines()
+    assert config[0] == "option\tvalue\tsource"
+    assert all(line.count("\t") == 2 for line in config)
+    assert run_cli("config", "show", conn=db_url).stdout.splitlines() == config[1:]
+    check = run_cli("db", "check", "-o", "plain", "--header", conn=db_url).stdout.splitlines()
+    assert check[:3] == ["field\tvalue", "ok\tTrue", f"database\t{db_url}"]
+    assert run_cli("db", "check", "-o", "plain", conn=db_url).stdout.splitlines() == check[1:]
+    stats = run_cli("stats", "--header", conn=db_url).stdout.splitlines()
+    assert stats[0] == "section\tname\tvalue"
+    assert run_cli("stats", conn=db_url).stdout.splitlines()[0].startswith("stats\tnow\t")
+
+
+def test_messages_for_people_go_to_stderr_when_stdout_is_not_a_terminal(db_url):
+    scope = ("--dag-id", "etl", "--run-id", "r1", "--task-id", "extract")
+    results = [
+        run_cli("set", *scope, "k", "1", conn=db_url),
+        run_cli("delete", *scope, "k", conn=db_url),
+        run_cli("clear", *scope, "--yes", conn=db_url),
+        run_cli("clean", "--dry-run", conn=db_url),
+    ]
+    assert [(r.exit_code, r.stdout) for r in results] == [(0, "")] * 4
+    assert [r.stderr.split(" ")[0] for r in results] == ["set", "deleted", "nothing", "dry"]
