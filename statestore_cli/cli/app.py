@@ -508,8 +508,9 @@ def clear(
     from statestore_cli.scopes import describe_keys_of
 
     settings = _settings(ctx)
-    if _whole_run_or_dag(scope_args, all_map_indices):
-        _clear_run_or_dag(settings, scope_args.dag_id, scope_args.run_id, yes, batch_size)  # type: ignore[arg-type]
+    dag_id = _whole_run_or_dag(scope_args, all_map_indices)
+    if dag_id is not None:
+        _clear_run_or_dag(settings, dag_id, scope_args.run_id, yes, batch_size)
         return
     if batch_size is not None:
         raise InvalidInputError("--batch-size applies to a whole run or dag (--dag-id [--run-id] without --task-id)")
@@ -524,14 +525,15 @@ def clear(
     Output.choose().line(f"deleted {'keys' if removed is None else _keys(removed)} of {where}")
 
 
-def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> bool:
-    """Whether ``clear`` was given a run (--dag-id --run-id) or a dag (--dag-id) rather than a task."""
+def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> Optional[str]:
+    """The dag id when ``clear`` was given a run (--dag-id --run-id) or a dag (--dag-id) rather than a
+    task or an asset, else None."""
     if given.dag_id is None or given.task_id is not None or given.has_asset_fields:
-        return False
+        return None
     if given.map_index is not None or all_map_indices:
         flag = "--map-index" if given.map_index is not None else "--all-map-indices"
         raise InvalidInputError(f"{flag} needs --task-id; without it clear takes every task of the run or dag")
-    return True
+    return given.dag_id
 
 
 def _clear_run_or_dag(
