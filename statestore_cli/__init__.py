@@ -34,6 +34,8 @@ _EXPORTS = {
     "SchemaMissingError": "statestore_cli.errors",
     "StateStoreError": "statestore_cli.errors",
     "accessor": "statestore_cli.stores",
+    "task_instance_cleared": "statestore_cli.lifecycle",
+    "task_instance_succeeded": "statestore_cli.lifecycle",
 }
 
 __all__ = [
@@ -59,6 +61,8 @@ __all__ = [
     "TaskStateStoreAccessor",
     "accessor",
     "load_settings",
+    "task_instance_cleared",
+    "task_instance_succeeded",
 ]
 
 
@@ -88,6 +92,7 @@ if TYPE_CHECKING:
         SchemaMissingError,
         StateStoreError,
     )
+    from statestore_cli.lifecycle import task_instance_cleared, task_instance_succeeded
     from statestore_cli.retention import NEVER_EXPIRE
     from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
     from statestore_cli.stores import accessor

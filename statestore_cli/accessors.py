@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, JsonValue, stored_ref
-from statestore_cli.errors import InvalidInputError
+from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError
 from statestore_cli.retention import Retention, compute_expires_at, utcnow
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope, check_key
+from statestore_cli.scopes import AssetScope, StoreScope, TaskScope, check_key, missing_key
 
 
 class StateValueTooLargeWarning(UserWarning):
@@ -33,7 +33,11 @@ def encode_value(value: JsonValue) -> str:
     try:
         # Airflow stores json.dumps(value) as is: ASCII-escaped, so the bytes match what it writes.
         return json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
+        if "Out of range float" in str(exc):  # NaN, Infinity: Python writes them, JSON has no such values
+            raise InvalidInputError("the value contains NaN or Infinity, which JSON cannot hold") from None
+        raise InvalidInputError(f"the value is not JSON-serialisable: {exc}") from None
+    except TypeError as exc:
         raise InvalidInputError(f"the value is not JSON-serialisable: {exc}") from None
 
 
@@ -77,6 +81,23 @@ class _Accessor:
                 raise InvalidInputError(f"{message}; raise the limit or store a smaller value")
             warnings.warn(message, StateValueTooLargeWarning, stacklevel=3)
         return stored
+
+    def replace(self, key: str, value: JsonValue) -> None:
+        """Replace the value of an existing key, keeping its ``expires_at`` (the metastore only);
+        a key that does not exist raises ``NotFoundError`` and nothing is written."""
+        from statestore_cli.backends.metastore import MetastoreBackend  # SQLAlchemy only when needed
+
+        if not isinstance(self.backend, MetastoreBackend):
+            name = type(self.backend).__name__
+            raise BackendError(f"replacing a value and keeping its expiry needs the metastore backend, not {name}")
+        if (
+            self.worker_backend is not None
+            and self.backend.get(self.scope, check_key(key), session=self.session) is None
+        ):
+            raise missing_key(self.scope, key)  # before the hook writes a payload no row would refer to
+        stored = self._stored_form(check_key(key), value)
+        if self.backend.replace(self.scope, key, stored, session=self.session) == 0:
+            raise missing_key(self.scope, key)
 
     def decode(self, stored: str, key: str | None = None) -> JsonValue:
         """A stored JSON string as ``get`` returns it (a worker-side reference resolved). A value that
@@ -148,6 +169,16 @@ class TaskStateStoreAccessor(_Accessor):
         stored = self._stored_form(check_key(key), value)
         self.backend.set(self.scope, key, stored, expires_at=expires_at, session=self.session)
         return expires_at
+
+    def set_until(self, key: str, value: JsonValue, expires_at: datetime) -> None:
+        """Write the key with an explicit expiry instant (timezone-aware; stored in UTC)."""
+        if expires_at.tzinfo is None:
+            raise InvalidInputError(
+                f"{PARAMETER} {expires_at.isoformat()} has no time zone; give one, e.g. +00:00 or Z",
+                parameter="expires_at",
+            )
+        stored = self._stored_form(check_key(key), value)
+        self.backend.set(self.scope, key, stored, expires_at=expires_at.astimezone(UTC), session=self.session)
 
     def clear(self, all_map_indices: bool = False) -> None:
         self.backend.clear(self.scope, all_map_indices=all_map_indices, session=self.session)

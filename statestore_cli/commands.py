@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.accessors import TaskStateStoreAccessor
@@ -42,6 +42,15 @@ if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` ne
 
 
 # -- db ------------------------------------------------------------------------------------------------
+class StoreCounts(NamedTuple):
+    """How many rows each store holds, and how many task rows a clean at ``now`` would delete."""
+
+    task_keys: int
+    task_keys_expired: int
+    asset_keys: int
+    now: datetime
+
+
 class DbReport(NamedTuple):
     database: str
     engine: str
@@ -49,6 +58,8 @@ class DbReport(NamedTuple):
     backend: str
     created: tuple[str, ...] = ()
     error: str | None = None
+    airflow_version: str | None = None  # an Airflow database: the release its alembic revision belongs to
+    counts: StoreCounts | None = None  # an Airflow database with the state store: its rows
 
     @property
     def usable(self) -> bool:
@@ -58,6 +69,15 @@ class DbReport(NamedTuple):
         """Why the store is not usable, as the error to raise; None when it is usable."""
         if self.error is not None:
             return DatabaseError(self.error)
+        if not self.schema.usable and self.schema.mode == "airflow":
+            from statestore_cli.airflow_versions import STATE_STORE_SINCE
+
+            release = f" {self.airflow_version}" if self.airflow_version else ""
+            return SchemaMissingError(
+                f"this is an Airflow{release} metadata database (revision {self.schema.alembic_revision}) without the "
+                f"state store, which needs Airflow {STATE_STORE_SINCE} or later: upgrade Airflow and run "
+                "`airflow db migrate`"
+            )
         if not self.schema.usable:
             return SchemaMissingError(
                 f"the state store is not usable: missing tables {', '.join(self.schema.missing)}; "
@@ -84,7 +104,27 @@ def db_check(settings: Settings) -> DbReport:
         return DbReport(mask_url(url), url.get_backend_name(), unknown, settings.backend, error=str(exc))
     if not settings.uses_builtin_backend:
         open_backend(settings)  # a custom backend that cannot load makes the store unusable
-    return DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend)
+    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend)
+    if state.mode != "airflow":
+        return report
+    from statestore_cli.airflow_versions import airflow_version
+
+    counts = _store_counts(store, utcnow()) if state.usable else None
+    return report._replace(airflow_version=airflow_version(state.alembic_revision), counts=counts)
+
+
+def _store_counts(store: MetastoreBackend, now: datetime) -> StoreCounts:
+    from sqlalchemy import func, select
+
+    from statestore_cli.cleanup import expired
+    from statestore_cli.schema import asset_state_store, task_state_store
+
+    with store.connection() as conn:
+        count = select(func.count()).select_from(task_state_store)
+        tasks = int(conn.execute(count).scalar_one())
+        stale = int(conn.execute(count.where(expired(now))).scalar_one())
+        assets = int(conn.execute(select(func.count()).select_from(asset_state_store)).scalar_one())
+    return StoreCounts(tasks, stale, assets, now)
 
 
 # -- keys ----------------------------------------------------------------------------------------------
@@ -141,6 +181,33 @@ def set_value(
         )
     acc.set(key, value)
     return None
+
+
+def set_value_until(
+    settings: Settings, scope: StoreScope, key: str, value: JsonValue, expires_at: datetime, *, force: bool = False
+) -> datetime:
+    """Write a task key that expires at ``expires_at`` (timezone-aware); an instant already past is
+    refused unless ``force`` (the next clean deletes such a key). Returns the stored expiry, in UTC."""
+    if not isinstance(scope, TaskScope):
+        raise InvalidInputError(
+            f"{PARAMETER} applies to task keys only; asset keys never expire", parameter="expires_at"
+        )
+    acc = accessor(settings, scope, oversize="error")
+    assert isinstance(acc, TaskStateStoreAccessor)
+    if expires_at.tzinfo is not None and expires_at <= utcnow() and not force:
+        raise InvalidInputError(
+            f"the expiry {expires_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC is in the past: the next clean would "
+            f"delete the key; pass {PARAMETER} to write it anyway",
+            parameter="force",
+        )
+    acc.set_until(key, value, expires_at)
+    return expires_at.astimezone(UTC)
+
+
+def replace_value(settings: Settings, scope: StoreScope, key: str, value: JsonValue) -> None:
+    """Replace an existing key's value and keep its expiry (Airflow's PATCH); a missing key is a
+    ``NotFoundError`` and nothing is written."""
+    accessor(settings, scope, oversize="error").replace(key, value)
 
 
 def delete_key(settings: Settings, scope: StoreScope, key: str) -> int | None:

@@ -114,3 +114,18 @@ def compute_expires_at(retention: Retention, default_retention_days: int, now: d
         return now + check_duration(retention)
     except OverflowError:
         raise InvalidInputError(f"a retention of {retention} reaches past the year 9999; use NEVER_EXPIRE") from None
+
+
+def parse_instant(text: str, what: str) -> datetime:
+    """An ISO 8601 instant that names its time zone (``2026-12-01T00:00:00Z``, ``...+02:00``)."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInputError(
+            f"invalid {what} {text!r}: use an ISO 8601 timestamp with a time zone, e.g. 2026-12-01T00:00:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        raise InvalidInputError(
+            f"{what} {text!r} has no time zone; add one, e.g. {text.strip()}Z or {text.strip()}+00:00"
+        )
+    return moment

@@ -165,7 +165,49 @@ def test_airflow_3_2_database_without_state_store_is_not_altered(tmp_path):
     doc = json.loads(check.stdout)
     assert doc["ok"] is False and doc["mode"] == "airflow"
     assert set(doc["tables_missing"]) == {"task_state_store", "asset_state_store"}
+    assert (doc["airflow_version"], doc["task_keys"], doc["asset_keys"]) == ("3.2.0", None, None)
+    assert check.stderr == (
+        "statestore: error: this is an Airflow 3.2.0 metadata database (revision 1d6611b6ab7c) without the "
+        "state store, which needs Airflow 3.3.0 or later: upgrade Airflow and run `airflow db migrate`\n"
+    )
     assert path.read_bytes() == before
+
+
+def test_db_check_names_the_airflow_release_and_counts_both_stores(tmp_path):
+    path = fixture(AIRFLOW_332, tmp_path)
+    conn = f"sqlite:///{path}"
+    _add_dag_run(path, "etl", "manual__1")
+    with sqlite3.connect(path) as db:
+        db.execute(
+            'INSERT INTO asset (name, uri, "group", extra, created_at, updated_at) '
+            "VALUES ('orders', 's3://orders', 'asset', '{}', :t, :t)",
+            {"t": "2026-11-01 00:00:00.000000"},
+        )
+        db.execute("INSERT INTO asset_active (name, uri) VALUES ('orders', 's3://orders')")
+    task = ["--dag-id", "etl", "--run-id", "manual__1", "--task-id", "t"]
+    for key, when in (
+        ("old", "2020-01-01T00:00:00Z"),
+        ("older", "2019-01-01T00:00:00Z"),
+        ("new", "2099-01-01T00:00:00Z"),
+    ):
+        assert run_cli("set", *task, key, "1", "--expires-at", when, "--force", conn=conn).exit_code == 0
+    assert run_cli("set", "--asset-name", "orders", "watermark", "1", conn=conn).exit_code == 0
+    check = run_cli("db", "check", "-o", "json", conn=conn)
+    assert check.exit_code == 0, check.output
+    doc = json.loads(check.stdout)
+    assert (doc["airflow_version"], doc["task_keys"], doc["task_keys_expired"], doc["asset_keys"]) == (
+        "3.3.0",
+        3,
+        2,
+        1,
+    )
+    plain = run_cli("db", "check", "-o", "plain", conn=conn).stdout.splitlines()
+    assert plain[-4:] == ["airflow_version\t3.3.0", "task_keys\t3", "task_keys_expired\t2", "asset_keys\t1"]
+
+
+def test_db_check_on_a_standalone_store_has_no_airflow_fields(db_url):
+    doc = json.loads(run_cli("db", "check", "-o", "json", conn=db_url).stdout)
+    assert doc["mode"] == "standalone" and "airflow_version" not in doc and "task_keys" not in doc
 
 
 AIRFLOW_332_PG = FIXTURES / "airflow-3.3.2-postgres-schema.sql"
@@ -204,6 +246,7 @@ def test_airflow_postgres_database_is_read_and_cleaned_in_place(airflow_postgres
 
     doc = json.loads(run("db", "check", "-o", "json").stdout)
     assert (doc["ok"], doc["mode"], doc["alembic_revision"]) == (True, "airflow", "d2f4e1b3c5a7")
+    assert (doc["airflow_version"], doc["task_keys"], doc["task_keys_expired"], doc["asset_keys"]) == ("3.3.0", 0, 0, 0)
     sql(
         airflow_postgres,
         "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, clear_number, span_status) "
@@ -222,5 +265,7 @@ def test_airflow_postgres_database_is_read_and_cleaned_in_place(airflow_postgres
     assert types["expires_at"] == types["updated_at"] == "timestamp with time zone"
     plan = json.loads(run("clean", "--dry-run", "-o", "json").stdout)
     assert [r["key"] for r in plan["rows"]] == ["gone"]
+    doc = json.loads(run("db", "check", "-o", "json").stdout)
+    assert (doc["task_keys"], doc["task_keys_expired"], doc["asset_keys"]) == (2, 1, 0)
     assert json.loads(run("clean", "--batch-size", "10", "-o", "json").stdout)["deleted"] == 1
     assert json.loads(run("get", *task, "kept").stdout) == {"job": 1}

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, func, or_, select
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.sql import ColumnElement
 
@@ -201,6 +201,25 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             "last_updated_by_map_index": task.map_index if task else None,
         }
         return upsert(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"))
+
+    def replace(self, scope: StoreScope, key: str, value: str, *, session: Any = None) -> int:
+        """Replace the value of an existing key and keep its ``expires_at`` (an asset key: now written
+        by ``api``); returns the rows changed, 0 when the key does not exist (nothing is created)."""
+        now = utcnow()
+        with self.connection(session) as conn:
+            if isinstance(scope, TaskScope):
+                stmt = update(_task).where(self._task_where(scope, key)).values(value=value, updated_at=now)
+                return int(conn.execute(stmt).rowcount)
+            asset_id = self._asset_id(conn, scope, create=False)
+            if asset_id is None:
+                return 0
+            writer = {f"last_updated_by_{f}": None for f in ("dag_id", "run_id", "task_id", "map_index")}
+            stmt = (
+                update(_asset_kv)
+                .where(_asset_kv.c.asset_id == asset_id, _asset_kv.c.key == key)
+                .values(value=value, updated_at=now, last_updated_by_kind="api", **writer)
+            )
+            return int(conn.execute(stmt).rowcount)
 
     def delete(self, scope: StoreScope, key: str, *, session: Any = None) -> int:
         return self._delete(scope, key, all_map_indices=False, session=session)

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
@@ -37,7 +37,7 @@ from statestore_cli.errors import (
     StateStoreError,
     first_line,
 )
-from statestore_cli.retention import parse_age, parse_duration, parse_retention, utcnow
+from statestore_cli.retention import parse_age, parse_duration, parse_instant, parse_retention, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
     from statestore_cli.cleanup import CleanReport
@@ -256,9 +256,21 @@ config_app = typer.Typer(
     epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"),
     no_args_is_help=True,
 )
+assets_app = typer.Typer(
+    help="Sweep the keys of inactive assets; delete an asset of a standalone store.",
+    epilog=_examples("assets sweep --dry-run", "assets sweep", "assets delete --asset-name orders --yes"),
+    no_args_is_help=True,
+)
+runs_app = typer.Typer(
+    help="Delete a dag run of a standalone store, with its keys.",
+    epilog=_examples("runs delete --dag-id etl --run-id manual__1 --yes"),
+    no_args_is_help=True,
+)
 app.add_typer(db_app, name="db")
 app.add_typer(backend_app, name="backend")
 app.add_typer(config_app, name="config")
+app.add_typer(assets_app, name="assets")
+app.add_typer(runs_app, name="runs")
 
 
 @dataclass
@@ -438,16 +450,56 @@ def set_(
     string: Annotated[
         bool, typer.Option("--string", help="Store VALUE as a JSON string instead of parsing it.")
     ] = False,
+    keep_expiry: Annotated[
+        bool,
+        typer.Option(
+            "--keep-expiry", help="Replace the value of an existing key and keep its expiry; a missing key exits 1."
+        ),
+    ] = False,
+    expires_at: Annotated[
+        Optional[str],
+        typer.Option(
+            "--expires-at",
+            metavar="TIMESTAMP",
+            help="Expire at this instant, ISO 8601 with a time zone (2026-12-01T00:00:00Z); task keys only.",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --expires-at: accept an instant in the past.")] = False,
 ) -> None:
-    """Write a key (insert or replace)."""
+    """Write a key (insert or replace).
+
+    Keys may hold any characters, `/` and spaces included; a value is refused when it is JSON null,
+    NaN or Infinity, or larger than max_value_storage_bytes (exit 2)."""
     from statestore_cli import commands
 
     scope = scope_of(scope_args)
+    _check_expiry_options(retention, keep_expiry, expires_at, force)
     parsed_retention = parse_retention(retention) if retention is not None else None
+    instant = parse_instant(expires_at, "--expires-at") if expires_at is not None else None
     document = read_value(value, as_string=string)
-    expires_at = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
-    expiry = "never expires" if expires_at is None else f"expires {expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    if keep_expiry:
+        commands.replace_value(_settings(ctx), scope, key, document)
+        Output.choose().line(f"replaced '{safe_text(key)}' for {safe_text(scope.describe())} (expiry kept)")
+        return
+    stored: Optional[datetime]
+    if instant is not None:
+        stored = commands.set_value_until(_settings(ctx), scope, key, document, instant, force=force)
+    else:
+        stored = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
+    expiry = "never expires" if stored is None else f"expires {stored:%Y-%m-%d %H:%M:%S} UTC"
     Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
+
+
+def _check_expiry_options(retention: Optional[str], keep_expiry: bool, expires_at: Optional[str], force: bool) -> None:
+    given = [
+        flag
+        for flag, on in (("--retention", retention), ("--keep-expiry", keep_expiry), ("--expires-at", expires_at))
+        if on
+    ]
+    if len(given) > 1:
+        raise InvalidInputError(f"{' and '.join(given)} each decide the expiry; give one of them")
+    if force and expires_at is None:
+        raise InvalidInputError("--force goes with --expires-at (to accept an instant in the past)")
 
 
 @app.command("delete", epilog=_examples(f"delete {_TASK} job_id"))
@@ -468,7 +520,12 @@ def delete(
 
 @app.command(
     "clear",
-    epilog=_examples(f"clear {_TASK}", "clear --dag-id etl --run-id manual__1 --task-id load --all-map-indices --yes"),
+    epilog=_examples(
+        f"clear {_TASK}",
+        "clear --dag-id etl --run-id manual__1 --task-id load --all-map-indices --yes",
+        "clear --dag-id etl --run-id manual__1 --yes",
+        "clear --dag-id etl --batch-size 10000 --yes",
+    ),
 )
 @with_scope_options
 def clear(
@@ -478,30 +535,83 @@ def clear(
         bool, typer.Option("--all-map-indices", help="Clear every map index of the task.")
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--batch-size",
+            min=0,
+            metavar="N",
+            help="A whole run or dag: keys per committed batch; 0 = one statement. "
+            f"Default: {_section('state_store')} state_cleanup_batch_size.",
+        ),
+    ] = None,
 ) -> None:
-    """Delete every key of a scope.
+    """Delete every key of a scope, of a whole run, or of a whole dag.
 
+    --dag-id with --run-id and no --task-id clears every task key of the run; --dag-id alone every
+    task key of the dag, in batches of --batch-size.
     Counts the keys first: with none it says so and exits 0.
     Then it asks on a terminal; anywhere else it needs --yes.
     Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130."""
     from statestore_cli import commands
     from statestore_cli.scopes import describe_keys_of
 
-    scope = scope_of(scope_args)
     settings = _settings(ctx)
+    dag_id = _whole_run_or_dag(scope_args, all_map_indices)
+    if dag_id is not None:
+        _clear_run_or_dag(settings, dag_id, scope_args.run_id, yes, batch_size)
+        return
+    if batch_size is not None:
+        raise InvalidInputError("--batch-size applies to a whole run or dag (--dag-id [--run-id] without --task-id)")
+    scope = scope_of(scope_args)
     where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
     count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
     if count == 0:
         Output.choose().line(f"nothing to clear: no keys for {where}")
         return
-    if not yes:
-        if not sys.stdin.isatty():
-            raise InvalidInputError("clear deletes keys and stdin is not a terminal to confirm on; pass --yes")
-        what = "all keys" if count is None else _keys(count)
-        if not _confirm(f"Delete {what} of {where}? [y/N] "):
-            raise NotConfirmedError("nothing deleted (not confirmed)")
+    _confirm_delete(yes, "clear deletes keys", f"Delete {'all keys' if count is None else _keys(count)} of {where}?")
     removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
     Output.choose().line(f"deleted {'keys' if removed is None else _keys(removed)} of {where}")
+
+
+def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> Optional[str]:
+    """The dag id when ``clear`` was given a run (--dag-id --run-id) or a dag (--dag-id) rather than a
+    task or an asset, else None."""
+    if given.dag_id is None or given.task_id is not None or given.has_asset_fields:
+        return None
+    if given.map_index is not None or all_map_indices:
+        flag = "--map-index" if given.map_index is not None else "--all-map-indices"
+        raise InvalidInputError(f"{flag} needs --task-id; without it clear takes every task of the run or dag")
+    return given.dag_id
+
+
+def _clear_run_or_dag(
+    settings: Settings, dag_id: str, run_id: Optional[str], yes: bool, batch_size: Optional[int]
+) -> None:
+    from statestore_cli import lifecycle
+
+    if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
+        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
+    where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
+    whole = "every task of the run" if run_id is not None else "every run and task of the dag"
+    count = lifecycle.count_task_keys(settings, dag_id, run_id)
+    if count == 0:
+        Output.choose().line(f"nothing to clear: no task keys for {where}")
+        return
+    _confirm_delete(yes, "clear deletes keys", f"Delete {_keys(count)} of {where} ({whole})?")
+    removed, batches = lifecycle.clear_task_keys(settings, dag_id, run_id, batch_size)
+    plural = "es" if batches != 1 else ""
+    Output.choose().line(f"deleted {_keys(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
+
+
+def _confirm_delete(yes: bool, action: str, question: str) -> None:
+    """The confirmation rule of every deleting command: --yes, or y/yes typed at a terminal."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InvalidInputError(f"{action} and stdin is not a terminal to confirm on; pass --yes")
+    if not _confirm(f"{question} [y/N] "):
+        raise NotConfirmedError("nothing deleted (not confirmed)")
 
 
 def _keys(count: int) -> str:
@@ -948,6 +1058,93 @@ def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, heade
     decided(ctx, report)
     out.backend_check(report)
     return report
+
+
+# -- assets and runs --------------------------------------------------------------------------------
+@assets_app.command(
+    "sweep", epilog=_examples("assets sweep --dry-run", "assets sweep --batch-size 1000", "assets sweep -o json")
+)
+def assets_sweep(
+    ctx: typer.Context,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")] = False,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--batch-size",
+            min=0,
+            max=_MAX_BATCH_SIZE,
+            metavar="N",
+            help="Keys per committed batch; 0 = one statement per asset. "
+            f"Default: {_section('state_store')} state_cleanup_batch_size.",
+        ),
+    ] = None,
+    output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
+) -> None:
+    """Delete the keys of assets that are no longer active.
+
+    An asset is inactive when it has no asset_active row (Airflow removes that row when no dag
+    uses the asset any more). Active assets' keys stay. Listed and deleted grouped by asset."""
+    from statestore_cli import lifecycle
+
+    out = _output(output, header)
+    settings = _settings(ctx)
+    if dry_run:
+        out.sweep_plan(lifecycle.plan_sweep(settings))
+        return
+    out.sweep_report(lifecycle.sweep(settings, batch_size))
+
+
+@assets_app.command("delete", epilog=_examples("assets delete --asset-name orders", "assets delete --asset-id 7 --yes"))
+def assets_delete(
+    ctx: typer.Context,
+    asset_name: Annotated[Optional[str], typer.Option("--asset-name", help="Asset name.")] = None,
+    asset_uri: Annotated[Optional[str], typer.Option("--asset-uri", help="Asset URI.")] = None,
+    asset_id: Annotated[Optional[int], typer.Option("--asset-id", help="Asset id (as in the asset table).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete an asset of a standalone store; its keys go with it.
+
+    Active or not. Refused on an Airflow database (exit 2): there Airflow owns its assets.
+    Asks on a terminal; anywhere else it needs --yes."""
+    from statestore_cli import lifecycle
+    from statestore_cli.scopes import AssetScope
+
+    settings = _settings(ctx)
+    if asset_name is None and asset_uri is None and asset_id is None:
+        raise InvalidInputError("assets delete needs --asset-name, --asset-uri or --asset-id")
+    scope = AssetScope(asset_id=asset_id, name=asset_name, uri=asset_uri)
+    lifecycle.require_standalone(settings, "delete assets")
+    found = lifecycle.find_asset(settings, scope)
+    where = safe_text(f"asset_id={found.asset_id} name={found.name} uri={found.uri}")
+    _confirm_delete(yes, "assets delete deletes an asset", f"Delete {where} and its {_keys(found.keys)}?")
+    gone = lifecycle.delete_asset(settings, scope)
+    Output.choose().line(f"deleted {where} and its {_keys(gone.keys)}")
+
+
+@runs_app.command("delete", epilog=_examples("runs delete --dag-id etl --run-id manual__1 --yes"))
+def runs_delete(
+    ctx: typer.Context,
+    dag_id: Annotated[str, typer.Option("--dag-id", help="DAG id of the run.")],
+    run_id: Annotated[str, typer.Option("--run-id", help="Run id.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a dag run of a standalone store; its task keys go with it.
+
+    A run that does not exist exits 1. Refused on an Airflow database (exit 2): there Airflow owns
+    its runs. Asks on a terminal; anywhere else it needs --yes."""
+    from statestore_cli import lifecycle
+    from statestore_cli.errors import NotFoundError
+
+    settings = _settings(ctx)
+    where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
+    lifecycle.require_standalone(settings, "delete dag runs")
+    keys = lifecycle.count_run_keys(settings, dag_id, run_id)
+    if keys is None:
+        raise NotFoundError(f"no dag run {where}")
+    _confirm_delete(yes, "runs delete deletes a run", f"Delete the dag run {where} and its {_keys(keys)}?")
+    removed = lifecycle.delete_run(settings, dag_id, run_id)
+    Output.choose().line(f"deleted the dag run {where} and its {_keys(removed)}")
 
 
 # -- config -----------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ FLAGS = {
     "connect_timeout_override": "--connect-timeout",
     "exclusive": "--exclusive",
     "grace": "--grace",
+    "expires_at": "--expires-at",
+    "force": "--force",
     "lock_seconds": "--lock-timeout",
     "metrics_file": "--metrics-file",
     "older_than": "--older-than",

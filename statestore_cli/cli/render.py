@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from statestore_cli.backend_check import CheckReport
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
+    from statestore_cli.lifecycle import SweepReport, SweptAsset
     from statestore_cli.orphans import OrphanReport
     from statestore_cli.stats import StoreStats
     from statestore_cli.transfer import ExportSummary, ImportSummary
@@ -340,6 +341,17 @@ class Output:
         for line in lines:
             self._message(line, stderr=True)
 
+    # -- assets sweep -------------------------------------------------------------------------------
+    def sweep_plan(self, assets: Iterable[SweptAsset]) -> None:
+        from statestore_cli.cli.sweep_view import show_plan  # its own module: tables, plain lines, JSON
+
+        show_plan(self, assets)
+
+    def sweep_report(self, report: SweepReport) -> None:
+        from statestore_cli.cli.sweep_view import show_report
+
+        show_report(self, report)
+
     # -- progress -----------------------------------------------------------------------------------
     @property
     def shows_progress(self) -> bool:
@@ -379,6 +391,12 @@ class Output:
             "backend": report.backend,
             "error": None if problem is None else str(problem),
         }
+        if schema.mode == "airflow":  # Airflow's own database: its release and what its stores hold
+            counts = report.counts
+            doc["airflow_version"] = report.airflow_version
+            doc["task_keys"] = None if counts is None else counts.task_keys
+            doc["task_keys_expired"] = None if counts is None else counts.task_keys_expired
+            doc["asset_keys"] = None if counts is None else counts.asset_keys
         if created:
             doc["tables_created"] = list(report.created)
         if self.json:

@@ -14,7 +14,7 @@ def read_value(raw: str, *, as_string: bool) -> Any:
     if as_string:
         return text
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(
             f"VALUE is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
@@ -23,3 +23,10 @@ def read_value(raw: str, *, as_string: bool) -> Any:
     if value is None:
         raise InvalidInputError("VALUE is JSON null, which cannot be stored; delete the key instead")
     return value
+
+
+def _not_json(name: str) -> None:
+    # Python's json module reads NaN, Infinity and -Infinity; JSON itself (and Airflow's API) refuses them.
+    raise InvalidInputError(
+        f'VALUE contains {name}, which JSON does not allow; store a number, or a string such as "{name}"'
+    )

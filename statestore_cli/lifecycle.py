@@ -1,0 +1,444 @@
+"""The rules that remove keys other than by expiry.
+
+- The orphan sweep: asset keys of assets that are no longer active (no ``asset_active`` row). The
+  dry run and the real run share ``inactive()``; the real run deletes asset by asset, in batches of
+  keys, and each delete re-checks that the asset is still inactive, so an asset reactivated while
+  the sweep runs keeps its keys.
+- Clearing every task key of a run or of a dag, in batches.
+- Deleting a run or an asset of a standalone store: the foreign keys' ``ON DELETE CASCADE`` removes
+  its keys, as in Airflow. Refused on an Airflow database, whose runs and assets are Airflow's.
+- The two task-instance events an integration reports: success (``clear_on_success``) and being
+  cleared for a re-run (``keep_task_state``).
+
+Where a worker-side backend is configured, its ``clear()`` runs for each scope whose rows went, after
+they are gone (the database reference first, then the external payload).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from sqlalchemy import and_, delete, exists, func, select
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import ColumnElement
+
+from statestore_cli.backends.base import BaseStoreBackend
+from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.config import Settings
+from statestore_cli.database import retry_deadlocks, translate_errors
+from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.scopes import AssetScope, TaskScope
+from statestore_cli.stores import open_backend, open_worker_backend
+
+_task = task_state_store
+_akv = asset_state_store
+
+
+# -- the orphan sweep -------------------------------------------------------------------------------------
+class SweepRow(NamedTuple):
+    """One asset key the sweep deletes."""
+
+    asset_id: int
+    name: str
+    uri: str
+    key: str
+
+
+class SweptAsset(NamedTuple):
+    """One inactive asset and its keys: the keys a dry run lists, or how many a real run deleted."""
+
+    asset_id: int
+    name: str
+    uri: str
+    keys: tuple[str, ...]
+    deleted: int
+
+
+class SweepReport(NamedTuple):
+    deleted: int
+    batches: int
+    batch_size: int
+    assets: tuple[SweptAsset, ...]
+    elapsed: float
+
+
+def inactive() -> ColumnElement[bool]:
+    """The one selection both runs use: asset keys whose asset has no ``asset_active`` row."""
+    active = (
+        select(asset.c.id)
+        .join(asset_active, and_(asset_active.c.name == asset.c.name, asset_active.c.uri == asset.c.uri))
+        .where(asset.c.id == _akv.c.asset_id)
+        .correlate(_akv)  # only the key's row: the subquery's own asset is the joined one
+    )
+    return ~exists(active)
+
+
+def iter_inactive(engine: Engine) -> Iterator[SweepRow]:
+    """What a sweep deletes, ordered by asset name, uri and key; streamed."""
+    query = (
+        select(asset.c.id, asset.c.name, asset.c.uri, _akv.c.key)
+        .join(asset, asset.c.id == _akv.c.asset_id)
+        .where(inactive())
+        .order_by(asset.c.name, asset.c.uri, asset.c.id, _akv.c.key)
+    )
+    with translate_errors(engine), engine.connect() as conn:
+        for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
+            for asset_id, name, uri, key in chunk:
+                yield SweepRow(asset_id, name, uri, key)
+
+
+def by_asset(rows: Iterator[SweepRow]) -> Iterator[SweptAsset]:
+    """``iter_inactive`` rows grouped by asset (they come ordered by it)."""
+    current: SweepRow | None = None
+    keys: list[str] = []
+    for row in rows:
+        if current is not None and row.asset_id != current.asset_id:
+            yield SweptAsset(current.asset_id, current.name, current.uri, tuple(keys), 0)
+            keys = []
+        current = row
+        keys.append(row.key)
+    if current is not None:
+        yield SweptAsset(current.asset_id, current.name, current.uri, tuple(keys), 0)
+
+
+def sweep_inactive(
+    engine: Engine, batch_size: int, worker: BaseStoreBackend | None = None, pause: Callable[[float], None] = time.sleep
+) -> SweepReport:
+    """Delete what ``iter_inactive`` lists: per asset in one statement, or ``batch_size`` keys per commit."""
+    if batch_size < 0:
+        raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
+    started = time.monotonic()
+    query = (
+        select(asset.c.id, asset.c.name, asset.c.uri)
+        .distinct()
+        .join(_akv, _akv.c.asset_id == asset.c.id)
+        .where(inactive())
+        .order_by(asset.c.name, asset.c.uri, asset.c.id)
+    )
+    with translate_errors(engine):
+        if batch_size == 0:
+            swept, batches = _sweep_at_once(engine)
+            _clear_worker_assets(worker, swept)
+            return SweepReport(sum(a.deleted for a in swept), batches, 0, tuple(swept), time.monotonic() - started)
+        with engine.connect() as conn:
+            candidates = conn.execute(query).all()
+        swept = []
+        batches = 0
+        for asset_id, name, uri in candidates:
+            where = and_(_akv.c.asset_id == asset_id, inactive())
+            deleted, used = _delete_batched(engine, _akv.c.key, where, batch_size, pause)
+            batches += used
+            if deleted:
+                swept.append(SweptAsset(asset_id, name, uri, (), deleted))
+                _clear_worker_assets(worker, swept[-1:])
+    return SweepReport(sum(a.deleted for a in swept), batches, batch_size, tuple(swept), time.monotonic() - started)
+
+
+def _sweep_at_once(engine: Engine) -> tuple[list[SweptAsset], int]:
+    """The sweep in one statement and one transaction (one commit, where a commit per asset would cost
+    a sync each on SQLite). The per-asset counts are those of the rows deleted: ``DELETE ... RETURNING``
+    where the engine has it, else (MySQL) the rows are locked as they are counted, then deleted."""
+    with engine.connect() as conn, conn.begin():
+        if conn.dialect.delete_returning:
+            gone = Counter(conn.execute(delete(_akv).where(inactive()).returning(_akv.c.asset_id)).scalars())
+        else:
+            gone = Counter(conn.execute(select(_akv.c.asset_id).where(inactive()).with_for_update()).scalars())
+            deleted = _checked(conn.execute(delete(_akv).where(inactive())).rowcount)
+            if deleted != sum(gone.values()):
+                raise BackendError(f"the sweep counted {sum(gone.values())} keys and deleted {deleted}")
+        names = conn.execute(select(asset.c.id, asset.c.name, asset.c.uri).where(asset.c.id.in_(list(gone)))).all()
+    swept = sorted((SweptAsset(i, n, u, (), gone[i]) for i, n, u in names), key=lambda a: (a.name, a.uri, a.asset_id))
+    return swept, 1 if gone else 0
+
+
+def _clear_worker_assets(worker: BaseStoreBackend | None, swept: list[SweptAsset]) -> None:
+    for a in swept if worker is not None else ():
+        worker.clear(AssetScope(asset_id=a.asset_id, name=a.name, uri=a.uri))  # type: ignore[union-attr]
+
+
+# -- batched deletes --------------------------------------------------------------------------------------
+def _delete_batched(
+    engine: Engine,
+    order: ColumnElement[object],
+    where: ColumnElement[bool],
+    batch_size: int,
+    pause: Callable[[float], None],
+    walk: ColumnElement[bool] | None = None,
+) -> tuple[int, int]:
+    """Delete the rows ``where`` selects, ``batch_size`` per transaction walking ``order`` (a unique
+    column within ``where``), or all in one statement with 0; returns (rows deleted, batches).
+
+    A batch finds the value that ends the next ``batch_size`` rows and deletes the rows up to it: no
+    ``LIMIT`` in a sub-select (MySQL refuses one) and no list of keys sent back to the server. Every
+    delete repeats the selection, so a row that stopped matching since it was counted stays. ``walk``
+    is the same selection written so that the engine walks ``order`` rather than an index of
+    ``where``'s columns; the walk is bounded by the first and last ``order`` value ``where`` selects.
+    """
+    table = order.table
+    with engine.connect() as conn:
+        try:
+            _tune(conn)
+            if batch_size == 0:
+                count = _run(conn, delete(table).where(where))
+                return count, 1 if count else 0
+            return _walk(conn, table, order, where, batch_size, pause, walk)
+        finally:
+            conn.invalidate()  # the tuned session must not reach the next user of the pool
+
+
+def _tune(conn: Connection) -> None:
+    """On SQLite, the session clean uses: nothing references the two key tables, so deleting from them
+    needs no foreign-key checks, and a 4 MiB page cache keeps the index pages consecutive batches share."""
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("PRAGMA foreign_keys = OFF")
+        conn.exec_driver_sql("PRAGMA cache_size = -4096")
+        conn.commit()
+
+
+def _walk(
+    conn: Connection,
+    table: Any,
+    order: ColumnElement[object],
+    where: ColumnElement[bool],
+    batch_size: int,
+    pause: Callable[[float], None],
+    walk: ColumnElement[bool] | None,
+) -> tuple[int, int]:
+    """The batches of ``_delete_batched``, each its own transaction, from the first to the last
+    ``order`` value ``where`` selects when the walk starts."""
+    with conn.begin():
+        first, last = conn.execute(select(func.min(order), func.max(order)).where(where)).one()
+    if first is None:
+        return 0, 0
+    bounded_walk = and_(walk if walk is not None else where, order >= first, order <= last)
+    deleted = batches = 0
+    after: object = None
+    while True:
+        started = time.monotonic()
+        walked = bounded_walk if after is None else and_(bounded_walk, order > after)
+        end = select(order).where(walked).order_by(order).limit(1).offset(batch_size - 1)
+
+        def batch(walked: ColumnElement[bool] = walked, end: Any = end) -> tuple[int, object]:
+            with conn.begin():
+                upper = conn.execute(end).scalar()
+                bounded = walked if upper is None else and_(walked, order <= upper)
+                return _checked(conn.execute(delete(table).where(bounded)).rowcount), upper
+
+        count, after = retry_deadlocks(batch)
+        deleted += count
+        batches += 1 if count else 0
+        if after is None:
+            return deleted, batches
+        if conn.dialect.name == "sqlite":  # let waiting writers take SQLite's one write lock
+            pause(min(0.1, (time.monotonic() - started) / 4))
+
+
+def _run(conn: Connection, stmt: object) -> int:
+    def once() -> int:
+        with conn.begin():
+            return _checked(conn.execute(stmt).rowcount)  # type: ignore[call-overload]
+
+    return retry_deadlocks(once)
+
+
+def _checked(rowcount: int) -> int:
+    if rowcount is None or rowcount < 0:
+        raise BackendError("the database did not report how many rows a delete removed")
+    return int(rowcount)
+
+
+# -- a whole run or dag -----------------------------------------------------------------------------------
+def _task_selection(dag_id: str, run_id: str | None, *, walking: str = "") -> ColumnElement[bool]:
+    """The task keys of a dag or run. ``walking`` names the engine of a batched delete walking the
+    primary key: on SQLite the columns are wrapped (``dag_id || ''``) so that the index on them is not
+    used, since SQLite would otherwise read every remaining row of the dag from it for each batch."""
+    dag, run = _task.c.dag_id, _task.c.run_id
+    if walking == "sqlite":
+        dag, run = dag.concat(""), run.concat("")  # type: ignore[assignment]
+    parts = [dag == dag_id] + ([run == run_id] if run_id is not None else [])
+    return and_(*parts)
+
+
+def describe_run_or_dag(dag_id: str, run_id: str | None) -> str:
+    return f"dag_id={dag_id}" + (f" run_id={run_id}" if run_id is not None else "")
+
+
+def _metastore_only(settings: Settings, what: str) -> MetastoreBackend:
+    backend = open_backend(settings)
+    if not isinstance(backend, MetastoreBackend):
+        raise BackendError(f"{what} needs the metastore backend; [state_store] backend is {settings.backend}")
+    return backend
+
+
+def count_task_keys(settings: Settings, dag_id: str, run_id: str | None = None) -> int:
+    """How many task keys a dag (or one of its runs) holds."""
+    store = _metastore_only(settings, "counting the keys of a run or dag")
+    with store.connection() as conn:
+        query = select(func.count()).select_from(_task).where(_task_selection(dag_id, run_id))
+        return int(conn.execute(query).scalar_one())
+
+
+def _tasks_of(conn: Connection, where: ColumnElement[bool]) -> list[TaskScope]:
+    """The task instances (all map indices) whose rows ``where`` selects: what a worker backend clears."""
+    query = select(_task.c.dag_id, _task.c.run_id, _task.c.task_id).where(where).distinct()
+    return [TaskScope(d, r, t) for d, r, t in conn.execute(query)]
+
+
+def _clear_worker(worker: BaseStoreBackend | None, tasks: list[TaskScope]) -> None:
+    for scope in tasks:
+        worker.clear(scope, all_map_indices=True)  # type: ignore[union-attr]
+
+
+def clear_task_keys(
+    settings: Settings, dag_id: str, run_id: str | None = None, batch_size: int | None = None
+) -> tuple[int, int]:
+    """Delete every task key of a dag (or one of its runs), ``batch_size`` per commit (default
+    ``state_cleanup_batch_size``; 0: one statement); returns (keys deleted, batches)."""
+    store = _metastore_only(settings, "clearing a whole run or dag")
+    size = settings.state_cleanup_batch_size if batch_size is None else batch_size
+    if size < 0:
+        raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {size}")
+    where = _task_selection(dag_id, run_id)
+    worker = open_worker_backend(settings)
+    tasks: list[TaskScope] = []
+    if worker is not None:
+        with store.connection() as conn:
+            tasks = _tasks_of(conn, where)
+    with translate_errors(store.engine):
+        walk = _task_selection(dag_id, run_id, walking=store.engine.dialect.name)
+        result = _delete_batched(store.engine, _task.c.id, where, size, time.sleep, walk)
+    _clear_worker(worker, tasks)
+    return result
+
+
+# -- deleting runs and assets of a standalone store ---------------------------------------------------------
+def require_standalone(settings: Settings, what: str) -> None:
+    """Raise ``InvalidInputError`` when the database is Airflow's: ``what`` is done with Airflow there."""
+    _standalone_only(_metastore_only(settings, what), what)
+
+
+def _standalone_only(store: MetastoreBackend, what: str) -> None:
+    with store.connection() as conn:
+        if conn.dialect.has_table(conn, "alembic_version"):
+            raise InvalidInputError(
+                f"this is an Airflow metadata database: {what} with Airflow (its UI, REST API or CLI), "
+                "which removes their keys with them; statestore deletes runs and assets of a standalone store only"
+            )
+
+
+def delete_run(settings: Settings, dag_id: str, run_id: str) -> int:
+    """Delete a dag run of a standalone store; the cascade removes its task keys. Returns how many went."""
+    store = _metastore_only(settings, "deleting a run")
+    _standalone_only(store, "delete dag runs")
+    worker = open_worker_backend(settings)
+    where = _task_selection(dag_id, run_id)
+    with store.connection() as conn:
+        keys = int(conn.execute(select(func.count()).select_from(_task).where(where)).scalar_one())
+        tasks = _tasks_of(conn, where) if worker is not None else []
+        gone = conn.execute(delete(dag_run).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)).rowcount
+        if gone == 0:
+            raise NotFoundError(f"no dag run dag_id={dag_id} run_id={run_id}")
+    _clear_worker(worker, tasks)
+    return keys
+
+
+def count_run_keys(settings: Settings, dag_id: str, run_id: str) -> int | None:
+    """The task keys of a run (None: no such run)."""
+    store = _metastore_only(settings, "deleting a run")
+    with store.connection() as conn:
+        found = conn.execute(select(dag_run.c.id).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)).first()
+        if found is None:
+            return None
+        return int(
+            conn.execute(select(func.count()).select_from(_task).where(_task.c.dag_run_id == found.id)).scalar_one()
+        )
+
+
+class AssetRow(NamedTuple):
+    asset_id: int
+    name: str
+    uri: str
+    keys: int
+    active: bool
+
+
+def find_asset(settings: Settings, scope: AssetScope) -> AssetRow:
+    """The one asset (active or not) ``scope`` names, with its key count; ``NotFoundError`` when none."""
+    store = _metastore_only(settings, "deleting an asset")
+    conds = [asset.c.id == scope.asset_id] if scope.asset_id is not None else []
+    conds += [asset.c.name == scope.name] if scope.name else []
+    conds += [asset.c.uri == scope.uri] if scope.uri else []
+    keys = select(func.count()).select_from(_akv).where(_akv.c.asset_id == asset.c.id).scalar_subquery()
+    is_active = exists(
+        select(asset_active.c.name).where(asset_active.c.name == asset.c.name, asset_active.c.uri == asset.c.uri)
+    )
+    query = select(asset.c.id, asset.c.name, asset.c.uri, keys, is_active).where(*conds).limit(2)
+    with store.connection() as conn:
+        rows = conn.execute(query).all()
+    if not rows:
+        raise NotFoundError(f"no asset {scope.describe()}")
+    if len(rows) > 1:
+        raise InvalidInputError(f"several assets match {scope.describe()}; give both name and uri, or asset_id")
+    asset_id, name, uri, count, active = rows[0]
+    return AssetRow(int(asset_id), name, uri, int(count), bool(active))
+
+
+def delete_asset(settings: Settings, scope: AssetScope) -> AssetRow:
+    """Delete an asset of a standalone store (active or not); the cascade removes its keys and its
+    ``asset_active`` row. Returns the asset as it was, with the number of keys that went."""
+    store = _metastore_only(settings, "deleting an asset")
+    _standalone_only(store, "delete assets")
+    found = find_asset(settings, scope)
+    with store.connection() as conn:
+        keys = int(
+            conn.execute(select(func.count()).select_from(_akv).where(_akv.c.asset_id == found.asset_id)).scalar_one()
+        )
+        if conn.execute(delete(asset).where(asset.c.id == found.asset_id)).rowcount == 0:
+            raise NotFoundError(f"no asset {scope.describe()}")
+    worker = open_worker_backend(settings)
+    if worker is not None:
+        worker.clear(AssetScope(asset_id=found.asset_id, name=found.name, uri=found.uri))
+    return found._replace(keys=keys)
+
+
+# -- task instance events ---------------------------------------------------------------------------------
+def task_instance_succeeded(settings: Settings, scope: TaskScope) -> int | None:
+    """A task instance reached ``success``: with ``[state_store] clear_on_success`` its task keys go (its
+    map index only; asset keys never), then a worker-side backend's ``clear()`` runs. Returns the keys
+    deleted: 0 when the setting is off, None when a custom backend does not say."""
+    if not settings.clear_on_success:
+        return 0
+    return _clear_task_instance(settings, scope)
+
+
+def task_instance_cleared(settings: Settings, scope: TaskScope, *, keep_task_state: bool = False) -> int | None:
+    """A task instance is being cleared (to run again): its task keys are discarded, unless
+    ``keep_task_state``, then a worker-side backend's ``clear()`` runs. Returns the keys deleted (0 when
+    kept, None when a custom backend does not say)."""
+    if keep_task_state:
+        return 0
+    return _clear_task_instance(settings, scope)
+
+
+def _clear_task_instance(settings: Settings, scope: TaskScope) -> int | None:
+    if not isinstance(scope, TaskScope):
+        raise InvalidInputError("a task instance event needs a TaskScope")
+    from statestore_cli.commands import clear_scope
+
+    return clear_scope(settings, scope)
+
+
+def plan_sweep(settings: Settings) -> Iterator[SweptAsset]:
+    """What ``sweep`` deletes, grouped by asset."""
+    return by_asset(iter_inactive(_metastore_only(settings, "the asset sweep").engine))
+
+
+def sweep(settings: Settings, batch_size: int | None = None) -> SweepReport:
+    """Delete the asset keys of inactive assets, ``batch_size`` per commit (default ``state_cleanup_batch_size``)."""
+    store = _metastore_only(settings, "the asset sweep")
+    size = settings.state_cleanup_batch_size if batch_size is None else batch_size
+    return sweep_inactive(store.engine, size, open_worker_backend(settings))

@@ -1,0 +1,398 @@
+"""Agreement with Apache Airflow 3.3.2 itself, installed in a virtual environment of its own.
+
+The module installs ``apache-airflow==3.3.2`` (with ``psycopg2-binary`` and ``asyncpg``, the PostgreSQL
+drivers Airflow uses) into a cache directory kept between runs (``~/.cache/statestore-tests/airflow-3.3.2``, or
+``$STATESTORE_AIRFLOW_VENV``), lets ``airflow db migrate`` create real metadata databases (a SQLite file,
+a PostgreSQL database on the test server) and checks both directions on each:
+
+- rows Airflow's own ``MetastoreBackend`` writes are read, listed, swept and cleaned by statestore;
+- rows statestore writes are read by Airflow's backend and cleaned by ``airflow state-store clean``;
+- both dry runs list the same rows.
+
+Airflow is only driven (its CLI, and a short script run by its interpreter that calls its public
+``airflow.state`` API); none of its code is in this repository. Where it cannot be installed the module
+is skipped with the reason, except under ``CI=true``, where that fails it. Select it alone with
+``pytest -m airflow``; leave it out with ``-m 'not airflow'``.
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from helpers import require_server, run_cli
+from sqlalchemy import create_engine, make_url, text
+
+pytestmark = pytest.mark.airflow
+
+AIRFLOW_VERSION = "3.3.2"
+VENV = Path(
+    os.environ.get(
+        "STATESTORE_AIRFLOW_VENV", Path.home() / ".cache" / "statestore-tests" / f"airflow-{AIRFLOW_VERSION}"
+    )
+)
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+CONSTRAINTS = f"https://raw.githubusercontent.com/apache/airflow/constraints-{AIRFLOW_VERSION}/constraints-{PY}.txt"
+RUN = "scheduled__2026-11-30T00:00:00+00:00"
+LONG_KEY = "external_system_reference_for_partition_2026_11_30_eu_west_1"
+
+
+# -- the Airflow installation ----------------------------------------------------------------------------
+def _unavailable(reason: str) -> None:
+    message = f"apache-airflow=={AIRFLOW_VERSION} is not available: {reason}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+# Airflow and the two PostgreSQL drivers it uses (psycopg2 for its sessions, asyncpg for its async engine).
+REQUIREMENTS = (f"apache-airflow=={AIRFLOW_VERSION}", "psycopg2-binary", "asyncpg")
+
+
+def _installed(python: Path) -> bool:
+    probe = "import airflow, psycopg2, asyncpg; print(airflow.__version__)"
+    if not python.exists():
+        return False
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=False)
+    return done.returncode == 0 and done.stdout.strip() == AIRFLOW_VERSION
+
+
+def _constraints(folder: Path) -> list[str]:
+    """Airflow's published constraints for this Python, when they can be fetched (else none)."""
+    try:
+        with urllib.request.urlopen(CONSTRAINTS, timeout=10) as response:
+            body = response.read()
+    except OSError:
+        return []
+    path = folder / "constraints.txt"
+    path.write_bytes(body)
+    return ["-c", str(path)]
+
+
+def _install(python: Path) -> None:
+    """Install what is missing into the venv (created first when there is none); a fresh venv whose
+    install failed is removed, so the next run starts over."""
+    fresh = not python.exists()
+    if fresh:
+        shutil.rmtree(VENV, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True)
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *_constraints(VENV), *REQUIREMENTS],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        if fresh:
+            shutil.rmtree(VENV, ignore_errors=True)
+        lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
+        _unavailable(f"pip install failed: {lines[-1] if lines else done.returncode}")
+    (VENV / "install-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
+
+
+@pytest.fixture(scope="session")
+def airflow_python() -> Path:
+    """The Python of a venv with Airflow installed, installing it on first use (one install at a time)."""
+    python = VENV / "bin" / "python"
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(VENV.parent / f".{VENV.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be installing into the same cache
+        if not _installed(python):
+            _install(python)
+    if not _installed(python):
+        _unavailable(f"{python} cannot import airflow {AIRFLOW_VERSION}")
+    return python
+
+
+# -- Airflow's databases ---------------------------------------------------------------------------------
+def _airflow_env(home: Path, conn: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dags").mkdir(exist_ok=True)
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=conn,
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
+        PYTHONWARNINGS="ignore",
+    )
+    return env
+
+
+def airflow(python: Path, env: dict[str, str], *args: str) -> str:
+    """Run ``airflow ARGS`` (as ``python -m airflow``: the venv may have been moved) and return its stdout."""
+    done = subprocess.run(
+        [str(python), "-m", "airflow", *args], env=env, capture_output=True, text=True, check=False, timeout=900
+    )
+    assert done.returncode == 0, f"airflow {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+class AirflowDb:
+    """One Airflow 3.3.2 metadata database: Airflow's connection URL and ours."""
+
+    def __init__(self, python: Path, home: Path, airflow_url: str, our_url: str) -> None:
+        self.python, self.url = python, our_url
+        self.env = _airflow_env(home, airflow_url)
+
+    def sql(self, statement: str, **params: object) -> list[tuple]:
+        engine = create_engine(self.url)
+        try:
+            with engine.begin() as conn:
+                result = conn.execute(text(statement), params)
+                return [tuple(r) for r in result] if result.returns_rows else []
+        finally:
+            engine.dispose()
+
+    def cli(self, *args: str) -> object:
+        result = run_cli(*args, conn=self.url)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout) if "json" in args else result.stdout
+
+    def backend(self, *ops: list[object]) -> list[object]:
+        """Run ``ops`` through Airflow's own configured state store backend; returns each op's result."""
+        done = subprocess.run(
+            [str(self.python), "-c", DRIVER, json.dumps(ops)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def airflow_dry_run(self) -> set[tuple]:
+        """The rows ``airflow state-store clean --dry-run`` lists, as (dag_id, run_id, task_id, map_index, key)."""
+        out = airflow(self.python, self.env, "state-store", "clean", "--dry-run")
+        rows = set()
+        for line in out.splitlines():
+            found = DRY_RUN_LINE.fullmatch(line.strip())
+            if found:
+                rows.add(tuple(ast.literal_eval(v) for v in found.groups()))
+        assert rows or "Nothing to delete." in out, out
+        return rows
+
+    def our_dry_run(self) -> set[tuple]:
+        plan = self.cli("clean", "--dry-run", "-o", "json")
+        assert isinstance(plan, dict)
+        return {(r["dag_id"], r["run_id"], r["task_id"], r["map_index"], r["key"]) for r in plan["rows"]}
+
+    def add_run(self, dag_id: str, run_id: str) -> None:
+        self.sql(
+            "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, clear_number, span_status) "
+            "VALUES (:d, :r, 'scheduled', :t, 0, 'not_started')",
+            d=dag_id,
+            r=run_id,
+            t=datetime(2026, 11, 30, tzinfo=UTC),
+        )
+
+    def add_asset(self, name: str, uri: str) -> int:
+        moment = datetime(2026, 11, 1, tzinfo=UTC)
+        self.sql(
+            'INSERT INTO asset (name, uri, "group", extra, created_at, updated_at) VALUES (:n, :u, :g, :e, :t, :t)',
+            n=name,
+            u=uri,
+            g="asset",
+            e="{}",
+            t=moment,
+        )
+        self.sql("INSERT INTO asset_active (name, uri) VALUES (:n, :u)", n=name, u=uri)
+        return int(self.sql("SELECT id FROM asset WHERE name = :n AND uri = :u", n=name, u=uri)[0][0])
+
+
+DRY_RUN_LINE = re.compile(r"Dag ('.*'), run ('.*'), task ('.*'), map_index (-?\d+), key ('.*')")
+
+# Run by Airflow's interpreter: each op goes through `airflow.state.get_state_backend()`, Airflow's public
+# entry to the configured backend (its MetastoreBackend here). Values travel JSON-encoded, as Airflow's do.
+DRIVER = """
+import json, sys
+from datetime import datetime
+from airflow.state import AssetScope, TaskScope, get_state_backend
+
+backend = get_state_backend()
+results = []
+for kind, *args in json.loads(sys.argv[1]):
+    if kind in ("set_task", "get_task"):
+        dag_id, run_id, task_id, map_index, key, *rest = args
+        scope = TaskScope(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
+    else:
+        asset_id, key, *rest = args
+        scope = AssetScope(asset_id=asset_id)
+    if kind == "set_task":
+        value, expires = rest
+        backend.set(scope, key, json.dumps(value), expires_at=expires and datetime.fromisoformat(expires))
+        results.append(None)
+    elif kind == "set_asset":
+        backend.set(scope, key, json.dumps(rest[0]))
+        results.append(None)
+    else:
+        stored = backend.get(scope, key)
+        results.append(None if stored is None else json.loads(stored))
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(airflow_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file ``airflow db migrate`` made, once per session; tests copy it."""
+    folder = tmp_path_factory.mktemp("airflow-sqlite")
+    path = folder / "airflow.db"
+    airflow(airflow_python, _airflow_env(folder / "home", f"sqlite:///{path}"), "db", "migrate")
+    return path
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres(airflow_python: Path) -> Iterator[str]:
+    """A PostgreSQL database ``airflow db migrate`` made, once per session: the template of each test's."""
+    admin_url = require_server("postgresql")
+    name = f"af_tpl_{uuid.uuid4().hex[:10]}"
+    _admin(admin_url, f"CREATE DATABASE {name}")
+    url = make_url(admin_url).set(database=name)
+    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-home"
+    try:
+        airflow(airflow_python, _airflow_env(home, _driver(url, "psycopg2")), "db", "migrate")
+        yield name
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _admin(admin_url: str, statement: str) -> None:
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+
+
+def _driver(url: object, driver: str) -> str:
+    return (
+        make_url(str(url) if not hasattr(url, "set") else url)
+        .set(  # type: ignore[arg-type]
+            drivername=f"postgresql+{driver}"
+        )
+        .render_as_string(hide_password=False)
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def airflow_db(request: pytest.FixtureRequest, airflow_python: Path, tmp_path: Path) -> Iterator[AirflowDb]:
+    home = tmp_path / "airflow-home-live"
+    if request.param == "sqlite":
+        path = tmp_path / "airflow.db"
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), path)
+        yield AirflowDb(airflow_python, home, f"sqlite:///{path}", f"sqlite:///{path}")
+        return
+    template = request.getfixturevalue("migrated_postgres")
+    admin_url = require_server("postgresql")
+    name = f"af_{uuid.uuid4().hex[:10]}"
+    _admin(admin_url, f"CREATE DATABASE {name} TEMPLATE {template}")
+    url = make_url(admin_url).set(database=name)
+    try:
+        yield AirflowDb(airflow_python, home, _driver(url, "psycopg2"), _driver(url, "psycopg"))
+    finally:
+        _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+# -- the checks ------------------------------------------------------------------------------------------
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+def test_airflow_writes_statestore_reads_lists_sweeps_and_cleans(airflow_db: AirflowDb):
+    db = airflow_db
+    check = db.cli("db", "check", "-o", "json")
+    assert isinstance(check, dict)
+    assert (check["ok"], check["mode"], check["airflow_version"]) == (True, "airflow", "3.3.0")
+    db.add_run("etl_orders_daily", RUN)
+    orders = db.add_asset("orders", "s3://warehouse/orders")
+    customers = db.add_asset("customers", "s3://warehouse/customers")
+    past, future = datetime.now(UTC) - timedelta(hours=1), datetime(2030, 1, 1, tzinfo=UTC)
+    task = ["etl_orders_daily", RUN, "submit_spark_job"]
+    db.backend(
+        ["set_task", *task, -1, "expired", {"job": 1}, _iso(past)],
+        ["set_task", *task, 7, LONG_KEY, "spark-application-0042", _iso(past)],
+        ["set_task", *task, -1, "alive", [1, 2.5, "x"], _iso(future)],
+        ["set_task", *task, -1, "key with spaces/and slashes", True, None],
+        ["set_asset", orders, "watermark", "2026-11-29"],
+        ["set_asset", customers, "watermark", {"offset": 42}],
+    )
+
+    scope = ["--dag-id", task[0], "--run-id", RUN, "--task-id", task[2]]
+    assert db.cli("get", *scope, "alive", "-o", "json")["value"] == [1, 2.5, "x"]  # type: ignore[index]
+    assert json.loads(run_cli("get", *scope, "key with spaces/and slashes", conn=db.url).stdout) is True
+    assert json.loads(run_cli("get", "--asset-name", "customers", "watermark", conn=db.url).stdout) == {"offset": 42}
+    listed = db.cli("list", "-o", "json")
+    assert isinstance(listed, list)
+    expiries = {d["key"]: d["expires_at"] for d in listed if "dag_id" in d}
+    assert expiries["alive"] == "2030-01-01T00:00:00+00:00"
+    assert expiries["key with spaces/and slashes"] is None
+    assert datetime.fromisoformat(expiries["expired"]) == past
+    assert sorted((d["name"], d["key"]) for d in listed if "name" in d) == [
+        ("customers", "watermark"),
+        ("orders", "watermark"),
+    ]
+
+    # both dry runs list the same rows; our clean deletes exactly them
+    expected = {(task[0], RUN, task[2], -1, "expired"), (task[0], RUN, task[2], 7, LONG_KEY)}
+    assert db.airflow_dry_run() == db.our_dry_run() == expected
+    assert db.cli("clean", "--batch-size", "1", "-o", "json")["deleted"] == 2  # type: ignore[index]
+    assert db.airflow_dry_run() == db.our_dry_run() == set()
+    assert db.backend(["get_task", *task, -1, "expired"], ["get_task", *task, -1, "alive"]) == [None, [1, 2.5, "x"]]
+
+    # an asset Airflow deactivates: its keys are swept, the active asset's stay
+    db.sql("DELETE FROM asset_active WHERE name = 'orders'")
+    plan = db.cli("assets", "sweep", "--dry-run", "-o", "json")
+    assert [(a["asset_id"], a["keys"]) for a in plan["assets"]] == [(orders, ["watermark"])]  # type: ignore[index]
+    assert db.cli("assets", "sweep", "-o", "json")["deleted"] == 1  # type: ignore[index]
+    assert db.backend(["get_asset", orders, "watermark"], ["get_asset", customers, "watermark"]) == [
+        None,
+        {"offset": 42},
+    ]
+
+
+def test_statestore_writes_airflow_reads_and_cleans(airflow_db: AirflowDb):
+    db = airflow_db
+    db.add_run("etl_orders_daily", RUN)
+    orders = db.add_asset("orders", "s3://warehouse/orders")
+    task = ["etl_orders_daily", RUN, "submit_spark_job"]
+    scope = ["--dag-id", task[0], "--run-id", RUN, "--task-id", task[2]]
+    past = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    db.cli("set", *scope, "expired", '{"job": 1}', "--expires-at", past, "--force")
+    db.cli("set", *scope, "--map-index", "3", LONG_KEY, '"x"', "--expires-at", past, "--force")
+    db.cli("set", *scope, "alive", "[1, 2.5]", "--retention", "7d")
+    db.cli("set", *scope, "pinned", '{"a": "ü"}', "--retention", "never")
+    db.cli("set", *scope, "alive", "[3]", "--keep-expiry")
+    db.cli("set", "--asset-name", "orders", "watermark", '"2026-11-29"')
+
+    assert db.backend(
+        ["get_task", *task, -1, "alive"],
+        ["get_task", *task, -1, "pinned"],
+        ["get_task", *task, 3, LONG_KEY],
+        ["get_asset", orders, "watermark"],
+    ) == [[3], {"a": "ü"}, "x", "2026-11-29"]
+
+    expected = {(task[0], RUN, task[2], -1, "expired"), (task[0], RUN, task[2], 3, LONG_KEY)}
+    assert db.airflow_dry_run() == db.our_dry_run() == expected
+    airflow(db.python, db.env, "state-store", "clean")
+    assert db.airflow_dry_run() == db.our_dry_run() == set()
+    listed = db.cli("list", "-o", "json")
+    assert isinstance(listed, list)
+    assert sorted(d["key"] for d in listed) == ["alive", "pinned", "watermark"]
