@@ -214,6 +214,14 @@ WORDS = [
     "--file",
     "--grace",
     "--raw",
+    "--keep-expiry",
+    "--expires-at",
+    "--force",
+    "assets",
+    "runs",
+    "sweep",
+    "2026-11-30T00:00:00+00:00",
+    "2026-11-30T00:00:00",
     "backend",
     "export",
     "import",
@@ -265,6 +273,11 @@ COMMANDS = [
     ["clean"],
     ["db", "check"],
     ["config", "show"],
+    ["export"],
+    ["import"],
+    ["assets", "sweep"],
+    ["assets", "delete"],
+    ["runs", "delete"],
 ]
 SCOPES = [[], ["--dag-id", "d", "--run-id", "r", "--task-id", "t"], ["--asset-name", "a"]]
 # Mostly a real command and scope with random words after them, so the fuzz gets past the parser.
