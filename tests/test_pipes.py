@@ -253,6 +253,33 @@ def test_tabs_newlines_and_backslashes_inside_values_keep_one_record_per_line(db
     assert dry == f"etl\trun\\t1\textract\t-1\t{escaped}\t2020-01-01 00:00:00 UTC\n"
 
 
+def _unescape_plain(field: str) -> str:
+    """The reverse of the plain format's escaping, as the README states it (a reader's own decoder)."""
+    out, i = [], 0
+    simple = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}
+    while i < len(field):
+        if field[i] != "\\":
+            out.append(field[i])
+            i += 1
+        elif field[i + 1] in simple:
+            out.append(simple[field[i + 1]])
+            i += 2
+        else:
+            width = 2 if field[i + 1] == "x" else 4
+            out.append(chr(int(field[i + 2 : i + 2 + width], 16)))
+            i += 2 + width
+    return "".join(out)
+
+
+def test_a_literal_escape_and_the_character_it_names_print_apart_and_read_back(db_url):
+    literal, real = "C:\\temp\\x1b", "C:\\temp\x1b"  # backslash-x-1-b as text; an ESC character
+    for key in (literal, real):
+        run_cli("set", "--dag-id", "d", "--run-id", "r", "--task-id", "t", key, "1", conn=db_url)
+    keys = [line.split("\t")[5] for line in run_cli("list", "-o", "plain", conn=db_url).stdout.splitlines()]
+    assert len(set(keys)) == 2 and "\x1b" not in "".join(keys)  # two fields, no raw ESC on the terminal
+    assert sorted(_unescape_plain(k) for k in keys) == sorted([literal, real])
+
+
 def test_dry_run_plain_rows_on_stdout_count_on_stderr(db_url):
     expired = seed_many(db_url)
     dry = run_cli("clean", "--dry-run", "-o", "plain", conn=db_url)
