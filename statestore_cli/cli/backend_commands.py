@@ -1,0 +1,70 @@
+"""``orphans`` and ``backend check``."""
+
+from typing import Annotated, Optional
+
+import typer
+
+from statestore_cli.cli.app import HeaderOpt, OutputOpt, _examples, _output, _settings, app, backend_app
+from statestore_cli.cli.group import decided
+from statestore_cli.cli.modes import OutputMode
+from statestore_cli.errors import (
+    Outcome,
+)
+from statestore_cli.retention import parse_duration, utcnow
+
+
+# -- backends ---------------------------------------------------------------------------------------
+@app.command(
+    "orphans",
+    epilog=_examples("orphans", "orphans --older-than 7d -o json", "orphans --delete --older-than 7d"),
+)
+def orphans(
+    ctx: typer.Context,
+    delete: Annotated[
+        bool, typer.Option("--delete", help="Delete the orphans at least --older-than old (needs --older-than).")
+    ] = False,
+    older_than: Annotated[
+        Optional[str],
+        typer.Option("--older-than", metavar="DURATION", help="Only orphans at least this old (7d, 12h)."),
+    ] = None,
+    grace: Annotated[
+        str,
+        typer.Option("--grace", metavar="DURATION", help="Younger objects may be writes in flight: never deleted."),
+    ] = "1h",
+    output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
+) -> Outcome:
+    """List objects of the worker-side backend that no database row points to.
+
+    Needs a worker-side backend that implements list_refs() (and delete_ref() for --delete).
+    Objects younger than --grace are shown but never deleted. Exit 3 if a delete failed."""
+    from statestore_cli.orphans import find_orphans
+
+    out = _output(output, header)
+    report = find_orphans(
+        _settings(ctx),
+        utcnow(),
+        grace=parse_duration(grace, "--grace"),
+        older_than=None if older_than is None else parse_duration(older_than, "--older-than"),
+        delete=delete,
+    )
+    decided(ctx, report)  # deletions are done: a reader closing the pipe does not change the exit code
+    out.orphans(report)
+    return report
+
+
+@backend_app.command("check", epilog=_examples("backend check", "backend check -o json"))
+def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> Outcome:
+    """Check the configured custom backends as Airflow uses them.
+
+    Checks the custom store backend and the worker-side backend: the class loads and is complete,
+    references are deterministic and distinct, values round-trip, delete and clear work, the async
+    methods do not block the event loop, JSON null is refused. Writes and removes keys of the dag
+    and asset named statestore_backend_check. Exit 0 only when every check passes, else 3."""
+    from statestore_cli.backend_check import check_backends
+
+    out = _output(output, header)
+    report = check_backends(_settings(ctx))
+    decided(ctx, report)
+    out.backend_check(report)
+    return report

@@ -1,0 +1,51 @@
+"""``db init``, ``db check`` and ``config show``."""
+
+import typer
+
+from statestore_cli.cli.app import HeaderOpt, OutputOpt, _examples, _output, _settings, config_app, db_app
+from statestore_cli.cli.failure import FLAGS
+from statestore_cli.cli.group import decided
+from statestore_cli.cli.modes import OutputMode
+
+
+# -- db ---------------------------------------------------------------------------------------------
+@db_app.command("init", epilog=_examples("db init", "--conn postgresql+psycopg://airflow@db/airflow db init"))
+def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
+    """Create the state store schema (idempotent).
+
+    Refuses to touch an Airflow database older than 3.3."""
+    from statestore_cli import commands  # here, not at the top: `--help` need not load SQLAlchemy
+
+    out = _output(output, header)
+    out.db_report(commands.db_init(_settings(ctx)), created=True)
+
+
+@db_app.command("check", epilog=_examples("db check", "db check -o json"))
+def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
+    """Report engine, schema state and mode.
+
+    Exits 0 only when the store is usable, else 3 with the reason."""
+    from statestore_cli import commands
+
+    out = _output(output, header)
+    checked = commands.db_check(_settings(ctx))
+    problem = checked.problem()
+    decided(ctx, problem)
+    out.db_report(checked)
+    if problem is not None:
+        raise problem
+
+
+# -- config -----------------------------------------------------------------------------------------
+@config_app.command("show", epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"))
+def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
+    """Show every effective setting and where it came from.
+
+    Secrets are masked."""
+    from statestore_cli import commands
+
+    out = _output(output, header)
+    settings = _settings(ctx)
+    config_file = str(settings.config_file) if settings.config_file else None
+    searched = settings.config_search.worded(FLAGS) if settings.config_search else None
+    out.config(commands.config_rows(settings), config_file, str(settings.airflow_home), searched)

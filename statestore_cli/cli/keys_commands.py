@@ -1,0 +1,302 @@
+"""``get``, ``set``, ``delete``, ``clear``, ``list`` and ``stats``."""
+
+import sys
+from datetime import datetime
+from typing import Annotated, Optional
+
+import typer
+
+from statestore_cli.cli.app import (
+    _MAX_BATCH_SIZE,
+    _TASK,
+    HeaderOpt,
+    KeyOpt,
+    OutputOpt,
+    StoreOpt,
+    _confirm_delete,
+    _examples,
+    _keys,
+    _output,
+    _section,
+    _settings,
+    app,
+)
+from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.render import Output
+from statestore_cli.cli.safe_text import safe_text, warning_line
+from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
+from statestore_cli.cli.values import read_value
+from statestore_cli.config import Settings
+from statestore_cli.entries import KeyFilter
+from statestore_cli.errors import (
+    InvalidInputError,
+)
+from statestore_cli.retention import parse_instant, parse_retention
+
+
+# -- keys -------------------------------------------------------------------------------------------
+@app.command(
+    "get",
+    epilog=_examples(f"get {_TASK} job_id", "get --asset-name orders watermark -o json", f"get {_TASK} job_id --raw"),
+)
+@with_scope_options
+def get(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
+    scope_args: KeyFilter,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="Print what the database holds (a worker-side reference as it is stored), "
+            "without calling the worker-side backend.",
+        ),
+    ] = False,
+    output: OutputOpt = OutputMode.auto,
+) -> None:
+    """Print a key's value as JSON.
+
+    A missing key exits 1. A value that does not match the worker-side backend setting (a plain
+    value where one is set, a reference where none is) is printed as stored, with a warning on stderr."""
+    import warnings
+
+    from statestore_cli import commands
+    from statestore_cli.accessors import StateReferenceWarning
+
+    out = _output(output)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", StateReferenceWarning)
+        entry = commands.get_entry(_settings(ctx), scope_of(scope_args), key, raw=raw)
+    for warning in caught:
+        if issubclass(warning.category, StateReferenceWarning):
+            sys.stderr.write(warning_line(str(warning.message)))
+        else:  # not ours to word: shown as Python would have
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    out.value(entry)
+
+
+@app.command(
+    "set",
+    epilog=_examples(
+        f'set {_TASK} job_id \'{{"id": "j-123"}}\' --retention 6h',
+        "set --asset-name orders watermark 2026-11-30 --string",
+    ),
+)
+@with_scope_options
+def set_(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="A JSON value, or - to read it from stdin.")],
+    scope_args: KeyFilter,
+    retention: Annotated[
+        Optional[str],
+        typer.Option(
+            "--retention",
+            metavar="DURATION",
+            help="never, or a duration: 90s, 15m, 6h, 7d, 1d12h, P7D (task keys only). "
+            f"Default: {_section('state_store')} default_retention_days (30 unless configured).",
+        ),
+    ] = None,
+    string: Annotated[
+        bool, typer.Option("--string", help="Store VALUE as a JSON string instead of parsing it.")
+    ] = False,
+    keep_expiry: Annotated[
+        bool,
+        typer.Option(
+            "--keep-expiry", help="Replace the value of an existing key and keep its expiry; a missing key exits 1."
+        ),
+    ] = False,
+    expires_at: Annotated[
+        Optional[str],
+        typer.Option(
+            "--expires-at",
+            metavar="TIMESTAMP",
+            help="Expire at this instant, ISO 8601 with a time zone (2026-12-01T00:00:00Z); task keys only.",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --expires-at: accept an instant in the past.")] = False,
+) -> None:
+    """Write a key (insert or replace).
+
+    Keys may hold any characters, `/` and spaces included; a value is refused when it is JSON null,
+    NaN or Infinity, or larger than max_value_storage_bytes (exit 2)."""
+    from statestore_cli import commands
+
+    scope = scope_of(scope_args)
+    _check_expiry_options(retention, keep_expiry, expires_at, force)
+    parsed_retention = parse_retention(retention) if retention is not None else None
+    instant = parse_instant(expires_at, "--expires-at") if expires_at is not None else None
+    document = read_value(value, as_string=string)
+    if keep_expiry:
+        commands.replace_value(_settings(ctx), scope, key, document)
+        Output.choose().line(f"replaced '{safe_text(key)}' for {safe_text(scope.describe())} (expiry kept)")
+        return
+    stored: Optional[datetime]
+    if instant is not None:
+        stored = commands.set_value_until(_settings(ctx), scope, key, document, instant, force=force)
+    else:
+        stored = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
+    expiry = "never expires" if stored is None else f"expires {stored:%Y-%m-%d %H:%M:%S} UTC"
+    Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
+
+
+def _check_expiry_options(retention: Optional[str], keep_expiry: bool, expires_at: Optional[str], force: bool) -> None:
+    given = [
+        flag
+        for flag, on in (("--retention", retention), ("--keep-expiry", keep_expiry), ("--expires-at", expires_at))
+        if on
+    ]
+    if len(given) > 1:
+        raise InvalidInputError(f"{' and '.join(given)} each decide the expiry; give one of them")
+    if force and expires_at is None:
+        raise InvalidInputError("--force goes with --expires-at (to accept an instant in the past)")
+
+
+@app.command("delete", epilog=_examples(f"delete {_TASK} job_id"))
+@with_scope_options
+def delete(
+    ctx: typer.Context, key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")], scope_args: KeyFilter
+) -> None:
+    """Delete one key.
+
+    A key that is not there is not an error."""
+    from statestore_cli import commands
+
+    scope = scope_of(scope_args)
+    removed = commands.delete_key(_settings(ctx), scope, key)
+    what = "deleted" if removed != 0 else "no such key, nothing deleted:"
+    Output.choose().line(f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}")
+
+
+@app.command(
+    "clear",
+    epilog=_examples(
+        f"clear {_TASK}",
+        "clear --dag-id etl --run-id manual__1 --task-id load --all-map-indices --yes",
+        "clear --dag-id etl --run-id manual__1 --yes",
+        "clear --dag-id etl --batch-size 10000 --yes",
+    ),
+)
+@with_scope_options
+def clear(
+    ctx: typer.Context,
+    scope_args: KeyFilter,
+    all_map_indices: Annotated[
+        bool, typer.Option("--all-map-indices", help="Clear every map index of the task.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--batch-size",
+            min=0,
+            metavar="N",
+            help="A whole run or dag: keys per committed batch; 0 = one statement. "
+            f"Default: {_section('state_store')} state_cleanup_batch_size.",
+        ),
+    ] = None,
+) -> None:
+    """Delete every key of a scope, of a whole run, or of a whole dag.
+
+    --dag-id with --run-id and no --task-id clears every task key of the run; --dag-id alone every
+    task key of the dag, in batches of --batch-size.
+    Counts the keys first: with none it says so and exits 0.
+    Then it asks on a terminal; anywhere else it needs --yes.
+    Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130."""
+    from statestore_cli import commands
+    from statestore_cli.scopes import describe_keys_of
+
+    settings = _settings(ctx)
+    dag_id = _whole_run_or_dag(scope_args, all_map_indices)
+    if dag_id is not None:
+        _clear_run_or_dag(settings, dag_id, scope_args.run_id, yes, batch_size)
+        return
+    if batch_size is not None:
+        raise InvalidInputError("--batch-size applies to a whole run or dag (--dag-id [--run-id] without --task-id)")
+    scope = scope_of(scope_args)
+    where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
+    count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
+    if count == 0:
+        Output.choose().line(f"nothing to clear: no keys for {where}")
+        return
+    _confirm_delete(yes, "clear deletes keys", f"Delete {'all keys' if count is None else _keys(count)} of {where}?")
+    removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
+    Output.choose().line(f"deleted {'keys' if removed is None else _keys(removed)} of {where}")
+
+
+def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> Optional[str]:
+    """The dag id when ``clear`` was given a run (--dag-id --run-id) or a dag (--dag-id) rather than a
+    task or an asset, else None."""
+    if given.dag_id is None or given.task_id is not None or given.has_asset_fields:
+        return None
+    if given.map_index is not None or all_map_indices:
+        flag = "--map-index" if given.map_index is not None else "--all-map-indices"
+        raise InvalidInputError(f"{flag} needs --task-id; without it clear takes every task of the run or dag")
+    return given.dag_id
+
+
+def _clear_run_or_dag(
+    settings: Settings, dag_id: str, run_id: Optional[str], yes: bool, batch_size: Optional[int]
+) -> None:
+    from statestore_cli import lifecycle
+
+    if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
+        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
+    where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
+    whole = "every task of the run" if run_id is not None else "every run and task of the dag"
+    count = lifecycle.count_task_keys(settings, dag_id, run_id)
+    if count == 0:
+        Output.choose().line(f"nothing to clear: no task keys for {where}")
+        return
+    _confirm_delete(yes, "clear deletes keys", f"Delete {_keys(count)} of {where} ({whole})?")
+    removed, batches = lifecycle.clear_task_keys(settings, dag_id, run_id, batch_size)
+    plural = "es" if batches != 1 else ""
+    Output.choose().line(f"deleted {_keys(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
+
+
+@app.command(
+    "list", epilog=_examples("list --dag-id etl", "list --store asset -o json", "list --limit 50 --offset 100")
+)
+@with_scope_options
+def list_(
+    ctx: typer.Context,
+    scope_args: KeyFilter,
+    key: KeyOpt = None,
+    store: StoreOpt = None,
+    limit: Annotated[
+        Optional[int], typer.Option("--limit", min=0, help="Show at most N keys (after --offset).", metavar="N")
+    ] = None,
+    offset: Annotated[
+        int, typer.Option("--offset", min=0, help="Skip the first N keys of the listing's order.", metavar="N")
+    ] = 0,
+    output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
+) -> None:
+    """List keys with their scope, updated_at and expires_at.
+
+    Ordered by scope and key; any scope option filters."""
+    from statestore_cli import commands
+
+    out = _output(output, header)
+    filt = as_filter(scope_args, store, key)
+    out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset), filt)
+
+
+@app.command("stats", epilog=_examples("stats", "stats --dag-id etl -o json"))
+@with_scope_options
+def stats(
+    ctx: typer.Context,
+    scope_args: KeyFilter,
+    key: KeyOpt = None,
+    store: StoreOpt = None,
+    output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
+) -> None:
+    """Count keys per store, by expiry, per dag and per asset.
+
+    On a terminal it also charts when task keys expire."""
+    from statestore_cli import commands
+
+    out = _output(output, header)
+    filt = as_filter(scope_args, store, key)
+    out.stats(commands.stats(_settings(ctx), filt))

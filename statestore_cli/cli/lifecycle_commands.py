@@ -1,0 +1,112 @@
+"""``assets sweep``, ``assets delete`` and ``runs delete``."""
+
+from typing import Annotated, Optional
+
+import typer
+
+from statestore_cli.cli.app import (
+    _MAX_BATCH_SIZE,
+    HeaderOpt,
+    OutputOpt,
+    _confirm_delete,
+    _examples,
+    _keys,
+    _output,
+    _section,
+    _settings,
+    assets_app,
+    runs_app,
+)
+from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.render import Output
+from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.errors import (
+    InvalidInputError,
+)
+
+
+# -- assets and runs --------------------------------------------------------------------------------
+@assets_app.command(
+    "sweep", epilog=_examples("assets sweep --dry-run", "assets sweep --batch-size 1000", "assets sweep -o json")
+)
+def assets_sweep(
+    ctx: typer.Context,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")] = False,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--batch-size",
+            min=0,
+            max=_MAX_BATCH_SIZE,
+            metavar="N",
+            help="Keys per committed batch; 0 = one statement per asset. "
+            f"Default: {_section('state_store')} state_cleanup_batch_size.",
+        ),
+    ] = None,
+    output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
+) -> None:
+    """Delete the keys of assets that are no longer active.
+
+    An asset is inactive when it has no asset_active row (Airflow removes that row when no dag
+    uses the asset any more). Active assets' keys stay. Listed and deleted grouped by asset."""
+    from statestore_cli import lifecycle
+
+    out = _output(output, header)
+    settings = _settings(ctx)
+    if dry_run:
+        out.sweep_plan(lifecycle.plan_sweep(settings))
+        return
+    out.sweep_report(lifecycle.sweep(settings, batch_size))
+
+
+@assets_app.command("delete", epilog=_examples("assets delete --asset-name orders", "assets delete --asset-id 7 --yes"))
+def assets_delete(
+    ctx: typer.Context,
+    asset_name: Annotated[Optional[str], typer.Option("--asset-name", help="Asset name.")] = None,
+    asset_uri: Annotated[Optional[str], typer.Option("--asset-uri", help="Asset URI.")] = None,
+    asset_id: Annotated[Optional[int], typer.Option("--asset-id", help="Asset id (as in the asset table).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete an asset of a standalone store; its keys go with it.
+
+    Active or not. Refused on an Airflow database (exit 2): there Airflow owns its assets.
+    Asks on a terminal; anywhere else it needs --yes."""
+    from statestore_cli import lifecycle
+    from statestore_cli.scopes import AssetScope
+
+    settings = _settings(ctx)
+    if asset_name is None and asset_uri is None and asset_id is None:
+        raise InvalidInputError("assets delete needs --asset-name, --asset-uri or --asset-id")
+    scope = AssetScope(asset_id=asset_id, name=asset_name, uri=asset_uri)
+    lifecycle.require_standalone(settings, "delete assets")
+    found = lifecycle.find_asset(settings, scope)
+    where = safe_text(f"asset_id={found.asset_id} name={found.name} uri={found.uri}")
+    _confirm_delete(yes, "assets delete deletes an asset", f"Delete {where} and its {_keys(found.keys)}?")
+    gone = lifecycle.delete_asset(settings, scope)
+    Output.choose().line(f"deleted {where} and its {_keys(gone.keys)}")
+
+
+@runs_app.command("delete", epilog=_examples("runs delete --dag-id etl --run-id manual__1 --yes"))
+def runs_delete(
+    ctx: typer.Context,
+    dag_id: Annotated[str, typer.Option("--dag-id", help="DAG id of the run.")],
+    run_id: Annotated[str, typer.Option("--run-id", help="Run id.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a dag run of a standalone store; its task keys go with it.
+
+    A run that does not exist exits 1. Refused on an Airflow database (exit 2): there Airflow owns
+    its runs. Asks on a terminal; anywhere else it needs --yes."""
+    from statestore_cli import lifecycle
+    from statestore_cli.errors import NotFoundError
+
+    settings = _settings(ctx)
+    where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
+    lifecycle.require_standalone(settings, "delete dag runs")
+    keys = lifecycle.count_run_keys(settings, dag_id, run_id)
+    if keys is None:
+        raise NotFoundError(f"no dag run {where}")
+    _confirm_delete(yes, "runs delete deletes a run", f"Delete the dag run {where} and its {_keys(keys)}?")
+    removed = lifecycle.delete_run(settings, dag_id, run_id)
+    Output.choose().line(f"deleted the dag run {where} and its {_keys(removed)}")

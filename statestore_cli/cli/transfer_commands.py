@@ -1,0 +1,104 @@
+"""``export`` and ``import``."""
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from statestore_cli.cli.app import (
+    KeyOpt,
+    OutputOpt,
+    StoreOpt,
+    _examples,
+    _output,
+    _settings,
+    app,
+)
+from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.render import Output
+from statestore_cli.cli.scope_options import as_filter, with_scope_options
+from statestore_cli.entries import KeyFilter
+from statestore_cli.errors import (
+    InvalidInputError,
+)
+
+# -- export and import ------------------------------------------------------------------------------
+_MAX_IMPORT_BATCH = 100_000  # transfer.MAX_BATCH_SIZE, without importing SQLAlchemy for --help
+
+
+@app.command(
+    "export",
+    epilog=_examples(
+        "export --file /backup/statestore-2026-11-30.jsonl", "export --dag-id etl > etl.jsonl", "export --store asset"
+    ),
+)
+@with_scope_options
+def export(
+    ctx: typer.Context,
+    scope_args: KeyFilter,
+    key: KeyOpt = None,
+    store: StoreOpt = None,
+    file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--file", metavar="PATH", help="Write to PATH (complete or not at all: a temporary file, then renamed)."
+        ),
+    ] = None,
+) -> None:
+    """Write keys as JSON Lines, one key per line.
+
+    Each line has the key's scope, value, updated_at and expires_at; assets are named by name and uri.
+    Takes the filters of list and keeps its order. Writes to stdout unless --file;
+    `statestore import` reads it back."""
+    from statestore_cli import transfer
+
+    filt = as_filter(scope_args, store, key)
+    settings = _settings(ctx)
+    if file is None:
+        summary = transfer.write_export(settings, filt, sys.stdout)
+    else:
+        summary = transfer.export_file(settings, filt, file)
+    Output.choose("plain").export_summary(summary, "stdout" if file is None else str(file))
+
+
+@app.command(
+    "import",
+    epilog=_examples(
+        "import --dry-run /backup/statestore-2026-11-30.jsonl",
+        "import /backup/statestore-2026-11-30.jsonl",
+        "--conn postgresql+psycopg://airflow@db/airflow export | statestore import -",
+    ),
+)
+def import_(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Argument(metavar="FILE", help="JSON Lines from `statestore export`; - reads stdin.")],
+    batch_size: Annotated[
+        int,
+        typer.Option("--batch-size", min=1, max=_MAX_IMPORT_BATCH, metavar="N", help="Keys per transaction."),
+    ] = 1000,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check every line against the database; write nothing.")
+    ] = False,
+    output: OutputOpt = OutputMode.auto,
+) -> None:
+    """Upsert keys from JSON Lines, keeping their timestamps.
+
+    One transaction per batch. A bad line stops the import before its batch is written;
+    earlier batches stay (the error says which lines): run --dry-run first for all or nothing.
+    On a standalone store missing dag runs and assets are created; an Airflow database must have them.
+    The summary goes to stderr (-o json: to stdout)."""
+    from statestore_cli import transfer
+
+    out = _output(output)
+    settings = _settings(ctx)
+    try:
+        stream = sys.stdin.buffer if source == "-" else open(source, "rb")  # noqa: SIM115  (closed below)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {source}: {exc.strerror or exc}") from None
+    try:
+        summary = transfer.import_records(settings, stream, batch_size=batch_size, dry_run=dry_run)
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    out.import_summary(summary, "stdin" if source == "-" else source)
