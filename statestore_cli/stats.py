@@ -309,7 +309,10 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> list[ColumnElement[
         return [None]
     if dialect == "sqlite" and sqlite_path(conn.engine.url) is None:
         return [None]  # an in-memory database is private to its connection
-    low, high = conn.execute(select(func.min(_task.c.id), func.max(_task.c.id))).one()
+    # Two scalar subqueries: SQLite answers a lone min() or max() of the primary key with one seek, but
+    # both in one SELECT with a scan of the whole table.
+    ends = [select(agg(_task.c.id)).scalar_subquery() for agg in (func.min, func.max)]
+    low, high = conn.execute(select(*ends)).one()
     if low is None or high - low + 1 < max(split.min_rows, workers):
         return [None]
     span = high - low + 1
