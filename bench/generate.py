@@ -37,6 +37,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from statestore_cli.schema import asset_state_store, task_state_store
+
 # -- layout: every run has the same 40 task instances (16 plain tasks, 4 mapped ones of width 6), 5 keys each
 KEYS = ("job_id", "checkpoint", "cursor", "attempt", "external_url")
 INSTANCES = [(f"task_{t:02d}", -1) for t in range(16)] + [(f"mapped_{t:02d}", m) for t in range(4) for m in range(6)]
@@ -57,29 +59,8 @@ EXPIRED_SPAN = 90 * DAY  # expired keys expired between 1 minute and 90 days ago
 LIVE_MIN, LIVE_SPAN = timedelta(days=365), 365 * DAY  # live keys expire 1 to 2 years from now
 UPDATED_SPAN = 90 * DAY
 
-TASK_COLUMNS = (
-    "id",
-    "dag_run_id",
-    "task_id",
-    "map_index",
-    "key",
-    "dag_id",
-    "run_id",
-    "value",
-    "updated_at",
-    "expires_at",
-)
-ASSET_STATE_COLUMNS = (
-    "asset_id",
-    "key",
-    "value",
-    "updated_at",
-    "last_updated_by_kind",
-    "last_updated_by_dag_id",
-    "last_updated_by_run_id",
-    "last_updated_by_task_id",
-    "last_updated_by_map_index",
-)
+TASK_COLUMNS = tuple(column.name for column in task_state_store.columns)  # id, dag_run_id, ...
+ASSET_STATE_COLUMNS = tuple(column.name for column in asset_state_store.columns)  # asset_id, key, ...
 CHUNK = 100_000  # rows per transaction (SQLite) or per executemany (MariaDB)
 SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 CLONED_TABLES = ("dag_run", "asset", "asset_active", "task_state_store", "asset_state_store")  # parents first

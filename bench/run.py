@@ -16,7 +16,6 @@ import platform
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -50,10 +49,6 @@ from sqlalchemy.engine import make_url
 from writer import LatencyStats, Writer
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SERVERS = {
-    "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
-    "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
-}
 QUICK = {"rows": 4000, "expired": 2000, "small_rows": 400, "repeat": 1, "cold_runs": 2, "batch_size": 500}
 
 
@@ -271,15 +266,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="runs of each timed command; the median counts (3)")
     p.add_argument("--cold-runs", type=int, default=15, help="runs of the cold-start get and its floor (15)")
     p.add_argument("--batch-size", type=int, default=10_000, help="batch size of the batched clean (10000)")
-    p.add_argument(
-        "--engines",
-        default="sqlite,postgresql,mariadb",
-        help="comma-separated: sqlite, postgresql, mariadb (servers not reachable are skipped)",
-    )
-    p.add_argument("--pg-url", default=DEFAULT_SERVERS["postgresql"], help="PostgreSQL server (a fresh schema is used)")
-    p.add_argument("--mysql-url", default=DEFAULT_SERVERS["mariadb"], help="MariaDB server (a fresh database is used)")
+    stores.add_engine_arguments(p)
     p.add_argument("--require-servers", action="store_true", help="fail, not skip, when a server is unreachable")
-    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
     p.add_argument("--regenerate", action="store_true", help="generate the SQLite stores even when cached")
     p.add_argument("--json-out", type=Path, help="write the results as JSON here")
     p.add_argument("--writer-interval", type=float, default=0.005, help="seconds between the writer's upserts")
@@ -310,31 +298,19 @@ def make_plan(args: argparse.Namespace) -> Plan:
     )
 
 
-def check_workdir(workdir: Path) -> Path:
-    workdir = workdir.resolve()
-    if workdir.is_relative_to(REPO) and not workdir.is_relative_to(REPO / "bench" / "data"):
-        raise SystemExit(f"--workdir {workdir} is inside the repository: use a temporary directory or bench/data/")
-    workdir.mkdir(parents=True, exist_ok=True)
-    return workdir
-
-
 def open_stores(
     engine: str, args: argparse.Namespace, workdir: Path, env: dict[str, str], results: Results
 ) -> stores.Stores | None:
-    if engine == "sqlite":
-        return stores.SqliteStores(workdir, env, args.regenerate)
-    if engine not in DEFAULT_SERVERS:
-        raise SystemExit(f"unknown engine {engine!r}: use sqlite, postgresql or mariadb")
-    url = args.pg_url if engine == "postgresql" else args.mysql_url
-    problem = stores.reachable(url)
-    if problem is not None:
+    store = stores.open_stores(engine, args, workdir, env, args.regenerate)
+    if isinstance(store, str):
         if args.require_servers:
-            raise SystemExit(f"{engine} is not reachable: {problem}")
-        results.skipped[engine] = f"not reachable at {make_url(url).render_as_string(hide_password=True)} ({problem})"
-        log(f"{engine}: skipped, not reachable ({problem})")
+            raise SystemExit(f"{engine} is not reachable: {store}")
+        url = make_url(stores.server_url(engine, args)).render_as_string(hide_password=True)
+        results.skipped[engine] = f"not reachable at {url} ({store})"
         return None
-    results.meta.setdefault("servers", {})[engine] = server_version(url)
-    return stores.ServerStores(engine, url, env)
+    if engine != "sqlite":
+        results.meta.setdefault("servers", {})[engine] = server_version(stores.server_url(engine, args))
+    return store
 
 
 def server_version(url: str) -> str:
@@ -381,11 +357,11 @@ def metadata(args: argparse.Namespace, plan: Plan, workdir: Path) -> dict[str, o
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = make_plan(args)
-    workdir = check_workdir(args.workdir)
+    workdir = stores.check_workdir(args.workdir)
     env = generate.tool_env(workdir / "airflow-home")
     results = Results(meta=metadata(args, plan, workdir))
     started = time.perf_counter()
-    for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
+    for engine in stores.engines(args):
         store = open_stores(engine, args, workdir, env, results)
         if store is None:
             continue

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,11 +29,6 @@ from generate import Spec, driver_params
 from measure import RSS_METHOD, Sample, median, run_process
 from sqlalchemy.engine import make_url
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SERVERS = {
-    "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
-    "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
-}
 COUNT = "SELECT count(*) FROM task_state_store"
 FLOOR, STARTUP, STATS = "count(*) floor", "start-up (db check)", "stats -o json"
 TIME_TARGET = 2.0  # stats within 2x of the floor plus our start-up
@@ -149,33 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=1_000_000, help="task keys in the large store (1000000)")
     p.add_argument("--small-rows", type=int, default=10_000, help="task keys in the small store (10000)")
     p.add_argument("--repeat", type=int, default=5, help="runs of each command; the median counts (5)")
-    p.add_argument("--engines", default="sqlite,postgresql,mariadb", help="unreachable servers are skipped")
-    p.add_argument("--pg-url", default=DEFAULT_SERVERS["postgresql"])
-    p.add_argument("--mysql-url", default=DEFAULT_SERVERS["mariadb"])
-    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
+    stores.add_engine_arguments(p)
     p.add_argument("--json-out", type=Path, help="write the medians and samples as JSON here")
     p.add_argument("--quick", action="store_true", help="4000 and 400 rows, one run each: a smoke test")
     args = p.parse_args(argv)
     if args.quick:
         args.rows, args.small_rows, args.repeat = 4000, 400, 1
-    workdir = args.workdir.resolve()
-    if workdir.is_relative_to(REPO) and not workdir.is_relative_to(REPO / "bench" / "data"):
-        raise SystemExit(f"--workdir {workdir} is inside the repository: use a temporary directory or bench/data/")
+    workdir = stores.check_workdir(args.workdir)
     env = generate.tool_env(workdir / "airflow-home")
     rows: list[Row] = []
     skipped: dict[str, str] = {}
-    for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
-        store: stores.Stores
-        if engine == "sqlite":
-            store = stores.SqliteStores(workdir, env, regenerate=False)
-        else:
-            url = args.pg_url if engine == "postgresql" else args.mysql_url
-            problem = stores.reachable(url)
-            if problem is not None:
-                skipped[engine] = problem
-                print(f"{engine}: skipped, not reachable ({problem})", file=sys.stderr)
-                continue
-            store = stores.ServerStores(engine, url, env)
+    for engine in stores.engines(args):
+        store = stores.open_stores(engine, args, workdir, env)
+        if isinstance(store, str):
+            skipped[engine] = store
+            continue
         try:
             for size in (args.rows, args.small_rows):
                 print(f"{engine}: store of {size:,} rows", file=sys.stderr, flush=True)

@@ -7,8 +7,12 @@ copy is a new schema/database filled with ``INSERT ... SELECT``; all of them are
 
 from __future__ import annotations
 
+import argparse
+import os
 import shutil
 import sqlite3
+import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +22,11 @@ import generate
 from generate import Counts, Spec
 
 GENERATOR_VERSION = 1  # bump when generate.py changes what it writes: cached stores are then regenerated
+REPO = Path(__file__).resolve().parent.parent
+SERVERS = {
+    "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
 
 
 @dataclass(frozen=True)
@@ -122,3 +131,51 @@ def live_scope(original: Original) -> tuple[str, str, str, int, str]:
     if row is None:
         raise RuntimeError("the store has no live key in its second half to read")
     return row
+
+
+# -- what every benchmark over the three engines shares ------------------------------------------------------
+def add_engine_arguments(p: argparse.ArgumentParser) -> None:
+    """--engines, --pg-url, --mysql-url and --workdir."""
+    p.add_argument(
+        "--engines",
+        default="sqlite,postgresql,mariadb",
+        help="comma-separated: sqlite, postgresql, mariadb (servers not reachable are skipped)",
+    )
+    p.add_argument("--pg-url", default=SERVERS["postgresql"], help="PostgreSQL server (a fresh schema is used)")
+    p.add_argument("--mysql-url", default=SERVERS["mariadb"], help="MariaDB server (a fresh database is used)")
+    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
+
+
+def engines(args: argparse.Namespace) -> list[str]:
+    names = [e.strip() for e in args.engines.split(",") if e.strip()]
+    for name in names:
+        if name != "sqlite" and name not in SERVERS:
+            raise SystemExit(f"unknown engine {name!r}: use sqlite, postgresql or mariadb")
+    return names
+
+
+def check_workdir(workdir: Path) -> Path:
+    """The work directory, made; never inside the repository, except under bench/data/."""
+    workdir = workdir.resolve()
+    if workdir.is_relative_to(REPO) and not workdir.is_relative_to(REPO / "bench" / "data"):
+        raise SystemExit(f"--workdir {workdir} is inside the repository: use a temporary directory or bench/data/")
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir
+
+
+def server_url(engine: str, args: argparse.Namespace) -> str:
+    return args.pg_url if engine == "postgresql" else args.mysql_url
+
+
+def open_stores(
+    engine: str, args: argparse.Namespace, workdir: Path, env: dict[str, str], regenerate: bool = False
+) -> Stores | str:
+    """The stores to measure ``engine`` on, or why its server is skipped (it does not answer)."""
+    if engine == "sqlite":
+        return SqliteStores(workdir, env, regenerate)
+    url = server_url(engine, args)
+    problem = reachable(url)
+    if problem is not None:
+        print(f"{engine}: skipped, not reachable ({problem})", file=sys.stderr)
+        return problem
+    return ServerStores(engine, url, env)

@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import json
-import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,11 +31,6 @@ import stores
 from generate import Spec, driver_params
 from measure import RSS_METHOD, Sample, median, run_process
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_SERVERS = {
-    "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
-    "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
-}
 EXPORT, EXPORT_FLOOR = "export --file", "bare export script (floor)"
 IMPORT, IMPORT_FLOOR = "import", "bare import script (floor)"
 TARGETS = {EXPORT: (EXPORT_FLOOR, 2.0), IMPORT: (IMPORT_FLOOR, 3.0)}
@@ -361,34 +354,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small-rows", type=int, default=10_000, help="task keys in the small store (10000)")
     p.add_argument("--repeat", type=int, default=3, help="runs of each command; the median counts (3)")
     p.add_argument("--batch-size", type=int, default=1000, help="the imports' batch size (1000)")
-    p.add_argument("--engines", default="sqlite,postgresql,mariadb", help="unreachable servers are skipped")
-    p.add_argument("--pg-url", default=DEFAULT_SERVERS["postgresql"])
-    p.add_argument("--mysql-url", default=DEFAULT_SERVERS["mariadb"])
-    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
+    stores.add_engine_arguments(p)
     p.add_argument("--json-out", type=Path, help="write the medians and samples as JSON here")
     p.add_argument("--quick", action="store_true", help="4000 and 400 rows, one run each: a smoke test")
     args = p.parse_args(argv)
     if args.quick:
         args.rows, args.small_rows, args.repeat = 4000, 400, 1
-    workdir = args.workdir.resolve()
-    if workdir.is_relative_to(REPO) and not workdir.is_relative_to(REPO / "bench" / "data"):
-        raise SystemExit(f"--workdir {workdir} is inside the repository: use a temporary directory or bench/data/")
+    workdir = stores.check_workdir(args.workdir)
     env = generate.tool_env(workdir / "airflow-home")
     rows: list[Row] = []
     skipped: dict[str, str] = {}
-    for engine in [e.strip() for e in args.engines.split(",") if e.strip()]:
-        store: stores.Stores
-        admin_url = None
-        if engine == "sqlite":
-            store = stores.SqliteStores(workdir, env, regenerate=False)
-        else:
-            admin_url = args.pg_url if engine == "postgresql" else args.mysql_url
-            problem = stores.reachable(admin_url)
-            if problem is not None:
-                skipped[engine] = problem
-                print(f"{engine}: skipped, not reachable ({problem})", file=sys.stderr)
-                continue
-            store = stores.ServerStores(engine, admin_url, env)
+    for engine in stores.engines(args):
+        store = stores.open_stores(engine, args, workdir, env)
+        if isinstance(store, str):
+            skipped[engine] = store
+            continue
+        admin_url = None if engine == "sqlite" else stores.server_url(engine, args)
         empty = EmptyStores(engine, workdir / "transfer" / engine, env, admin_url)
         (workdir / "transfer" / engine).mkdir(parents=True, exist_ok=True)
         try:

@@ -558,15 +558,5 @@ def _task_upsert(dialect: str) -> str:
 
 
 def _asset_upsert(dialect: str) -> str:
-    columns = (
-        "asset_id",
-        "key",
-        "value",
-        "updated_at",
-        "last_updated_by_kind",
-        "last_updated_by_dag_id",
-        "last_updated_by_run_id",
-        "last_updated_by_task_id",
-        "last_updated_by_map_index",
-    )
+    columns = tuple(column.name for column in _asset_kv.columns)  # asset_id, key, value, updated_at, ...
     return _upsert_sql(dialect, _asset_kv.name, columns, ("asset_id", "key"), columns[2:])
