@@ -139,15 +139,8 @@ def report(rows: list[Row], large: int, small: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, default=1_000_000, help="task keys in the large store (1000000)")
-    p.add_argument("--small-rows", type=int, default=10_000, help="task keys in the small store (10000)")
-    p.add_argument("--repeat", type=int, default=5, help="runs of each command; the median counts (5)")
-    stores.add_engine_arguments(p)
-    p.add_argument("--json-out", type=Path, help="write the medians and samples as JSON here")
-    p.add_argument("--quick", action="store_true", help="4000 and 400 rows, one run each: a smoke test")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.rows, args.small_rows, args.repeat = 4000, 400, 1
+    stores.add_two_store_arguments(p, repeat=5)
+    args = stores.parse_two_store_arguments(p, argv)
     workdir = stores.check_workdir(args.workdir)
     env = generate.tool_env(workdir / "airflow-home")
     rows: list[Row] = []

@@ -146,6 +146,24 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
 
 
+def add_two_store_arguments(p: argparse.ArgumentParser, repeat: int) -> None:
+    """The options of a benchmark that measures a large and a small store on every engine; read them back
+    with ``parse_two_store_arguments``."""
+    p.add_argument("--rows", type=int, default=1_000_000, help="task keys in the large store (1000000)")
+    p.add_argument("--small-rows", type=int, default=10_000, help="task keys in the small store (10000)")
+    p.add_argument("--repeat", type=int, default=repeat, help=f"runs of each command; the median counts ({repeat})")
+    add_engine_arguments(p)
+    p.add_argument("--json-out", type=Path, help="write the medians and samples as JSON here")
+    p.add_argument("--quick", action="store_true", help="4000 and 400 rows, one run each: a smoke test")
+
+
+def parse_two_store_arguments(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows, args.small_rows, args.repeat = 4000, 400, 1
+    return args
+
+
 def engines(args: argparse.Namespace) -> list[str]:
     names = [e.strip() for e in args.engines.split(",") if e.strip()]
     for name in names:
