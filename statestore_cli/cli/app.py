@@ -123,6 +123,8 @@ OutputOpt = Annotated[
 HeaderOpt = Annotated[
     bool, typer.Option("--header", help="Plain output: start with a line naming the tab-separated columns.")
 ]
+# The rehearsal of a command that deletes (clean, assets sweep).
+DeleteDryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")]
 
 
 def _output(requested: OutputMode, header: bool = False) -> Output:

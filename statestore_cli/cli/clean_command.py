@@ -10,6 +10,7 @@ import typer
 
 from statestore_cli.cli.app import (
     _MAX_BATCH_SIZE,
+    DeleteDryRunOpt,
     HeaderOpt,
     OutputOpt,
     _examples,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:  # loaded by `clean` only when it runs
 )
 def clean(
     ctx: typer.Context,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")] = False,
+    dry_run: DeleteDryRunOpt = False,
     batch_size: Annotated[
         Optional[int],
         typer.Option(

@@ -6,6 +6,7 @@ import typer
 
 from statestore_cli.cli.app import (
     _MAX_BATCH_SIZE,
+    DeleteDryRunOpt,
     HeaderOpt,
     OutputOpt,
     _confirm_delete,
@@ -31,7 +32,7 @@ from statestore_cli.errors import (
 )
 def assets_sweep(
     ctx: typer.Context,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")] = False,
+    dry_run: DeleteDryRunOpt = False,
     batch_size: Annotated[
         Optional[int],
         typer.Option(
