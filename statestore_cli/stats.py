@@ -4,7 +4,8 @@ Every figure is an aggregate computed by SQL (``GROUP BY``, ``SUM(CASE ...)``, `
 ``expires_at`` index, whichever the engine does faster), so memory stays flat however many rows the store
 holds; Python only ever sees one row per dag (and part, below), per asset or per day. On a large store the
 one pass that reads every value (the figures per dag) is split into parts read at once on connections of
-their own, one per core, since reading the values is what a stats run spends its time on.
+their own (one per core; two per core on MySQL/MariaDB, whose parts also wait on page reads), since
+reading the values is what a stats run spends its time on.
 
 All moments are bound as parameters computed from one ``now`` (SQLite stores timestamps as text
 ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, PostgreSQL as ``timestamptz``, MySQL as naive UTC; each compares a
@@ -27,16 +28,17 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from typing import Any, NamedTuple
 
-from sqlalchemy import LargeBinary, and_, case, cast, func, select
+from sqlalchemy import Integer, LargeBinary, and_, case, cast, func, null, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ColumnElement, Select
 
 from statestore_cli.database import sqlite_path, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import InvalidInputError
-from statestore_cli.schema import asset, asset_active, asset_state_store, task_state_store
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 
 _task = task_state_store
+_MYSQL = ("mysql", "mariadb")
 _asset_kv = asset_state_store
 
 # The expiry buckets of task keys, in order; non-overlapping, each the half-open interval
@@ -131,8 +133,8 @@ def store_stats(
     workers: int | None = None,
 ) -> StoreStats:
     """The figures of the keys ``filt`` selects, as of ``now`` (an aware datetime). On a large store the
-    per-dag pass is split into ``workers`` parts (default: one per core, at most 4) read at once;
-    ``parallel_min_rows`` is the least span of task ids that is split."""
+    per-dag pass is split into ``workers`` parts read at once (default: one per core, two per core on
+    MySQL/MariaDB, at most 4); ``parallel_min_rows`` is the least span of task ids that is split."""
     if now.tzinfo is None:
         raise InvalidInputError("now must be timezone-aware")
     if top < 0 or days < 0 or (workers is not None and workers < 1):
@@ -143,10 +145,18 @@ def store_stats(
     limit = max_value_storage_bytes
     with translate_errors(engine), engine.connect() as conn:
         vlen = _value_bytes(engine.dialect.name)
-        split = Split(parallel_min_rows, workers or min(os.cpu_count() or 1, _MAX_PARTS))
+        split = Split(parallel_min_rows, workers or _default_parts(engine.dialect.name))
         task = _task_stats(conn, filt, now, limit, top, days, vlen, split) if wants_task else None
         assets = _asset_stats(conn, filt, limit, top, vlen) if wants_asset else None
     return StoreStats(now, limit, filt, task, assets)
+
+
+def _default_parts(dialect: str) -> int:
+    """Parts of the per-dag pass read at once: one per core, but two on MySQL/MariaDB, whose parts wait on
+    InnoDB page reads about as long as they compute (measured at a million rows on two cores: four parts
+    took 0.85 s where two took 0.98 s)."""
+    per_core = 2 if dialect in _MYSQL else 1
+    return min((os.cpu_count() or 1) * per_core, _MAX_PARTS)
 
 
 def _value_bytes(dialect: str) -> Any:
@@ -207,7 +217,9 @@ def _dag_pass(
     the values over ``limit`` (when there is one), of the rows ``filt`` and ``part`` select."""
     size = vlen(_task.c.value)
     buckets = [_count_if(c) for c in _bucket_conditions(now)] if dialect == "postgresql" else []
-    over = [_count_if(size > limit)] if limit > 0 else []
+    # MySQL adds up a comparison as 0 or 1, a tenth of the pass cheaper than a CASE.
+    over_limit = func.sum(size > limit, type_=Integer) if dialect in _MYSQL else _count_if(size > limit)
+    over = [over_limit] if limit > 0 else []
     query = select(
         _task.c.dag_id,
         func.count(),
@@ -219,13 +231,30 @@ def _dag_pass(
     ).group_by(_task.c.dag_id)
     if part is not None:
         query = query.where(part)
-    if dialect in ("mysql", "mariadb") and not filt.has_task_fields:
-        # MySQL would walk the (dag_id, ...) index and fetch every row through it, twice as slow as
-        # reading the table once; with a scope filter that index is the quick way in, so it stays. A
-        # part is a range of the primary key, read as one.
-        hint = "FORCE INDEX (PRIMARY)" if part is not None else "IGNORE INDEX (idx_task_state_store_lookup)"
-        query = query.with_hint(_task, hint, dialect)
-    return _task_where(query, filt)
+    query = _task_where(query, filt)
+    if dialect in _MYSQL and not filt.has_task_fields:
+        return _mysql_store_pass(query, dialect)
+    return query
+
+
+def _mysql_store_pass(per_dag: Select[Any], dialect: str) -> Select[Any]:
+    """The per-dag pass over a whole MySQL/MariaDB store (or a range of its primary key), read as the table
+    lies: by the (dag_id, ...) index it would fetch every row through that index, twice as slow. It groups
+    by the integer dag_run_id, and the few groups are then added up per dag through dag_run's primary key:
+    a temporary table keyed by a 250-character id costs MariaDB a fifth of the pass more."""
+    per_run = per_dag.with_only_columns(_task.c.dag_run_id, *list(per_dag.selected_columns)[1:])
+    # ORDER BY NULL: MariaDB would sort the groups, which nothing needs.
+    per_run = per_run.group_by(None).group_by(_task.c.dag_run_id).order_by(null())
+    runs = per_run.with_hint(_task, "FORCE INDEX (PRIMARY)", dialect).subquery()
+    n, nbytes, first, last, *rest = list(runs.c)[1:]
+    return (
+        select(dag_run.c.dag_id, func.sum(n), func.sum(nbytes), func.min(first), func.max(last), *map(func.sum, rest))
+        .join_from(runs, dag_run, dag_run.c.id == runs.c.dag_run_id)
+        .group_by(dag_run.c.dag_id)
+        # The groups first, then one primary-key lookup each: left to itself the optimizer may walk all of
+        # dag_run's (dag_id, run_id) index instead, and an Airflow database holds every run ever made.
+        .prefix_with("STRAIGHT_JOIN", dialect=dialect)
+    )
 
 
 def _fetch_all(engine: Engine, query: Select[Any]) -> list[Any]:
