@@ -278,6 +278,10 @@ class _Importer:
         self.batches = 0
         self.new_runs: set[tuple[str, str]] = set()  # dry run: runs a real import would create
         self.new_assets: set[tuple[str, str]] = set()
+        # The assets this import creates, by name and by uri, with the line that names each first: two of them
+        # sharing a name or a uri could not both be active, and a sweep deletes an inactive asset's keys.
+        self.new_names: dict[str, tuple[str, int]] = {}
+        self.new_uris: dict[str, tuple[str, int]] = {}
         self.dry_conn: Connection | None = None
 
     def done(self) -> str:
@@ -447,6 +451,7 @@ class _Importer:
             )
         for name, uri in missing:
             _check_no_clash(conn, name, uri, first_line[(name, uri)])
+            self._check_new_asset(name, uri, first_line[(name, uri)])
         if self.dry_run:
             fresh = [pair for pair in missing if pair not in self.new_assets]
             self.new_assets.update(fresh)
@@ -457,6 +462,18 @@ class _Importer:
         if len(found) != len(missing):
             raise BackendError("creating the assets of the imported keys left some of them missing")
         return ids | found, len(missing)
+
+    def _check_new_asset(self, name: str, uri: str, line: int) -> None:
+        """Another asset this import creates may not have the same name or the same uri (see new_names)."""
+        for field, value, other, seen in (("name", name, uri, self.new_names), ("uri", uri, name, self.new_uris)):
+            first = seen.setdefault(value, (other, line))
+            if first[0] != other:
+                shared = f"name={name} uri={first[0]}" if field == "name" else f"name={first[0]} uri={uri}"
+                raise BadRecord(
+                    line,
+                    f"asset name={name} uri={uri} shares its {field} with the asset {shared} created by line "
+                    f"{first[1]}: an active asset's name and uri are each unique",
+                )
 
     # -- writing -------------------------------------------------------------------------------------
     def _write(self, conn: Connection, statement: str, params: list[tuple[Any, ...]], rows: Sequence[Any]) -> None:

@@ -498,3 +498,28 @@ def test_import_into_a_store_without_the_schema_says_so(tmp_path):
     assert result.exit_code == 3
     assert result.stderr.startswith("statestore: error: the state store tables are missing in sqlite:///")
     assert result.stderr.endswith("; run `statestore db init`; nothing was imported\n")
+
+
+@pytest.mark.parametrize(
+    "second, message",
+    [
+        ({"uri": "s3://elsewhere"}, "name=orders uri=s3://elsewhere shares its name"),
+        ({"name": "orders_v2"}, "name=orders_v2 uri=s3://warehouse/orders shares its uri"),
+    ],
+)
+@pytest.mark.parametrize("batch_size, dry_run", [(1, True), (10, True), (10, False)])
+def test_two_new_assets_sharing_a_name_or_uri_are_refused(cli, db_url, second, message, batch_size, dry_run):
+    # Only one of them could be active, and a sweep deletes an inactive asset's keys. In one batch the real
+    # run would leave the second one inactive; the dry run must catch it across batches too, where the real
+    # run stops at the later batch (the clash with an active asset above).
+    lines = [asset_line("a"), task_line("t"), asset_line("b", **second)]
+    dry = ["--dry-run"] if dry_run else []
+    result = cli("import", "--batch-size", str(batch_size), *dry, "-", input="\n".join(lines))
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"statestore: error: line 3: asset {message} with the asset name=orders uri=s3://warehouse/orders "
+        "created by line 1: an active asset's name and uri are each unique; "
+        f"{'nothing was written (dry run)' if dry_run else 'nothing was imported'}\n"
+    )
+    assert count(db_url, "asset") == 0 and count(db_url, "asset_state_store") == 0
+    assert count(db_url, "task_state_store") == 0
