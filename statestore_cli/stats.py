@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import heapq
 import os
+from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -187,11 +189,12 @@ def _task_stats(
     # One pass over the rows for what needs every value: the figures per dag, summed here (one row per
     # dag and part reaches Python). The expiry buckets are counted in that pass on PostgreSQL; SQLite and
     # MariaDB count them faster apart, as ranges of the expires_at index (measured at a million rows: a
-    # CASE per row comparing timestamps costs MariaDB seconds, SQLite half a second).
+    # CASE per row comparing timestamps costs MariaDB seconds, SQLite half a second). On a split MySQL pass
+    # one of those buckets is derived instead (_likely_largest_bucket).
     dialect = conn.dialect.name
     in_pass = dialect == "postgresql"
     parts = _partitions(conn, filt, split)
-    queries = [_dag_pass(dialect, filt, now, limit, vlen, part) for part in parts]
+    queries = [_dag_pass(dialect, filt, now, limit, vlen, part) for part in parts.conditions]
     dags = _DagTotals(len(EXPIRY_BUCKETS) if in_pass else 0, limit > 0)
     if len(queries) == 1:
         dags.add(conn.execution_options(yield_per=1000).execute(queries[0]))
@@ -203,10 +206,15 @@ def _task_stats(
         # Each part on a connection of its own, all at once; this connection counts the index ranges.
         with ThreadPoolExecutor(len(queries)) as pool:
             running = [pool.submit(_fetch_all, conn.engine, query) for query in queries]
-            expiry = _expiry(conn, filt, now)
+            derived = _likely_largest_bucket(conn, now, parts.ids) if dialect in _MYSQL and parts.ids else None
+            expiry = _expiry(conn, filt, now, skip=derived)
             per_day = _per_day(conn, filt, now, days)
             for future in running:
                 dags.add(future.result())
+        if derived is not None:
+            # What the other buckets leave of the pass's rows: both read the whole store, so only a write
+            # between the statements can make it a little off (never below zero).
+            expiry[derived] = max(0, dags.rows - sum(expiry))
     return dags.figures(top, expiry, per_day)
 
 
@@ -292,6 +300,10 @@ class _DagTotals:
                 seen[i if i < 2 else i + 2] += n
 
     @property
+    def rows(self) -> int:
+        return sum(totals[0] for totals in self.by_dag.values())
+
+    @property
     def expiry(self) -> list[int]:
         return [sum(totals[4 + i] for totals in self.by_dag.values()) for i in range(self.buckets)]
 
@@ -325,7 +337,12 @@ class Split(NamedTuple):
     workers: int  # parts, each on a connection of its own
 
 
-def _partitions(conn: Any, filt: KeyFilter, split: Split) -> list[ColumnElement[bool] | None]:
+class _Parts(NamedTuple):
+    conditions: list[ColumnElement[bool] | None]  # [None]: one statement
+    ids: tuple[int, int] | None = None  # the lowest and highest task id, when split
+
+
+def _partitions(conn: Any, filt: KeyFilter, split: Split) -> _Parts:
     """Conditions that split the rows of the per-dag pass into ``split.workers`` parts, or
     ``[None]`` for one statement. Only the pass over a whole large store on a SQLite file or MySQL/MariaDB
     is split: PostgreSQL spreads a scan over parallel workers itself, and with a scope filter an index
@@ -335,15 +352,15 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> list[ColumnElement[
     dialect = conn.dialect.name
     workers = split.workers
     if workers < 2 or filt.has_task_fields or dialect == "postgresql":
-        return [None]
+        return _Parts([None])
     if dialect == "sqlite" and sqlite_path(conn.engine.url) is None:
-        return [None]  # an in-memory database is private to its connection
+        return _Parts([None])  # an in-memory database is private to its connection
     # Two scalar subqueries: SQLite answers a lone min() or max() of the primary key with one seek, but
     # both in one SELECT with a scan of the whole table.
     ends = [select(agg(_task.c.id)).scalar_subquery() for agg in (func.min, func.max)]
     low, high = conn.execute(select(*ends)).one()
     if low is None or high - low + 1 < max(split.min_rows, workers):
-        return [None]
+        return _Parts([None])
     span = high - low + 1
     if dialect == "sqlite":
         column: Any = _task.c.dag_id
@@ -352,13 +369,13 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> list[ColumnElement[
         column = _task.c.id
         bounds = [low + span * i // workers for i in range(1, workers)]
     if not bounds:
-        return [None]
+        return _Parts([None])
     parts: list[ColumnElement[bool] | None] = [column < bounds[0]]
     parts += [and_(column >= a, column < b) for a, b in pairwise(bounds)]
-    return [*parts, column >= bounds[-1]]
+    return _Parts([*parts, column >= bounds[-1]], (low, high))
 
 
-_SAMPLES = 64  # rows sampled to place SQLite's dag_id bounds
+_SAMPLES = 64  # rows sampled to place SQLite's dag_id bounds, or to guess MySQL's largest expiry bucket
 # Written out for SQLite's driver (qmark parameters): SQLAlchemy takes 20 ms to compile 64 subqueries,
 # and the parts wait for the bounds.
 _SAMPLE_SQL = "SELECT " + ", ".join(
@@ -384,10 +401,32 @@ def _bucket_conditions(now: datetime) -> list[ColumnElement[bool]]:
     return [*conditions, expires >= bounds[-1], expires.is_(None)]
 
 
-def _expiry(conn: Any, filt: KeyFilter, now: datetime) -> list[int]:
-    """Task rows per expiry bucket, one range count of the expires_at index each, in one statement."""
-    counts = [_task_where(select(func.count()), filt).where(c).scalar_subquery() for c in _bucket_conditions(now)]
-    return [int(n) for n in conn.execute(select(*counts)).one()]
+def _expiry(conn: Any, filt: KeyFilter, now: datetime, skip: int | None = None) -> list[int]:
+    """Task rows per expiry bucket, one range count of the expires_at index each, in one statement; the
+    bucket numbered ``skip`` is not counted (0)."""
+    conditions = _bucket_conditions(now)
+    counted = [i for i in range(len(conditions)) if i != skip]
+    counts = [_task_where(select(func.count()), filt).where(conditions[i]).scalar_subquery() for i in counted]
+    found = dict(zip(counted, conn.execute(select(*counts)).one(), strict=True))
+    return [int(found.get(i, 0)) for i in range(len(conditions))]
+
+
+def _likely_largest_bucket(conn: Any, now: datetime, ids: tuple[int, int]) -> int | None:
+    """The expiry bucket most of ``_SAMPLES`` rows at evenly spaced task ids fall in (None: none found).
+
+    MySQL/MariaDB walk every index entry of a range to count it (a third of a pass over the whole store
+    in all), so on a whole store the likeliest largest bucket is not counted but derived from the rows of
+    the per-dag pass; a wrong guess only saves less."""
+    low, high = ids
+    at = sorted({low + (high - low) * i // (_SAMPLES - 1) for i in range(_SAMPLES)})
+    sample = conn.execute(select(_task.c.expires_at).where(_task.c.id.in_(at))).scalars().all()
+    if not sample:
+        return None
+    bounds = list(expiry_bounds(now).values())
+    never = len(EXPIRY_BUCKETS) - 1
+    # bisect_right: 0 before now (expired), then one more for each bound at or before the moment.
+    buckets = Counter(never if moment is None else bisect_right(bounds, moment) for moment in sample)
+    return buckets.most_common(1)[0][0]
 
 
 def _per_day(conn: Any, filt: KeyFilter, now: datetime, days: int) -> list[DayCount]:

@@ -360,3 +360,18 @@ def test_stats_table_shortens_long_ids_in_the_middle_to_fit_80_columns(cli, monk
     assert all("…" in line and "_reconciliation_hourly │" in line for line in shortened)
     assert "\x1b" not in result.stdout and "small\\x1b[31m" in result.stdout  # stored text is shown escaped
     assert "dags with the most keys" in result.stdout and "dags with the largest values" in result.stdout
+
+
+@pytest.mark.parametrize("largest", range(len(EXPIRY_BUCKETS)))
+def test_every_expiry_bucket_is_exact_whichever_is_largest(db_url, largest):
+    # On a split MySQL/MariaDB pass the bucket most sampled rows fall in is derived from the total instead
+    # of counted: make each bucket the largest in turn, with one key in every other.
+    moments = [NOW - DAY, NOW + DAY / 2, NOW + 3 * DAY, NOW + 10 * DAY, NOW + 90 * DAY, None]
+    rows = [(f"dag_{i % 3}", "r1", f"big{i}", moments[largest], "1") for i in range(30)]
+    rows += [("dag_x", "r1", f"one{b}", moment, "1") for b, moment in enumerate(moments) if b != largest]
+    _put(db_url, rows)
+    expected = {bucket: 30 if b == largest else 1 for b, bucket in enumerate(EXPIRY_BUCKETS)}
+    for kw in ({"parallel_min_rows": 10**9}, {"parallel_min_rows": 1, "workers": 2}):
+        stats = _stats(db_url, **kw)
+        assert stats.task.expiry == expected, kw
+        assert stats.task.rows == 35
