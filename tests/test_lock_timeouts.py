@@ -8,6 +8,7 @@ exit 3 within a few seconds with one line naming the limit, leaving the store as
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import ENGINES, Result, read_metrics, run_cli, sql
+from helpers import ENGINES, Result, read_metrics, run_cli, run_statestore_process, sql
 from sqlalchemy import create_engine, event, make_url, text
 from sqlalchemy.engine import Engine
 
@@ -401,3 +402,20 @@ def test_the_lock_timeout_goes_after_the_command(cli):
         "--lock-timeout goes after the command: "
         "statestore set --lock-timeout 1s\n"
     )
+
+
+def test_get_in_a_process_of_its_own_waits_for_the_lock_once(db_url, tmp_path):
+    """The fast `get` path does not wait for a locked file: the full CLI waits, once, and words the error."""
+    seed(db_url)
+    env = {**os.environ, "AIRFLOW__STATE_STORE__LOCK_TIMEOUT": "3s"}
+    with lock_held(db_url):
+        started = time.monotonic()
+        result = run_statestore_process("--conn", db_url, "get", *TASK, "fresh", env=env)
+        waited = time.monotonic() - started
+    assert result.exit_code == 3, result.output
+    assert result.stderr == (
+        f"statestore: error: waited 3s for a lock held by another session on {db_url}; "
+        "raise [state_store] lock_timeout\n"
+    )
+    assert 2.9 <= waited < 5.9, f"waited {waited:.1f}s for a 3s lock timeout: twice would be 6s"
+    assert run_statestore_process("--conn", db_url, "get", *TASK, "fresh").stdout == '"old"\n'
