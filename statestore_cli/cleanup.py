@@ -74,7 +74,7 @@ class CleanReport:
 
 @dataclass(frozen=True)
 class CleanControl:
-    """How a clean runs: timeouts, a lock against a second clean, and when to stop early.
+    """How a clean runs: a statement timeout, a lock against a second clean, and when to stop early.
 
     ``should_stop`` is asked before every batch after the first and returns a reason to stop (or None);
     ``deadline`` (a ``time.monotonic()`` value) stops the clean once passed; ``on_progress`` hears the
@@ -115,18 +115,15 @@ def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
 
 
 def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[Note, ...]:
-    """Tune the clean's session and set its timeouts; returns a note for each timeout the engine lacks."""
+    """Tune the clean's session and set its statement timeout (its lock timeout is the engine's, set
+    on every session); returns a note when the engine has no statement timeout."""
     dialect = conn.dialect.name
-    lock, statement = timeouts.lock_seconds, timeouts.statement_seconds
+    statement = timeouts.statement_seconds
     notes: list[Note] = []
     if dialect == "postgresql":
-        if lock is not None:
-            conn.exec_driver_sql(f"SET lock_timeout = {math.ceil(lock * 1000)}")
         if statement is not None:
             conn.exec_driver_sql(f"SET statement_timeout = {math.ceil(statement * 1000)}")
     elif dialect in ("mysql", "mariadb"):
-        if lock is not None:
-            conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(lock))}")
         if statement is not None:
             if getattr(conn.dialect, "is_mariadb", False):
                 conn.exec_driver_sql(f"SET SESSION max_statement_time = {statement:.3f}")
@@ -139,8 +136,6 @@ def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[Note, ...]:
         # A 4 MiB page cache (the default is 2) keeps the index pages that consecutive batches share,
         # for a fixed, small amount of memory.
         conn.exec_driver_sql("PRAGMA cache_size = -4096")
-        if lock is not None:
-            conn.exec_driver_sql(f"PRAGMA busy_timeout = {math.ceil(lock * 1000)}")
         if statement is not None:
             notes.append(_no_statement_timeout("SQLite has no statement timeout"))
     conn.commit()
@@ -265,7 +260,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     started = time.monotonic()
     deleted = batches = 0
     stopped: StopReason | None = None
-    with translate_errors(engine, lock_parameter="lock_seconds"), _clean_session(engine, control) as (conn, notes):
+    with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
         run = _batch_runner(conn, now, batch_size)
         after: int | None = 0  # the id the next batch starts after; None once the walk is done
 
@@ -276,7 +271,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
         while after is not None:
             batch_started = time.monotonic()
             try:
-                with translate_errors(engine, lock_parameter="lock_seconds"):
+                with translate_errors(engine):
                     batch = retry_deadlocks(partial(one_batch, after))
             except BackendError as exc:
                 raise _failed_midway(exc, deleted, batches) from None

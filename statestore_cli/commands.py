@@ -95,7 +95,7 @@ def db_init(settings: Settings) -> DbReport:
 def db_check(settings: Settings) -> DbReport:
     """Connect and report; an unreachable database or a missing schema is reported, not raised."""
     try:
-        store = open_metastore(settings)
+        store = open_metastore(settings, writes=False)
         with translate_errors(store.engine), store.engine.connect() as conn:
             state = inspect_schema(conn)
     except DatabaseError as exc:
@@ -103,7 +103,7 @@ def db_check(settings: Settings) -> DbReport:
         unknown = SchemaState(mode="unknown", present=(), missing=(), alembic_revision=None)
         return DbReport(mask_url(url), url.get_backend_name(), unknown, settings.backend, error=str(exc))
     if not settings.uses_builtin_backend:
-        open_backend(settings)  # a custom backend that cannot load makes the store unusable
+        open_backend(settings, writes=False)  # a custom backend that cannot load makes the store unusable
     report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend)
     if state.mode != "airflow":
         return report
@@ -133,8 +133,8 @@ def get_entry(settings: Settings, scope: StoreScope, key: str, *, raw: bool = Fa
     as the store holds it (a worker-side reference unresolved), without loading the worker backend."""
     check_key(key)
     if raw:
-        return _lookup(open_backend(settings), scope, key, json.loads)
-    acc = accessor(settings, scope)
+        return _lookup(open_backend(settings, writes=False), scope, key, json.loads)
+    acc = accessor(settings, scope, writes=False)
 
     def decode(stored: str) -> JsonValue:
         try:
@@ -253,7 +253,7 @@ def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool 
 def list_entries(settings: Settings, filt: KeyFilter, *, limit: int | None = None, offset: int = 0) -> Iterator[Entry]:
     """The keys ``filt`` selects, ordered by scope and key (task keys by dag, run, task, map index and key,
     then asset keys); ``offset`` skips that many and ``limit`` stops after that many, in the database."""
-    backend = open_backend(settings)
+    backend = open_backend(settings, writes=False)
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`list` needs the metastore backend; [state_store] backend is {settings.backend}")
     return backend.entries(filt, limit=limit, offset=offset)
@@ -261,7 +261,7 @@ def list_entries(settings: Settings, filt: KeyFilter, *, limit: int | None = Non
 
 def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> StoreStats:
     """Figures of the keys ``filt`` selects (``statestore_cli.stats``), as of ``now`` (default: this moment)."""
-    backend = open_backend(settings)
+    backend = open_backend(settings, writes=False)
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`stats` needs the metastore backend; [state_store] backend is {settings.backend}")
     from statestore_cli.stats import store_stats

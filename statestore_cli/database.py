@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Engine, create_engine, make_url
 
+from statestore_cli.config.settings import LOCK_TIMEOUT_OVERRIDE
 from statestore_cli.errors import PARAMETER, ConfigError, DatabaseError, SchemaMissingError, first_line
 
 T = TypeVar("T")
@@ -52,16 +54,36 @@ def _sqlite_on_connect(busy_ms: int) -> Callable[[Any, Any], None]:
         # Cascades from dag_run and asset only work with foreign keys on, as Airflow runs SQLite.
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
-        # Another process's write lock is waited for as long as a server may take to accept a
-        # connection: the connect timeout bounds every command on every engine.
+        # SQLite has one lock for the whole file, which readers wait for too: every session waits
+        # for it as long as the lock timeout says.
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.close()
 
     return on_connect
 
 
+def _postgresql_on_connect(lock_ms: int) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"SET lock_timeout = {lock_ms}")
+        cursor.close()
+        dbapi_conn.commit()  # a SET inside a transaction rolled back later would be undone with it
+
+    return on_connect
+
+
 # The connect timeout each engine was made with, for the message when it is hit.
 _CONNECT_TIMEOUTS: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
+
+
+class _LockLimit(NamedTuple):
+    """The lock timeout an engine's sessions wait under, for the message when it is hit."""
+
+    seconds: float  # as the engine applies it (MySQL: whole seconds)
+    writes: bool  # made for a writing command, whose --lock-timeout the message can name
+
+
+_LOCK_LIMITS: weakref.WeakKeyDictionary[Engine, _LockLimit] = weakref.WeakKeyDictionary()
 
 
 def _mysql_timeouts(url: URL, timeout: float) -> dict[str, Any]:
@@ -74,14 +96,21 @@ def _mysql_timeouts(url: URL, timeout: float) -> dict[str, Any]:
     return {"connect_timeout": seconds}
 
 
-def _mysql_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    # TIMESTAMP columns convert through the session time zone: pin it to UTC, as Airflow does, so
-    # the server's own setting never shifts what is stored or what counts as expired.
-    cursor = dbapi_conn.cursor()
-    cursor.execute("SET time_zone = '+00:00'")
-    cursor.close()
-    if hasattr(dbapi_conn, "_read_timeout"):  # PyMySQL: the handshake's bound, not every statement's
-        dbapi_conn._read_timeout = None
+def _mysql_on_connect(lock_seconds: int | None) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # TIMESTAMP columns convert through the session time zone: pin it to UTC, as Airflow does, so
+        # the server's own setting never shifts what is stored or what counts as expired.
+        cursor = dbapi_conn.cursor()
+        cursor.execute("SET time_zone = '+00:00'")
+        if lock_seconds is not None:
+            # Row locks wait under innodb_lock_wait_timeout, table and metadata locks (LOCK TABLES, an
+            # ALTER TABLE in progress) under lock_wait_timeout, a year by default.
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {lock_seconds}, lock_wait_timeout = {lock_seconds}")
+        cursor.close()
+        if hasattr(dbapi_conn, "_read_timeout"):  # PyMySQL: the handshake's bound, not every statement's
+            dbapi_conn._read_timeout = None
+
+    return on_connect
 
 
 # URL forms Airflow users have, mapped to a driver this package can install when theirs is missing.
@@ -114,13 +143,26 @@ SUPPORTED_BACKENDS = ("sqlite", "postgresql", "mysql", "mariadb")
 
 
 DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds; [state_store] connect_timeout
+DEFAULT_LOCK_TIMEOUT = 30.0  # seconds; [state_store] lock_timeout
 
 
-def make_engine(conn: str, *, create_file: bool = False, connect_timeout: float | None = None) -> Engine:
+def make_engine(
+    conn: str,
+    *,
+    create_file: bool = False,
+    connect_timeout: float | None = None,
+    lock_timeout: float | None = None,
+    writes: bool = True,
+) -> Engine:
     """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``).
 
     ``connect_timeout`` (seconds, default 10) bounds how long a server may take to accept a connection,
-    the handshake included: a server that accepts and never answers must not hang a scheduled job."""
+    the handshake included: a server that accepts and never answers must not hang a scheduled job.
+    ``lock_timeout`` (seconds, default 30) bounds every wait for a lock another session holds, set once
+    per session: SQLite's busy timeout always; on a server only with ``writes`` (PostgreSQL's
+    ``lock_timeout``; MySQL's ``innodb_lock_wait_timeout`` and ``lock_wait_timeout``, in whole seconds).
+    ``writes=False`` is for the engine of a command that only reads: reads on a server never wait for a
+    row lock, so its sessions are spared the statement, and a lock wait's message names no ``--lock-timeout``."""
     url = parse_url(conn)
     backend = url.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
@@ -154,11 +196,25 @@ def make_engine(conn: str, *, create_file: bool = False, connect_timeout: float 
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
     _CONNECT_TIMEOUTS[engine] = timeout
-    if backend == "sqlite":
-        event.listen(engine, "connect", _sqlite_on_connect(math.ceil(timeout * 1000)))
-    elif backend in ("mysql", "mariadb"):
-        event.listen(engine, "connect", _mysql_on_connect)
+    _bound_lock_waits(engine, DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout, writes)
     return engine
+
+
+def _bound_lock_waits(engine: Engine, seconds: float, writes: bool) -> None:
+    """Set the lock timeout on each new session of ``engine`` (see ``make_engine``) and remember it."""
+    backend = engine.url.get_backend_name()
+    millis = math.ceil(seconds * 1000)
+    if backend == "sqlite":
+        event.listen(engine, "connect", _sqlite_on_connect(millis))
+        _LOCK_LIMITS[engine] = _LockLimit(millis / 1000, writes)
+    elif backend in ("mysql", "mariadb"):
+        whole = max(1, math.ceil(seconds)) if writes else None
+        event.listen(engine, "connect", _mysql_on_connect(whole))
+        if whole is not None:
+            _LOCK_LIMITS[engine] = _LockLimit(whole, writes)
+    elif writes:
+        event.listen(engine, "connect", _postgresql_on_connect(millis))
+        _LOCK_LIMITS[engine] = _LockLimit(millis / 1000, writes)
 
 
 _SECRET_PARAMS = ("password", "passwd", "pwd", "secret", "token", "sslpassword")
@@ -175,9 +231,9 @@ def describe_engine(engine: Engine) -> str:
 
 
 @contextmanager
-def translate_errors(engine: Engine, *, lock_parameter: str | None = None) -> Iterator[None]:
+def translate_errors(engine: Engine) -> Iterator[None]:
     """Turn driver and SQLAlchemy failures into one-line ``DatabaseError``s; a lock wait that timed
-    out names ``lock_parameter`` as the limit to raise (a clean's), else the connect timeout (SQLite)."""
+    out names the lock timeout it waited for and how to raise it."""
     try:
         yield
     except sa_exc.DBAPIError as exc:
@@ -194,8 +250,8 @@ def translate_errors(engine: Engine, *, lock_parameter: str | None = None) -> It
             raise SchemaMissingError(
                 f"the state store tables are missing in {where}; run `statestore db init`"
             ) from None
-        if _is_lock_timeout(message):
-            raise _lock_timeout(engine, where, message, lock_parameter) from None
+        if _is_lock_timeout(exc, message):
+            raise _lock_timeout(engine, exc, where, message) from None
         hint = next((h for text, h in _HINTS.items() if text in message.lower()), "")
         raise DatabaseError(f"database error on {where}: {message}{hint}") from None
     except sa_exc.SQLAlchemyError as exc:
@@ -213,22 +269,31 @@ _HINTS = {
 }
 
 
-def _lock_timeout(engine: Engine, where: str, message: str, parameter: str | None) -> DatabaseError:
-    if parameter is not None:
+def _lock_timeout(engine: Engine, exc: sa_exc.DBAPIError, where: str, message: str) -> DatabaseError:
+    limit = _LOCK_LIMITS.get(engine)
+    if limit is None:  # a server session without our limit: the server's own ran out
         return DatabaseError(
-            f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: "
-            f"retry later, or raise {PARAMETER}",
-            parameter=parameter,
+            f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: retry later"
         )
-    if engine.dialect.name == "sqlite":
-        seconds = _CONNECT_TIMEOUTS.get(engine, DEFAULT_CONNECT_TIMEOUT)
-        return DatabaseError(
-            f"gave up after {seconds:g}s waiting for another process's lock on {where} ({message}): retry later, "
-            "or raise the connect timeout (--connect-timeout, [state_store] connect_timeout)"
-        )
-    return DatabaseError(
-        f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: retry later"
-    )
+    seconds = f"{limit.seconds:.3f}".rstrip("0").rstrip(".")
+    # SQLite locks the whole file; a server, rows of one table.
+    on = where if engine.dialect.name == "sqlite" else _locked_table(exc) or where
+    text = f"waited {seconds}s for a lock held by another session on {on}; raise [state_store] lock_timeout"
+    if not limit.writes:  # a reading command has no --lock-timeout to name
+        return DatabaseError(text)
+    return DatabaseError(f"{text} or {PARAMETER}", parameter=LOCK_TIMEOUT_OVERRIDE)
+
+
+# PostgreSQL names the table of the row it waited for in the error's context; MySQL names none, so
+# the table the statement writes (or reads) is named.
+_WAITED_RELATION = re.compile(r'in relation "([^"]+)"')
+_STATEMENT_TABLE = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+[`"]?(\w+)', re.IGNORECASE)
+
+
+def _locked_table(exc: sa_exc.DBAPIError) -> str | None:
+    context = getattr(getattr(exc.orig, "diag", None), "context", None)
+    found = _WAITED_RELATION.search(context or "") or _STATEMENT_TABLE.search(exc.statement or "")
+    return found.group(1) if found else None
 
 
 def _is_timeout(message: str) -> bool:
@@ -236,7 +301,13 @@ def _is_timeout(message: str) -> bool:
     return "timeout expired" in lowered or "timed out" in lowered
 
 
-def _is_lock_timeout(message: str) -> bool:
+def _is_lock_timeout(exc: sa_exc.DBAPIError, message: str) -> bool:
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) == "55P03":  # PostgreSQL: lock_not_available
+        return True
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    if args and args[0] == 1205:  # MySQL / MariaDB: ER_LOCK_WAIT_TIMEOUT
+        return True
     lowered = message.lower()
     return any(m in lowered for m in ("lock timeout", "lock wait timeout", "database is locked"))
 

@@ -50,7 +50,7 @@ class KeyFilter(NamedTuple):
 
 
 class Timeouts(NamedTuple):
-    """Per-session limits so a clean never hangs behind another transaction; None = the server's own."""
+    """Per-session limits of a clean beside the lock timeout every writing engine has
+    (``make_engine``); None = the server's own."""
 
-    lock_seconds: float | None = 30.0
     statement_seconds: float | None = None

@@ -99,7 +99,7 @@ def _open(settings: Settings, delete: bool) -> tuple[BaseStoreBackend, Metastore
         raise BackendError(f"{settings.worker_backend} cannot list what it stores: it does not implement list_refs()")
     if delete and type(worker).delete_ref is BaseStoreBackend.delete_ref:
         raise BackendError(f"{settings.worker_backend} cannot delete by reference: it does not implement delete_ref()")
-    metastore = open_backend(settings)
+    metastore = open_backend(settings, writes=False)  # only read: what is deleted is the worker backend's
     if not isinstance(metastore, MetastoreBackend):
         raise BackendError(
             f"`orphans` reads the references from the metastore; [state_store] backend is {settings.backend}"

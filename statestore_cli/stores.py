@@ -15,15 +15,24 @@ from statestore_cli.errors import BackendError, StateStoreError, first_line
 from statestore_cli.scopes import StoreScope, TaskScope
 
 
-def open_metastore(settings: Settings, *, create_file: bool = False) -> MetastoreBackend:
-    engine = make_engine(settings.sql_alchemy_conn, create_file=create_file, connect_timeout=settings.connect_timeout)
+def open_metastore(settings: Settings, *, create_file: bool = False, writes: bool = True) -> MetastoreBackend:
+    """The built-in backend on ``[database] sql_alchemy_conn``. ``writes=False``: for a command that only
+    reads (get, list, stats, export, db check): its server sessions are spared the lock timeout, which
+    reads there never wait for, and a lock wait on SQLite names no --lock-timeout (see ``make_engine``)."""
+    engine = make_engine(
+        settings.sql_alchemy_conn,
+        create_file=create_file,
+        connect_timeout=settings.connect_timeout,
+        lock_timeout=settings.lock_timeout,
+        writes=writes,
+    )
     return MetastoreBackend(engine)
 
 
-def open_backend(settings: Settings) -> BaseStoreBackend:
-    """The configured ``[state_store] backend``, ready to use."""
+def open_backend(settings: Settings, *, writes: bool = True) -> BaseStoreBackend:
+    """The configured ``[state_store] backend``, ready to use (``writes``: see ``open_metastore``)."""
     if settings.uses_builtin_backend:
-        return open_metastore(settings)
+        return open_metastore(settings, writes=writes)
     return _instantiate(settings, "state_store", "backend")
 
 
@@ -44,15 +53,15 @@ def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBack
 
 
 def accessor(
-    settings: Settings, scope: StoreScope, *, oversize: str = "warn"
+    settings: Settings, scope: StoreScope, *, oversize: str = "warn", writes: bool = True
 ) -> TaskStateStoreAccessor | AssetStateStoreAccessor:
-    """An accessor for ``scope`` wired as the settings say."""
+    """An accessor for ``scope`` wired as the settings say (``writes``: see ``open_metastore``)."""
     common: dict[str, Any] = {
         "worker_backend": open_worker_backend(settings),
         "max_value_storage_bytes": settings.max_value_storage_bytes,
         "oversize": oversize,
     }
-    backend = open_backend(settings)
+    backend = open_backend(settings, writes=writes)
     if isinstance(scope, TaskScope):
         return TaskStateStoreAccessor(scope, backend, default_retention_days=settings.default_retention_days, **common)
     return AssetStateStoreAccessor(scope, backend, **common)

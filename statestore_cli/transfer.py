@@ -58,8 +58,8 @@ _TASKS_PRESENT = select(*_TASK_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enu
 _ASSETS_PRESENT = select(*_ASSET_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_ASSET_IDENTITY)))
 
 
-def _metastore(settings: Settings, command: str) -> MetastoreBackend:
-    backend = open_backend(settings)
+def _metastore(settings: Settings, command: str, *, writes: bool) -> MetastoreBackend:
+    backend = open_backend(settings, writes=writes)
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`{command}` needs the metastore backend; [state_store] backend is {settings.backend}")
     return backend
@@ -79,7 +79,7 @@ class ExportSummary(NamedTuple):
 def export_records(settings: Settings, filt: KeyFilter) -> Iterator[dict[str, Any]]:
     """The keys ``filt`` selects as export records (dicts in the line format), in ``list``'s order:
     task keys by dag, run, task, map index and key, then asset keys by name, uri and key."""
-    return _records(_metastore(settings, "export").engine, filt)
+    return _records(_metastore(settings, "export", writes=False).engine, filt)
 
 
 def _records(engine: Engine, filt: KeyFilter) -> Iterator[dict[str, Any]]:
@@ -255,7 +255,7 @@ def import_records(
     Airflow database must have them already. ``dry_run`` checks everything and writes nothing."""
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise InvalidInputError(f"batch_size must be 1 to {MAX_BATCH_SIZE:,}, got {batch_size}", parameter="batch_size")
-    importer = _Importer(_metastore(settings, "import"), settings.max_value_storage_bytes, dry_run)
+    importer = _Importer(_metastore(settings, "import", writes=True), settings.max_value_storage_bytes, dry_run)
     try:
         return importer.run(lines, batch_size)
     except BadRecord as exc:

@@ -115,6 +115,24 @@ CASES = [
         cfg="[state_store]\nconnect_timeout = 0s\n",
     ),
     Case(
+        "lock-timeout-option",
+        "a lock timeout that is not a positive duration (`--lock-timeout soon`, `lock_timeout = 0`)",
+        ("set", *TASK, "k", '"new"', "--lock-timeout", "soon"),
+        2,
+        "--lock-timeout: invalid value 'soon' for [state_store] lock_timeout: "
+        "expected a positive duration such as 10s, 2m or PT30S",
+        engines=ALL,
+    ),
+    Case(
+        "lock-timeout-option-zero",
+        "a lock timeout that is not a positive duration (`--lock-timeout soon`, `lock_timeout = 0`)",
+        ("clean",),
+        2,
+        "environment variable AIRFLOW__STATE_STORE__LOCK_TIMEOUT: invalid value '0' for [state_store] lock_timeout: "
+        "expected a positive duration such as 10s, 2m or PT30S",
+        env={"AIRFLOW__STATE_STORE__LOCK_TIMEOUT": "0"},
+    ),
+    Case(
         "unknown-state-store-option",
         "an unknown option in `[state_store]` (`state_cleanup_batch_sise = 5`)",
         ("list",),
@@ -379,7 +397,7 @@ CASES = [
     ),
     Case(
         "clean-duration-bad",
-        "a clean duration that does not parse (`--max-runtime`, `--older-than`, `--lock-timeout`, ...)",
+        "a clean duration that does not parse (`--max-runtime`, `--older-than`, `--statement-timeout`)",
         ("clean", "--max-runtime", "soon"),
         2,
         "invalid --max-runtime 'soon': use a duration such as 30s, 5m or 1h",
@@ -387,7 +405,7 @@ CASES = [
     ),
     Case(
         "older-than-bad",
-        "a clean duration that does not parse (`--max-runtime`, `--older-than`, `--lock-timeout`, ...)",
+        "a clean duration that does not parse (`--max-runtime`, `--older-than`, `--statement-timeout`)",
         ("clean", "--older-than", "soon"),
         2,
         "invalid --older-than 'soon': use a duration such as 30s, 5m or 1h",
@@ -546,34 +564,6 @@ def test_a_read_only_sqlite_store(read_only_store, args):
     )
     assert snapshot(read_only_store) == before
     assert run_statestore_process("--conn", read_only_store, "get", *TASK, "k").stdout == '"old"\n'  # reads work
-
-
-@pytest.mark.parametrize(
-    "args", [("set", *TASK, "k", '"new"'), ("list",), ("get", *TASK, "k"), ("clean", "--lock-timeout", "1s")]
-)
-def test_a_sqlite_store_another_process_holds_locked(tmp_path, args):
-    url = f"sqlite:///{tmp_path / 'airflow.db'}"
-    seed(url)
-    holder = sqlite3.connect(tmp_path / "airflow.db", isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")
-    try:
-        before = snapshot(url)
-        result = run_cli("--connect-timeout", "1s", *args, conn=url)
-    finally:
-        holder.rollback()
-        holder.close()
-    assert result.exit_code == 3, result.output
-    if args[0] == "clean":  # a clean waits as long as its own --lock-timeout says
-        assert result.stderr == (
-            f"statestore: error: gave up waiting for a lock on {url} (database is locked); another transaction "
-            "holds the rows: retry later, or raise --lock-timeout\n"
-        )
-    else:
-        assert result.stderr == (
-            f"statestore: error: gave up after 1s waiting for another process's lock on {url} (database is locked): "
-            "retry later, or raise the connect timeout (--connect-timeout, [state_store] connect_timeout)\n"
-        )
-    assert snapshot(url) == before
 
 
 def test_the_readme_table_lists_every_case():

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, event
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cleanup import CleanControl, delete_expired, iter_expired
 from statestore_cli.database import make_engine
+from statestore_cli.entries import Timeouts
 from statestore_cli.errors import CleanRunningError
 
 ALL_ENGINES = True
@@ -205,15 +206,21 @@ def test_sigterm_stops_after_the_current_batch(db_url, tmp_path):
 
 
 def test_the_cleans_session_settings_do_not_leak_to_later_use_of_the_engine(db_url):
-    """The clean tunes its own connection (no foreign-key checks on SQLite, timeouts); later work on
-    the same engine still gets cascades and the server's own settings."""
+    """The clean tunes its own connection (no foreign-key checks on SQLite, a statement timeout); later
+    work on the same engine still gets cascades, the server's own statement timeout and the engine's
+    lock timeout."""
     backend = seed_expired(db_url, 3)
-    delete_expired(backend.engine, datetime.now(UTC), 2, CleanControl())
+    delete_expired(backend.engine, datetime.now(UTC), 2, CleanControl(Timeouts(statement_seconds=5)))
     with backend.engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
         elif conn.dialect.name == "postgresql":
-            assert conn.exec_driver_sql("SHOW lock_timeout").scalar() == "0"
+            assert conn.exec_driver_sql("SHOW statement_timeout").scalar() == "0"
+            assert conn.exec_driver_sql("SHOW lock_timeout").scalar() == "30s"
+        else:
+            settings = "SELECT @@session.max_statement_time, @@session.innodb_lock_wait_timeout"
+            assert tuple(conn.exec_driver_sql(settings).one()) == (0, 30)
     with backend.engine.begin() as conn:
         conn.exec_driver_sql("DELETE FROM dag_run")
     assert remaining(db_url) == 0  # the cascade from dag_run still works

@@ -67,6 +67,7 @@ EXPECTED_DEFAULTS = {
     ("state_store", "state_cleanup_older_than"): "0",
     ("state_store", "max_value_storage_bytes"): 65535,
     ("state_store", "connect_timeout"): "10s",
+    ("state_store", "lock_timeout"): "30s",
     ("workers", "state_store_backend"): "",
 }
 
@@ -87,6 +88,7 @@ def test_the_defaults_are_the_documented_ones(clean_environment):
     assert settings.state_cleanup_older_than == timedelta(0)
     assert (settings.backend, settings.worker_backend) == (BUILTIN_BACKEND, "")
     assert settings.uses_builtin_backend
+    assert (settings.connect_timeout, settings.lock_timeout) == (10.0, 30.0)
 
 
 def test_every_option_of_options_toml_is_covered_here():
@@ -246,6 +248,10 @@ VALID = [
     ("state_store", "connect_timeout", "30s", "30s"),
     ("state_store", "connect_timeout", "1m30s", "1m30s"),
     ("state_store", "connect_timeout", "PT2.5S", "PT2.5S"),
+    ("state_store", "lock_timeout", "1s", "1s"),
+    ("state_store", "lock_timeout", "2m", "2m"),
+    ("state_store", "lock_timeout", "PT0.5S", "PT0.5S"),
+    ("state_store", "lock_timeout", "2147483s", "2147483s"),
     ("workers", "state_store_backend", "mypkg.workers.RefBackend", "mypkg.workers.RefBackend"),
     (
         "database",
@@ -324,6 +330,12 @@ INVALID = [
     ("state_store", "connect_timeout", "0s", TIMEOUT_EXPECTED),
     ("state_store", "connect_timeout", "soon", TIMEOUT_EXPECTED),
     ("state_store", "connect_timeout", "", TIMEOUT_EXPECTED),
+    ("state_store", "lock_timeout", "30", TIMEOUT_EXPECTED),
+    ("state_store", "lock_timeout", "0s", TIMEOUT_EXPECTED),
+    ("state_store", "lock_timeout", "-5s", TIMEOUT_EXPECTED),
+    ("state_store", "lock_timeout", "forever", TIMEOUT_EXPECTED),
+    ("state_store", "lock_timeout", "", TIMEOUT_EXPECTED),
+    ("state_store", "lock_timeout", "2147484s", "at most 2147483 seconds"),
     # URL
     ("database", "sql_alchemy_conn", "", URL_EXPECTED),
     # duration >= 0
@@ -656,6 +668,7 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
                 "state_cleanup_older_than": {"value": "0", "source": "default"},
                 "max_value_storage_bytes": {"value": 65535, "source": "default"},
                 "connect_timeout": {"value": "10s", "source": "default"},
+                "lock_timeout": {"value": "30s", "source": "default"},
             },
             "workers": {"state_store_backend": {"value": "", "source": "default"}},
             "database": {"sql_alchemy_conn": {"value": "sqlite:////data/store.db", "source": "--conn"}},
@@ -699,6 +712,7 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         "state_store.max_value_storage_bytes\t1024\t"
         "environment variable AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES\n"
         "state_store.connect_timeout\t10s\tdefault\n"
+        "state_store.lock_timeout\t30s\tdefault\n"
         f"workers.state_store_backend\tmypkg.workers.RefBackend\t{cfg}\n"
         f"database.sql_alchemy_conn\tsqlite:///{clean_environment}/airflow.db\tdefault\n"
     )

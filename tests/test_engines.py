@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from helpers import isolated_database, require_server, run_cli, sql
-from sqlalchemy import create_engine, insert, make_url
+from sqlalchemy import insert, make_url
 
 from statestore_cli import MetastoreBackend, TaskScope, TaskStateStoreAccessor
 from statestore_cli.cleanup import CleanControl, delete_expired
 from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
 from statestore_cli.database import make_engine
-from statestore_cli.entries import Timeouts
 from statestore_cli.schema import task_state_store
 
 SERVERS = ("postgresql", "mariadb")
@@ -158,8 +156,8 @@ def test_two_cleans_at_once_share_the_work_exactly(db_url, batch_size):
     reports = []
 
     def cleaner(_index: int) -> None:
-        engine = make_engine(db_url)
-        reports.append(delete_expired(engine, cutoff, batch_size, CleanControl(timeouts=Timeouts(lock_seconds=60))))
+        engine = make_engine(db_url, lock_timeout=60)
+        reports.append(delete_expired(engine, cutoff, batch_size, CleanControl()))
         engine.dispose()
 
     errors = _run_threads(2, cleaner)
@@ -207,28 +205,6 @@ def _check_time_zone_independence(write_url: str, read_url: str) -> None:
         assert [(r["key"], r["expires_at"]) for r in plan["rows"]] == [
             ("expired", EXPIRED_AT.astimezone(UTC).isoformat())
         ]
-
-
-# -- lock timeouts ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("db_url", ["sqlite", *SERVERS], indirect=True)
-def test_clean_gives_up_on_a_held_lock_after_lock_timeout(db_url):
-    _bulk_expired(db_url, 10)
-    holder = create_engine(db_url)
-    with holder.connect() as conn:
-        if conn.dialect.name == "sqlite":
-            conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock of the whole file
-        else:
-            conn.exec_driver_sql("SELECT id FROM task_state_store FOR UPDATE")
-        started = time.monotonic()
-        result = run_cli("clean", "--batch-size", "0", "--lock-timeout", "1s", conn=db_url)
-        waited = time.monotonic() - started
-        conn.rollback()
-    holder.dispose()
-    assert result.exit_code == 3, result.output
-    assert result.stderr.startswith("statestore: error: gave up waiting for a lock on ")
-    assert result.stderr.rstrip().endswith("retry later, or raise --lock-timeout")
-    assert 0.9 <= waited < 15
-    assert sql(db_url, "SELECT count(*) FROM task_state_store") == [(11,)]  # nothing half done
 
 
 def test_statement_timeout_that_sqlite_cannot_apply_is_said(cli, db_url):

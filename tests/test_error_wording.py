@@ -60,7 +60,7 @@ def test_invalid_conn_override(cli):
 
 
 def test_a_timeout_the_engine_lacks_is_a_note_in_each_ones_terms(cli, db_url):
-    report = delete_expired(make_engine(db_url), datetime.now(UTC), 0, CleanControl(Timeouts(30, 5)))
+    report = delete_expired(make_engine(db_url), datetime.now(UTC), 0, CleanControl(Timeouts(statement_seconds=5)))
     assert [str(note) for note in report.notes] == [
         "SQLite has no statement timeout; statement_seconds was not applied"
     ]

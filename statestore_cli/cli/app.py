@@ -97,12 +97,18 @@ class CliState:
     conn: Optional[str] = None
     debug: bool = False
     connect_timeout: Optional[str] = None
+    lock_timeout: Optional[str] = None  # a writing command's --lock-timeout (``LockTimeoutOpt``)
     _settings: Optional[Settings] = field(default=None, repr=False)
 
     @property
     def settings(self) -> Settings:
         if self._settings is None:
-            self._settings = load_settings(self.config_path, self.conn, connect_timeout_override=self.connect_timeout)
+            self._settings = load_settings(
+                self.config_path,
+                self.conn,
+                connect_timeout_override=self.connect_timeout,
+                lock_timeout_override=self.lock_timeout,
+            )
             for note in self._settings.warnings:  # a typo in an option name must not pass unnoticed
                 warn(note.worded(FLAGS))
         return self._settings
@@ -125,6 +131,29 @@ HeaderOpt = Annotated[
 ]
 # The rehearsal of a command that deletes (clean, assets sweep).
 DeleteDryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")]
+
+
+def _take_lock_timeout(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
+    """Hand a writing command's --lock-timeout to the settings as it is parsed: however the command
+    reaches them, they are read with it (and check it, exit 2 when it is no duration)."""
+    state = ctx.find_root().obj
+    if value is not None and isinstance(state, CliState):  # not set while the shell completes a word
+        state.lock_timeout = value
+    return value
+
+
+# Every command that writes (set, delete, clear, import, db init, runs delete, assets delete,
+# assets sweep, clean): read-only commands wait for no row lock.
+LockTimeoutOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--lock-timeout",
+        metavar="DURATION",
+        callback=_take_lock_timeout,
+        help="Give up (exit 3) when a lock another session holds is not granted within this time (5s, 2m). "
+        f"Default: {_section('state_store')} lock_timeout (30s unless configured).",
+    ),
+]
 
 
 def _output(requested: OutputMode, header: bool = False) -> Output:

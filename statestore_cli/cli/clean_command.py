@@ -12,6 +12,7 @@ from statestore_cli.cli.app import (
     _MAX_BATCH_SIZE,
     DeleteDryRunOpt,
     HeaderOpt,
+    LockTimeoutOpt,
     OutputOpt,
     _examples,
     _output,
@@ -62,12 +63,7 @@ def clean(
     show_all: Annotated[
         bool, typer.Option("--all", help="With --dry-run on a terminal: list every row, not the first 100.")
     ] = False,
-    lock_timeout: Annotated[
-        str,
-        typer.Option(
-            "--lock-timeout", metavar="DURATION", help="Give up when a lock is not granted within this time (30s, 2m)."
-        ),
-    ] = "30s",
+    lock_timeout: LockTimeoutOpt = None,
     statement_timeout: Annotated[
         Optional[str],
         typer.Option(
@@ -137,7 +133,6 @@ def clean(
         skipped = _clean_dry_run(_settings(ctx), out, grace, show_all)
         return None if skipped is None else _skipped(skipped, fail_on_skip)
     timeouts = Timeouts(
-        lock_seconds=_seconds(lock_timeout, "--lock-timeout"),
         statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
     )
     runtime = None if max_runtime is None else _seconds(max_runtime, "--max-runtime")

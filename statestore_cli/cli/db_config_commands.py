@@ -2,7 +2,16 @@
 
 import typer
 
-from statestore_cli.cli.app import HeaderOpt, OutputOpt, _examples, _output, _settings, config_app, db_app
+from statestore_cli.cli.app import (
+    HeaderOpt,
+    LockTimeoutOpt,
+    OutputOpt,
+    _examples,
+    _output,
+    _settings,
+    config_app,
+    db_app,
+)
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.group import decided
 from statestore_cli.cli.modes import OutputMode
@@ -10,7 +19,12 @@ from statestore_cli.cli.modes import OutputMode
 
 # -- db ---------------------------------------------------------------------------------------------
 @db_app.command("init", epilog=_examples("db init", "--conn postgresql+psycopg://airflow@db/airflow db init"))
-def db_init(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
+def db_init(
+    ctx: typer.Context,
+    lock_timeout: LockTimeoutOpt = None,
+    output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
+) -> None:
     """Create the state store schema (idempotent).
 
     Refuses to touch an Airflow database older than 3.3."""

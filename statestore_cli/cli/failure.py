@@ -27,7 +27,7 @@ FLAGS = {
     "grace": "--grace",
     "expires_at": "--expires-at",
     "force": "--force",
-    "lock_seconds": "--lock-timeout",
+    "lock_timeout_override": "--lock-timeout",
     "metrics_file": "--metrics-file",
     "older_than": "--older-than",
     "retention": "--retention",

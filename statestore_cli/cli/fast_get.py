@@ -119,7 +119,9 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
         return None
     uri_path = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")  # urllib costs start-up time
     # closing(): a connection's own `with` block ends a transaction but leaves the connection open.
-    with closing(sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=settings.connect_timeout)) as conn:
+    # timeout=0: a file another process holds locked goes to the full CLI at once, which waits for it
+    # under the lock timeout and words the error: the lock is waited for once, not twice.
+    with closing(sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=0)) as conn:
         row = conn.execute(_QUERY, (scope.dag_id, scope.run_id, scope.task_id, scope.map_index, key)).fetchone()
         run_exists = row is not None or conn.execute(_RUN_QUERY, (scope.dag_id, scope.run_id)).fetchone() is not None
     if row is None:

@@ -11,6 +11,7 @@ from statestore_cli.cli.app import (
     _TASK,
     HeaderOpt,
     KeyOpt,
+    LockTimeoutOpt,
     OutputOpt,
     StoreOpt,
     _confirm_delete,
@@ -115,6 +116,7 @@ def set_(
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="With --expires-at: accept an instant in the past.")] = False,
+    lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Write a key (insert or replace).
 
@@ -155,7 +157,10 @@ def _check_expiry_options(retention: Optional[str], keep_expiry: bool, expires_a
 @app.command("delete", epilog=_examples(f"delete {_TASK} job_id"))
 @with_scope_options
 def delete(
-    ctx: typer.Context, key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")], scope_args: KeyFilter
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The key.")],
+    scope_args: KeyFilter,
+    lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Delete one key.
 
@@ -195,6 +200,7 @@ def clear(
             f"Default: {_section('state_store')} state_cleanup_batch_size.",
         ),
     ] = None,
+    lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Delete every key of a scope, of a whole run, or of a whole dag.
 

@@ -8,6 +8,7 @@ from statestore_cli.cli.app import (
     _MAX_BATCH_SIZE,
     DeleteDryRunOpt,
     HeaderOpt,
+    LockTimeoutOpt,
     OutputOpt,
     _confirm_delete,
     _examples,
@@ -44,6 +45,7 @@ def assets_sweep(
             f"Default: {_section('state_store')} state_cleanup_batch_size.",
         ),
     ] = None,
+    lock_timeout: LockTimeoutOpt = None,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> None:
@@ -68,6 +70,7 @@ def assets_delete(
     asset_uri: Annotated[Optional[str], typer.Option("--asset-uri", help="Asset URI.")] = None,
     asset_id: Annotated[Optional[int], typer.Option("--asset-id", help="Asset id (as in the asset table).")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Delete an asset of a standalone store; its keys go with it.
 
@@ -94,6 +97,7 @@ def runs_delete(
     dag_id: Annotated[str, typer.Option("--dag-id", help="DAG id of the run.")],
     run_id: Annotated[str, typer.Option("--run-id", help="Run id.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Delete a dag run of a standalone store; its task keys go with it.
 

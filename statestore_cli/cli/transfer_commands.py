@@ -8,6 +8,7 @@ import typer
 
 from statestore_cli.cli.app import (
     KeyOpt,
+    LockTimeoutOpt,
     OutputOpt,
     StoreOpt,
     _examples,
@@ -80,6 +81,7 @@ def import_(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Check every line against the database; write nothing.")
     ] = False,
+    lock_timeout: LockTimeoutOpt = None,
     output: OutputOpt = OutputMode.auto,
 ) -> None:
     """Upsert keys from JSON Lines, keeping their timestamps.

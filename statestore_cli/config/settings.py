@@ -2,8 +2,9 @@
 
 Lookup order, first match wins, for every option:
 
-1. ``conn_override`` (``sql_alchemy_conn`` only; the CLI's ``--conn``) and ``connect_timeout_override``
-   (``connect_timeout`` only; the CLI's ``--connect-timeout``);
+1. ``conn_override`` (``sql_alchemy_conn`` only; the CLI's ``--conn``), ``connect_timeout_override``
+   (``connect_timeout`` only; the CLI's ``--connect-timeout``) and ``lock_timeout_override``
+   (``lock_timeout`` only; the ``--lock-timeout`` of the CLI's writing commands);
 2. the environment variable ``AIRFLOW__{SECTION}__{OPTION}``;
 3. the INI file: ``config_path`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
    ``$AIRFLOW_HOME/airflow.cfg`` with ``AIRFLOW_HOME`` defaulting to ``~/airflow`` (a discovered
@@ -76,7 +77,8 @@ def load_option_specs() -> tuple[OptionSpec, ...]:
 
 CONN_OVERRIDE = "conn_override"  # the source of a URL passed as load_settings(conn_override=...)
 CONNECT_TIMEOUT_OVERRIDE = "connect_timeout_override"  # load_settings(connect_timeout_override=...)
-_OVERRIDES = (CONN_OVERRIDE, CONNECT_TIMEOUT_OVERRIDE)
+LOCK_TIMEOUT_OVERRIDE = "lock_timeout_override"  # load_settings(lock_timeout_override=...)
+_OVERRIDES = (CONN_OVERRIDE, CONNECT_TIMEOUT_OVERRIDE, LOCK_TIMEOUT_OVERRIDE)
 
 
 def _where(source: str) -> str:
@@ -320,6 +322,11 @@ class Settings:
         return timeout_seconds(str(self._value("state_store", "connect_timeout")), "connect_timeout")
 
     @property
+    def lock_timeout(self) -> float:
+        """Seconds a write waits for a lock another session holds (on SQLite, any statement)."""
+        return timeout_seconds(str(self._value("state_store", "lock_timeout")), "lock_timeout")
+
+    @property
     def worker_backend(self) -> str:
         return str(self._value("workers", "state_store_backend"))
 
@@ -340,6 +347,7 @@ def load_settings(
     conn_override: str | None = None,
     environ: Mapping[str, str] | None = None,
     connect_timeout_override: str | None = None,
+    lock_timeout_override: str | None = None,
 ) -> Settings:
     """Resolve every option in the documented lookup order (see the module docstring)."""
     env = os.environ if environ is None else environ
@@ -350,6 +358,7 @@ def load_settings(
     warnings = [*_missing_config_warning(config_path, env), *_unknown_options(parser, config_file, specs, env)]
     overrides = {"sql_alchemy_conn": (conn_override, CONN_OVERRIDE)}
     overrides["connect_timeout"] = (connect_timeout_override, CONNECT_TIMEOUT_OVERRIDE)
+    overrides["lock_timeout"] = (lock_timeout_override, LOCK_TIMEOUT_OVERRIDE)
     resolved: dict[tuple[str, str], Setting] = {}
     for spec in specs:
         override, override_source = overrides.get(spec.option, (None, ""))
