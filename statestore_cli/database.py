@@ -196,6 +196,10 @@ def make_engine(
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
     _CONNECT_TIMEOUTS[engine] = timeout
+    if url.get_driver_name() == "pymysql":
+        from statestore_cli import mysql_tls
+
+        event.listen(engine, "do_connect", mysql_tls.connect)
     _bound_lock_waits(engine, DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout, writes)
     return engine
 
