@@ -154,9 +154,9 @@ def store_stats(
 
 
 def _default_parts(dialect: str) -> int:
-    """Parts of the per-dag pass read at once: one per core, but two on MySQL/MariaDB, whose parts wait on
-    InnoDB page reads about as long as they compute (measured at a million rows on two cores: four parts
-    took 0.85 s where two took 0.98 s)."""
+    """Parts of the per-dag pass read at once: one per core, but two per core on MySQL/MariaDB, whose parts
+    also wait on InnoDB page reads (a million keys on two cores and a 128 MB buffer pool: `stats` took
+    1.33 s with four parts, 1.39 s with two; bench/README.md)."""
     per_core = 2 if dialect in _MYSQL else 1
     return min((os.cpu_count() or 1) * per_core, _MAX_PARTS)
 
