@@ -40,8 +40,8 @@ from statestore_cli.errors import InvalidInputError
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 
 _task = task_state_store
-_MYSQL = ("mysql", "mariadb")
 _asset_kv = asset_state_store
+_MYSQL = ("mysql", "mariadb")
 
 # The expiry buckets of task keys, in order; non-overlapping, each the half-open interval
 # [lower, upper) of expires_at relative to now. "never" is expires_at NULL.
