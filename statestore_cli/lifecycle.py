@@ -285,8 +285,11 @@ def count_task_keys(settings: Settings, dag_id: str, run_id: str | None = None) 
 
 def _tasks_of(conn: Connection, where: ColumnElement[bool]) -> list[TaskScope]:
     """The task instances (all map indices) whose rows ``where`` selects: what a worker backend clears."""
-    query = select(_task.c.dag_id, _task.c.run_id, _task.c.task_id).where(where).distinct()
-    return [TaskScope(d, r, t) for d, r, t in conn.execute(query)]
+    # With the task id's length, MySQL's DISTINCT keeps `t` and `t ` apart (its collation ignores trailing
+    # spaces); a dag run there is unique by dag and run id, so those cannot have such twins.
+    task_id = _task.c.task_id
+    query = select(_task.c.dag_id, _task.c.run_id, task_id, func.length(task_id)).where(where).distinct()
+    return [TaskScope(d, r, t) for d, r, t, _ in conn.execute(query)]
 
 
 def _clear_worker(worker: BaseStoreBackend | None, tasks: list[TaskScope]) -> None:

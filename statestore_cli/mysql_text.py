@@ -55,9 +55,11 @@ def _compile_exact(element: ExactEqual, compiler: SQLCompiler, **kw: Any) -> str
 @compiles(ExactEqual, "mysql")
 @compiles(ExactEqual, "mariadb")
 def _compile_exact_mysql(element: ExactEqual, compiler: SQLCompiler, **kw: Any) -> str:
-    # The same bound parameter twice: one value, rendered in both places.
+    # The comparison itself as usual (a join's ON links its tables for SQLAlchemy's cartesian-product
+    # check), then its sides again: one bound parameter rendered twice holds one value.
+    plain = compiler.process(element.plain, **kw)
     left, right = (compiler.process(side, **kw) for side in (element.plain.left, element.plain.right))
-    return f"({left} = {right} AND CHAR_LENGTH({left}) = CHAR_LENGTH({right}))"
+    return f"({plain} AND CHAR_LENGTH({left}) = CHAR_LENGTH({right}))"
 
 
 class ExactComparator(TypeDecorator.Comparator[str], Concatenable.Comparator[str]):

@@ -400,13 +400,8 @@ class _Importer:
 
     def _run_ids(self, conn: Connection, rows: list[TaskRow]) -> tuple[dict[tuple[str, str], int | None], int]:
         """Each run's ``dag_run.id`` (None: a dry run would create it) and how many runs were created."""
-        first: dict[tuple[str, str], TaskRow] = {}
-        for r in rows:
-            first.setdefault((r.dag_id, r.run_id), r)
-        found = dict(_find_runs(conn, first))
-        if self.dialect in _MYSQL:
-            _refuse_stored_twins(found, first, ("dag_id", "run_id"), _dag_run)
-        ids: dict[tuple[str, str], int | None] = {run: pk for run, pk in found.items() if run in first}
+        first = _first_rows(rows, lambda r: (r.dag_id, r.run_id))
+        ids = self._stored_parents(conn, first, _find_runs, ("dag_id", "run_id"), _dag_run)
         missing = [run for run in first if run not in ids]
         if not missing:
             return ids, 0
@@ -457,13 +452,8 @@ class _Importer:
         return StoreCounts(len(rows) - updated, updated), created
 
     def _asset_ids(self, conn: Connection, rows: list[AssetRow]) -> tuple[dict[tuple[str, str], int | None], int]:
-        first: dict[tuple[str, str], AssetRow] = {}
-        for r in rows:
-            first.setdefault((r.name, r.uri), r)
-        found = dict(_find_assets(conn, first))
-        if self.dialect in _MYSQL:
-            _refuse_stored_twins(found, first, ("name", "uri"), _asset)
-        ids: dict[tuple[str, str], int | None] = {pair: pk for pair, pk in found.items() if pair in first}
+        first = _first_rows(rows, lambda r: (r.name, r.uri))
+        ids = self._stored_parents(conn, first, _find_assets, ("name", "uri"), _asset)
         missing = [pair for pair in first if pair not in ids]
         if not missing:
             return ids, 0
@@ -486,6 +476,22 @@ class _Importer:
         if len(found) != len(missing):
             raise BackendError("creating the assets of the imported keys left some of them missing")
         return ids | found, len(missing)
+
+    # -- dag runs and assets ---------------------------------------------------------------------------
+    def _stored_parents(
+        self,
+        conn: Connection,
+        first: dict[tuple[str, str], Any],
+        find: Callable[[Connection, Iterable[tuple[str, str]]], Iterator[tuple[tuple[str, str], int]]],
+        names: Sequence[str],
+        what: Callable[[Any], str],
+    ) -> dict[tuple[str, str], int | None]:
+        """The ids of the stored dag runs (or assets) among ``first``'s (each with its first line); on MySQL
+        refuses a line whose run or asset differs from a stored one only in trailing spaces."""
+        found = dict(find(conn, first))
+        if self.dialect in _MYSQL:
+            _refuse_stored_twins(found, first, names, what)
+        return {parent: pk for parent, pk in found.items() if parent in first}
 
     # -- writing -------------------------------------------------------------------------------------
     def _write(self, conn: Connection, statement: str, params: list[tuple[Any, ...]], rows: Sequence[Any]) -> None:
@@ -516,6 +522,14 @@ def _find_assets(conn: Connection, pairs: Iterable[tuple[str, str]]) -> Iterator
     params = {"names": sorted({n for n, _ in wanted}), "uris": sorted({u for _, u in wanted})}
     for asset_pk, name, uri in conn.execute(_FIND_ASSETS, params):
         yield (name, uri), int(asset_pk)
+
+
+def _first_rows(rows: Sequence[Any], parent: Callable[[Any], tuple[str, str]]) -> dict[tuple[str, str], Any]:
+    """Each dag run (or asset) of ``rows`` with the first row that names it."""
+    first: dict[tuple[str, str], Any] = {}
+    for r in rows:
+        first.setdefault(parent(r), r)
+    return first
 
 
 # What a refused import line was writing, for the error.
