@@ -30,6 +30,7 @@ from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError
+from statestore_cli.mysql_text import check_asset_text
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 from statestore_cli.scopes import AssetScope, TaskScope
 from statestore_cli.stores import open_backend, open_worker_backend
@@ -284,8 +285,11 @@ def count_task_keys(settings: Settings, dag_id: str, run_id: str | None = None) 
 
 def _tasks_of(conn: Connection, where: ColumnElement[bool]) -> list[TaskScope]:
     """The task instances (all map indices) whose rows ``where`` selects: what a worker backend clears."""
-    query = select(_task.c.dag_id, _task.c.run_id, _task.c.task_id).where(where).distinct()
-    return [TaskScope(d, r, t) for d, r, t in conn.execute(query)]
+    # With the task id's length, MySQL's DISTINCT keeps `t` and `t ` apart (its collation ignores trailing
+    # spaces); a dag run there is unique by dag and run id, so those cannot have such twins.
+    task_id = _task.c.task_id
+    query = select(_task.c.dag_id, _task.c.run_id, task_id, func.length(task_id)).where(where).distinct()
+    return [TaskScope(d, r, t) for d, r, t, _ in conn.execute(query)]
 
 
 def _clear_worker(worker: BaseStoreBackend | None, tasks: list[TaskScope]) -> None:
@@ -369,6 +373,7 @@ class AssetRow(NamedTuple):
 def find_asset(settings: Settings, scope: AssetScope) -> AssetRow:
     """The one asset (active or not) ``scope`` names, with its key count; ``NotFoundError`` when none."""
     store = _metastore_only(settings, "deleting an asset")
+    check_asset_text(store.engine.dialect.name, scope.name, scope.uri)
     conds = [asset.c.id == scope.asset_id] if scope.asset_id is not None else []
     conds += [asset.c.name == scope.name] if scope.name else []
     conds += [asset.c.uri == scope.uri] if scope.uri else []

@@ -18,6 +18,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from statestore_cli.mysql_text import outside_latin1
 from statestore_cli.scopes import ID_MAX_LENGTH, KEY_MAX_LENGTH
 
 TASK_FIELDS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at", "value")
@@ -227,12 +228,8 @@ def check_mysql(row: TaskRow | AssetRow) -> None:
         moments += (("expires_at", row.expires_at),) if row.expires_at is not None else ()
     else:
         for name in ("name", "uri"):
-            try:
-                getattr(row, name).encode("latin-1")
-            except UnicodeEncodeError:
-                raise BadRecord(
-                    row.line, f"asset {name} has characters MySQL's latin1 asset columns cannot hold"
-                ) from None
+            if outside_latin1(getattr(row, name)) is not None:
+                raise BadRecord(row.line, f"asset {name} has characters MySQL's latin1 asset columns cannot hold")
     for name, moment in moments:
         if not MYSQL_FIRST <= moment <= MYSQL_LAST:
             raise BadRecord(

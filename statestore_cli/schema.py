@@ -28,10 +28,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from statestore_cli.mysql_text import MYSQL_ENGINES, ExactComparator
+
 # Ids and keys are case-sensitive everywhere; MySQL needs a binary collation for that. utf8mb4 (not
 # Airflow's utf8mb3) so keys outside the Basic Multilingual Plane fit; the widest index,
 # (dag_run_id, task_id, map_index, key), still stays under InnoDB's 3072-byte key limit.
-_MYSQL = ("mysql", "mariadb")
+_MYSQL = MYSQL_ENGINES
 
 
 class MySqlCollated(TypeDecorator[str]):
@@ -40,10 +42,12 @@ class MySqlCollated(TypeDecorator[str]):
 
     What ``with_variant`` does, except that SQLAlchemy's MySQL dialect module is imported only when a
     MySQL engine needs the type: on every other engine it would only slow down each command's start.
+    ``==`` on such a column is exact on every engine, trailing spaces included (``mysql_text``).
     """
 
     impl: TypeEngine[Any] | type[TypeEngine[Any]] = String
     cache_ok = True
+    comparator_factory = ExactComparator
 
     def __init__(self, length: int | None, mysql_type: str, charset: str, collation: str) -> None:
         super().__init__()

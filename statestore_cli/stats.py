@@ -37,6 +37,7 @@ from sqlalchemy.sql import ColumnElement, Select
 from statestore_cli.database import sqlite_path, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import InvalidInputError
+from statestore_cli.mysql_text import check_asset_text
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 
 _task = task_state_store
@@ -141,6 +142,7 @@ def store_stats(
         raise InvalidInputError("now must be timezone-aware")
     if top < 0 or days < 0 or (workers is not None and workers < 1):
         raise InvalidInputError("top and days must not be negative, workers at least 1")
+    check_asset_text(engine.dialect.name, filt.name, filt.uri)
     now = now.astimezone(UTC)
     wants_task = filt.store in (None, "task") and not filt.has_asset_fields
     wants_asset = filt.store in (None, "asset") and not filt.has_task_fields

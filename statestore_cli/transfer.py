@@ -26,7 +26,17 @@ from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
-from statestore_cli.records import AssetRow, BadRecord, TaskRow, check_mysql, encode_line, load_strict, parse_line
+from statestore_cli.mysql_text import check_asset_text, index_equal, padless, twin_problem
+from statestore_cli.records import (
+    TASK_FIELDS,
+    AssetRow,
+    BadRecord,
+    TaskRow,
+    check_mysql,
+    encode_line,
+    load_strict,
+    parse_line,
+)
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 from statestore_cli.stores import open_backend
 from statestore_cli.timestamps import iso_utc
@@ -50,7 +60,8 @@ _FIND_RUNS = select(dag_run.c.id, dag_run.c.dag_id, dag_run.c.run_id).where(
 )
 _FIND_ASSETS = select(asset.c.id, asset.c.name, asset.c.uri).where(_in(asset.c.name, "names"), _in(asset.c.uri, "uris"))
 _CLASH = select(asset_active.c.name, asset_active.c.uri).where(
-    or_(asset_active.c.name == bindparam("name"), asset_active.c.uri == bindparam("uri"))
+    # As the unique indexes compare (on MySQL without trailing spaces), since those are what refuse a row.
+    or_(index_equal(asset_active.c.name, bindparam("name")), index_equal(asset_active.c.uri, bindparam("uri")))
 )
 _TASK_IDENTITY = (_task.c.dag_run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
 _ASSET_IDENTITY = (_asset_kv.c.asset_id, _asset_kv.c.key)
@@ -79,7 +90,9 @@ class ExportSummary(NamedTuple):
 def export_records(settings: Settings, filt: KeyFilter) -> Iterator[dict[str, Any]]:
     """The keys ``filt`` selects as export records (dicts in the line format), in ``list``'s order:
     task keys by dag, run, task, map index and key, then asset keys by name, uri and key."""
-    return _records(_metastore(settings, "export", writes=False).engine, filt)
+    engine = _metastore(settings, "export", writes=False).engine
+    check_asset_text(engine.dialect.name, filt.name, filt.uri)
+    return _records(engine, filt)
 
 
 def _records(engine: Engine, filt: KeyFilter) -> Iterator[dict[str, Any]]:
@@ -355,6 +368,8 @@ class _Importer:
         # A key given twice in one batch is written once, as its later line says.
         tasks = {(r.dag_id, r.run_id, r.task_id, r.map_index, r.key): r for r in rows if isinstance(r, TaskRow)}
         assets = {(r.name, r.uri, r.key): r for r in rows if isinstance(r, AssetRow)}
+        if self.dialect in _MYSQL:
+            _refuse_twin_lines(list(tasks.values()), list(assets.values()))
         task_counts, runs_created = self._tasks(conn, list(tasks.values())) if tasks else (StoreCounts(), 0)
         asset_counts, assets_created = self._assets(conn, list(assets.values())) if assets else (StoreCounts(), 0)
         return _Batch(task_counts, asset_counts, runs_created, assets_created)
@@ -363,8 +378,11 @@ class _Importer:
     def _tasks(self, conn: Connection, rows: list[TaskRow]) -> tuple[StoreCounts, int]:
         runs, created = self._run_ids(conn, rows)
         known = [(runs[(r.dag_id, r.run_id)], r.task_id, r.map_index, r.key) for r in rows]
-        present = [k for k in known if k[0] is not None]
-        updated = _count_present(conn, _TASKS_PRESENT, present)
+        wanted = {k: r for k, r in zip(known, rows, strict=True) if k[0] is not None}
+        stored = _stored(conn, _TASKS_PRESENT, list(wanted))
+        if self.dialect in _MYSQL:
+            _refuse_stored_twins(stored, wanted, ("dag_run", "task_id", "map_index", "key"), _task_key)
+        updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
             moment = _binder(self.dialect)
             params = [
@@ -386,17 +404,15 @@ class _Importer:
 
     def _run_ids(self, conn: Connection, rows: list[TaskRow]) -> tuple[dict[tuple[str, str], int | None], int]:
         """Each run's ``dag_run.id`` (None: a dry run would create it) and how many runs were created."""
-        first_line: dict[tuple[str, str], int] = {}
-        for r in rows:
-            first_line.setdefault((r.dag_id, r.run_id), r.line)
-        ids: dict[tuple[str, str], int | None] = dict(_find_runs(conn, first_line))
-        missing = [run for run in first_line if run not in ids]
+        first = _first_rows(rows, lambda r: (r.dag_id, r.run_id))
+        ids = self._stored_parents(conn, first, _find_runs, ("dag_id", "run_id"), _dag_run)
+        missing = [run for run in first if run not in ids]
         if not missing:
             return ids, 0
         if self.backend.is_airflow_db(conn):
             dag_id, run_id = missing[0]
             raise BadRecord(
-                first_line[missing[0]],
+                first[missing[0]].line,
                 f"no dag run dag_id={dag_id} run_id={run_id} in this Airflow database; "
                 "task keys can only be imported for runs Airflow created",
             )
@@ -405,7 +421,8 @@ class _Importer:
             self.new_runs.update(fresh)
             return ids | dict.fromkeys(missing), len(fresh)
         conn.exec_driver_sql(_insert_missing(self.dialect, dag_run.name, ("dag_id", "run_id")), missing)
-        found = dict(_find_runs(conn, dict.fromkeys(missing, 0)))
+        created = set(missing)
+        found = {run: pk for run, pk in _find_runs(conn, created) if run in created}
         if len(found) != len(missing):
             raise BackendError("creating the dag runs of the imported keys left some of them missing")
         return ids | found, len(missing)
@@ -414,8 +431,11 @@ class _Importer:
     def _assets(self, conn: Connection, rows: list[AssetRow]) -> tuple[StoreCounts, int]:
         ids, created = self._asset_ids(conn, rows)
         known = [(ids[(r.name, r.uri)], r.key) for r in rows]
-        present = [k for k in known if k[0] is not None]
-        updated = _count_present(conn, _ASSETS_PRESENT, present)
+        wanted = {k: r for k, r in zip(known, rows, strict=True) if k[0] is not None}
+        stored = _stored(conn, _ASSETS_PRESENT, list(wanted))
+        if self.dialect in _MYSQL:
+            _refuse_stored_twins(stored, wanted, ("asset", "key"), _asset_key)
+        updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
             moment = _binder(self.dialect)
             params = [
@@ -436,29 +456,28 @@ class _Importer:
         return StoreCounts(len(rows) - updated, updated), created
 
     def _asset_ids(self, conn: Connection, rows: list[AssetRow]) -> tuple[dict[tuple[str, str], int | None], int]:
-        first_line: dict[tuple[str, str], int] = {}
-        for r in rows:
-            first_line.setdefault((r.name, r.uri), r.line)
-        ids: dict[tuple[str, str], int | None] = dict(_find_assets(conn, first_line))
-        missing = [pair for pair in first_line if pair not in ids]
+        first = _first_rows(rows, lambda r: (r.name, r.uri))
+        ids = self._stored_parents(conn, first, _find_assets, ("name", "uri"), _asset)
+        missing = [pair for pair in first if pair not in ids]
         if not missing:
             return ids, 0
         if self.backend.is_airflow_db(conn):
             name, uri = missing[0]
             raise BadRecord(
-                first_line[missing[0]],
+                first[missing[0]].line,
                 f"no asset name={name} uri={uri} in this Airflow database; assets are created by Airflow",
             )
         for name, uri in missing:
-            _check_no_clash(conn, name, uri, first_line[(name, uri)])
-            self._check_new_asset(name, uri, first_line[(name, uri)])
+            _check_no_clash(conn, name, uri, first[(name, uri)].line)
+            self._check_new_asset(name, uri, first[(name, uri)].line)
         if self.dry_run:
             fresh = [pair for pair in missing if pair not in self.new_assets]
             self.new_assets.update(fresh)
             return ids | dict.fromkeys(missing), len(fresh)
         conn.exec_driver_sql(_insert_missing(self.dialect, asset.name, ("name", "uri")), missing)
         conn.exec_driver_sql(_insert_missing(self.dialect, asset_active.name, ("name", "uri")), missing)
-        found = dict(_find_assets(conn, dict.fromkeys(missing, 0)))
+        created = set(missing)
+        found = {pair: pk for pair, pk in _find_assets(conn, created) if pair in created}
         if len(found) != len(missing):
             raise BackendError("creating the assets of the imported keys left some of them missing")
         return ids | found, len(missing)
@@ -475,6 +494,22 @@ class _Importer:
                     f"{first[1]}: an active asset's name and uri are each unique",
                 )
 
+    # -- dag runs and assets ---------------------------------------------------------------------------
+    def _stored_parents(
+        self,
+        conn: Connection,
+        first: dict[tuple[str, str], Any],
+        find: Callable[[Connection, Iterable[tuple[str, str]]], Iterator[tuple[tuple[str, str], int]]],
+        names: Sequence[str],
+        what: Callable[[Any], str],
+    ) -> dict[tuple[str, str], int | None]:
+        """The ids of the stored dag runs (or assets) among ``first``'s (each with its first line); on MySQL
+        refuses a line whose run or asset differs from a stored one only in trailing spaces."""
+        found = dict(find(conn, first))
+        if self.dialect in _MYSQL:
+            _refuse_stored_twins(found, first, names, what)
+        return {parent: pk for parent, pk in found.items() if parent in first}
+
     # -- writing -------------------------------------------------------------------------------------
     def _write(self, conn: Connection, statement: str, params: list[tuple[Any, ...]], rows: Sequence[Any]) -> None:
         count = conn.exec_driver_sql(statement, params).rowcount
@@ -490,19 +525,82 @@ class _Importer:
 
 
 def _find_runs(conn: Connection, runs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
+    """Every run whose dag id is one of ``runs``' and run id one of theirs: a superset of ``runs``, with
+    on MySQL the runs differing from them only in trailing spaces; the caller picks the exact ones."""
     wanted = set(runs)
     params = {"dag_ids": sorted({d for d, _ in wanted}), "run_ids": sorted({r for _, r in wanted})}
     for run_pk, dag_id, run_id in conn.execute(_FIND_RUNS, params):
-        if (dag_id, run_id) in wanted:
-            yield (dag_id, run_id), int(run_pk)
+        yield (dag_id, run_id), int(run_pk)
 
 
 def _find_assets(conn: Connection, pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
+    """As ``_find_runs``, for assets by name and uri."""
     wanted = set(pairs)
     params = {"names": sorted({n for n, _ in wanted}), "uris": sorted({u for _, u in wanted})}
     for asset_pk, name, uri in conn.execute(_FIND_ASSETS, params):
-        if (name, uri) in wanted:
-            yield (name, uri), int(asset_pk)
+        yield (name, uri), int(asset_pk)
+
+
+def _first_rows(rows: Sequence[Any], parent: Callable[[Any], tuple[str, str]]) -> dict[tuple[str, str], Any]:
+    """Each dag run (or asset) of ``rows`` with the first row that names it."""
+    first: dict[tuple[str, str], Any] = {}
+    for r in rows:
+        first.setdefault(parent(r), r)
+    return first
+
+
+# What a refused import line was writing, for the error.
+def _dag_run(row: TaskRow) -> str:
+    return f"dag run dag_id={row.dag_id!r} run_id={row.run_id!r}"
+
+
+def _task_key(row: TaskRow) -> str:
+    return (
+        f"key {row.key!r} for dag_id={row.dag_id} run_id={row.run_id} task_id={row.task_id} map_index={row.map_index}"
+    )
+
+
+def _asset(row: AssetRow) -> str:
+    return f"asset name={row.name!r} uri={row.uri!r}"
+
+
+def _asset_key(row: AssetRow) -> str:
+    return f"key {row.key!r} for asset name={row.name} uri={row.uri}"
+
+
+def _refuse_twin_lines(tasks: Sequence[TaskRow], assets: Sequence[AssetRow]) -> None:
+    """MySQL/MariaDB: refuse a batch with two lines whose runs, assets or keys differ only in trailing
+    spaces, which a unique index there takes for one row (the later line would overwrite the earlier)."""
+    _twin_lines(tasks, lambda r: (r.dag_id, r.run_id), ("dag_id", "run_id"), _dag_run)
+    _twin_lines(tasks, lambda r: (r.dag_id, r.run_id, r.task_id, r.map_index, r.key), TASK_FIELDS[1:6], _task_key)
+    _twin_lines(assets, lambda r: (r.name, r.uri), ("name", "uri"), _asset)
+    _twin_lines(assets, lambda r: (r.name, r.uri, r.key), ("name", "uri", "key"), _asset_key)
+
+
+def _twin_lines(
+    rows: Sequence[Any], identity: Callable[[Any], tuple[Any, ...]], names: Sequence[str], what: Callable[[Any], str]
+) -> None:
+    seen: dict[tuple[Any, ...], Any] = {}
+    for row in sorted(rows, key=lambda r: r.line):
+        mine = identity(row)
+        first = seen.setdefault(padless(mine), row)
+        if identity(first) != mine:
+            raise BadRecord(row.line, twin_problem(what(row), names, mine, identity(first), f"line {first.line}'s"))
+
+
+def _refuse_stored_twins(
+    stored: Iterable[tuple[Any, ...]], wanted: dict[Any, Any], names: Sequence[str], what: Callable[[Any], str]
+) -> None:
+    """MySQL/MariaDB: refuse a line (``wanted``: identity -> its row) whose identity differs from a stored
+    one only in trailing spaces; its ``IN`` lookup, compared as the unique index compares, returned that one."""
+    extra = [identity for identity in stored if identity not in wanted]
+    if not extra:
+        return
+    by_padless = {padless(identity): (identity, row) for identity, row in wanted.items()}
+    for identity in extra:
+        hit = by_padless.get(padless(identity))
+        if hit is not None:
+            raise BadRecord(hit[1].line, twin_problem(what(hit[1]), names, hit[0], identity))
 
 
 def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
@@ -516,18 +614,18 @@ def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
         )
 
 
-def _count_present(conn: Connection, query: Any, identities: list[tuple[Any, ...]]) -> int:
-    """How many of ``identities`` (values of a store's unique columns, as ``query`` selects them) are stored.
+def _stored(conn: Connection, query: Any, identities: list[tuple[Any, ...]]) -> set[tuple[Any, ...]]:
+    """The stored rows (values of a store's unique columns, as ``query`` selects them) among which are
+    those of ``identities``: the caller picks the exact matches (and on MySQL the trailing-space twins).
 
     One query per ``LOOKUP`` keys: each column ``IN`` the chunk's values, which every engine answers from
-    the unique index (a row-value ``IN`` list makes SQLite scan the whole table), then the exact matches."""
-    found = 0
+    the unique index (a row-value ``IN`` list makes SQLite scan the whole table)."""
+    found: set[tuple[Any, ...]] = set()  # a set: the lists of two chunks may both match a row
     ordered = sorted(set(identities))
     for start in range(0, len(ordered), LOOKUP):
         chunk = ordered[start : start + LOOKUP]
-        wanted = set(chunk)
         params = {f"v{i}": sorted({identity[i] for identity in chunk}) for i in range(len(chunk[0]))}
-        found += sum(1 for row in conn.execute(query, params) if tuple(row) in wanted)
+        found.update(tuple(row) for row in conn.execute(query, params))
     return found
 
 

@@ -347,6 +347,24 @@ CASES = [
         engines=("mariadb",),
     ),
     Case(
+        "asset-filter-not-latin1",
+        "an asset filter outside latin1 on MySQL/MariaDB (no asset there can have it)",
+        ("list", "--asset-uri", "s3://b/注文"),
+        2,
+        "asset uri 's3://b/注文' holds '注', outside latin1: MySQL and MariaDB store asset names and uris as latin1, "
+        "as Airflow's schema does there",
+        engines=("mariadb",),
+    ),
+    Case(
+        "key-trailing-space-twin",
+        "a KEY differing from a stored key only in trailing spaces, on MySQL/MariaDB (`set ... 'k '` beside `k`)",
+        ("set", *TASK, "k ", "1"),
+        2,
+        "cannot write key 'k ' for dag_id=d run_id=r task_id=t map_index=-1: key 'k ' and the stored key 'k' differ "
+        "only in trailing spaces (MySQL/MariaDB unique indexes ignore trailing spaces), so they cannot be stored apart",
+        engines=("mariadb",),
+    ),
+    Case(
         "map-index-not-int",
         "a map index that is not an integer",
         ("set", *TASK, "--map-index", "x", "k", "1"),

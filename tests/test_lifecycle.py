@@ -321,6 +321,17 @@ def test_worker_backend_clear_runs_after_the_rows_are_gone(cli, db_url, monkeypa
     assert sorted(ss_recording_worker.CALLS) == [("load", -1, True, 0), ("submit", -1, True, 0)]
 
 
+def test_worker_backend_clears_tasks_differing_by_a_trailing_space_apart(cli, db_url, monkeypatch, worker):
+    """MySQL's DISTINCT would take `t` and `t ` for one task and leave the worker's objects of the other."""
+    for task_id, key in (("t", "a"), ("t ", "b")):  # one key each: MySQL refuses `a` for both
+        assert cli("set", "--dag-id", "d", "--run-id", "r", "--task-id", task_id, key, "1").exit_code == 0
+    monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", "ss_recording_worker.RecordingWorker")
+    import ss_recording_worker
+
+    assert cli("clear", "--dag-id", "d", "--run-id", "r", "--yes").exit_code == 0
+    assert sorted(ss_recording_worker.CALLS) == [("t", -1, True, 0), ("t ", -1, True, 0)]
+
+
 # -- confirmation at a terminal ------------------------------------------------------------------------------
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_clear_of_a_run_asks_with_the_count_at_a_terminal(cli, db_url):

@@ -17,6 +17,7 @@ from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.dialects import insert_if_missing, upsert
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import BackendError, InvalidInputError
+from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
 from statestore_cli.retention import utcnow
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
@@ -80,6 +81,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                     f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} in this Airflow database; "
                     "task keys can only be written for runs Airflow created"
                 )
+            what = f"dag run dag_id={scope.dag_id!r} run_id={scope.run_id!r}"
+            _refuse_twin_row(conn, what, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
             insert_if_missing(conn, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
             found = conn.execute(query).scalar_one()
         return int(found)
@@ -90,8 +93,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             if exists is None and create:
                 raise InvalidInputError(f"no asset with asset_id={scope.asset_id}; give an existing asset")
             return scope.asset_id
-        if conn.dialect.name in ("mysql", "mariadb"):
-            _check_latin1(scope)
+        check_asset_text(conn.dialect.name, scope.name, scope.uri)
         conds = [asset.c.name == scope.name] if scope.name else []
         conds += [asset.c.uri == scope.uri] if scope.uri else []
         # As Airflow's execution API does: a name or uri names an active asset (unique by each).
@@ -110,9 +112,11 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 f"no active asset {scope.describe()} in this Airflow database; assets are created by Airflow"
             )
         name, uri = scope.name or scope.uri, scope.uri or scope.name
+        _refuse_twin_row(conn, f"asset name={name!r} uri={uri!r}", asset, {"name": name, "uri": uri})
+        # As the unique indexes compare (on MySQL without trailing spaces), since those are what refuse a row.
         clash = conn.execute(
             select(asset_active.c.name, asset_active.c.uri).where(
-                or_(asset_active.c.name == name, asset_active.c.uri == uri)
+                or_(index_equal(asset_active.c.name, name), index_equal(asset_active.c.uri, uri))
             )
         ).first()
         if clash is not None:
@@ -171,8 +175,12 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 f"expires_at {expires_at:%Y-%m-%d %H:%M:%S} UTC is past 2038-01-19 03:14:07, the last instant a MySQL "
                 "TIMESTAMP holds; use a shorter retention or never"
             )
+        run_pk = self._dag_run_id(conn, scope)
+        within = {"dag_run_id": run_pk, "map_index": scope.map_index}
+        what = f"key {key!r} for {scope.describe()}"
+        _refuse_twin_row(conn, what, _task, {"task_id": scope.task_id, "key": key}, within)
         row = {
-            "dag_run_id": self._dag_run_id(conn, scope),
+            "dag_run_id": run_pk,
             "task_id": scope.task_id,
             "map_index": scope.map_index,
             "key": key,
@@ -189,8 +197,10 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         self, conn: Connection, scope: AssetScope, key: str, value: str, now: datetime, writer: UpdatedBy
     ) -> CursorResult[Any]:
         task = writer.task
+        asset_id = self._asset_id(conn, scope, create=True)
+        _refuse_twin_row(conn, f"key {key!r} for {scope.describe()}", _asset_kv, {"key": key}, {"asset_id": asset_id})
         row = {
-            "asset_id": self._asset_id(conn, scope, create=True),
+            "asset_id": asset_id,
             "key": key,
             "value": value,
             "updated_at": now,
@@ -304,6 +314,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         """
         if (limit is not None and limit < 0) or offset < 0:
             raise InvalidInputError(f"limit and offset must be 0 or more, got limit={limit} offset={offset}")
+        check_asset_text(self.engine.dialect.name, filt.name, filt.uri)
         return self._stream(filt, limit, offset)
 
     def _stream(self, filt: KeyFilter, limit: int | None, offset: int) -> Iterator[Entry]:
@@ -384,16 +395,16 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             )
 
 
-def _check_latin1(scope: AssetScope) -> None:
-    """Asset names and uris are latin1 text on MySQL/MariaDB (Airflow's schema there): anything else
-    cannot be stored or looked up, and is bad input rather than a database error."""
-    for what, text in (("name", scope.name), ("uri", scope.uri)):
-        if text is None:
-            continue
-        try:
-            text.encode("latin-1")
-        except UnicodeEncodeError as exc:
-            raise InvalidInputError(
-                f"asset {what} {text!r} holds {text[exc.start]!r}, outside latin1: MySQL and MariaDB store asset "
-                "names and uris as latin1, as Airflow's schema does there"
-            ) from None
+def _refuse_twin_row(
+    conn: Connection, what: str, table: Any, texts: dict[str, Any], within: dict[str, Any] | None = None
+) -> None:
+    """On MySQL/MariaDB, refuse a write of ``texts`` (and ``within``, compared as they are) that the
+    table's unique index would land on a stored row differing from it only in trailing spaces."""
+    if conn.dialect.name not in MYSQL_ENGINES:
+        return
+    columns = [table.c[name] for name in texts]
+    conds = [index_equal(table.c[name], value) for name, value in texts.items()]
+    conds += [table.c[name] == value for name, value in (within or {}).items()]
+    for stored in conn.execute(select(*columns).where(*conds).limit(2)):
+        if twins(tuple(texts.values()), tuple(stored)):
+            raise InvalidInputError(twin_problem(what, tuple(texts), tuple(texts.values()), tuple(stored)))
