@@ -238,7 +238,7 @@ def _dag_pass(
         func.max(_task.c.updated_at),
         *buckets,
         *over,
-    ).group_by(_task.c.dag_id)
+    ).group_by(*_exactly(_task.c.dag_id, dialect))
     if part is not None:
         query = query.where(part)
     query = _task_where(query, filt)
@@ -260,11 +260,17 @@ def _mysql_store_pass(per_dag: Select[Any], dialect: str) -> Select[Any]:
     return (
         select(dag_run.c.dag_id, func.sum(n), func.sum(nbytes), func.min(first), func.max(last), *map(func.sum, rest))
         .join_from(runs, dag_run, dag_run.c.id == runs.c.dag_run_id)
-        .group_by(dag_run.c.dag_id)
+        .group_by(*_exactly(dag_run.c.dag_id, dialect))
         # The groups first, then one primary-key lookup each: left to itself the optimizer may walk all of
         # dag_run's (dag_id, run_id) index instead, and an Airflow database holds every run ever made.
         .prefix_with("STRAIGHT_JOIN", dialect=dialect)
     )
+
+
+def _exactly(dag_id: Any, dialect: str) -> list[Any]:
+    """Grouping by ``dag_id`` that keeps dags ``d`` and ``d `` apart: MySQL's collations ignore trailing
+    spaces when grouping too, so the length joins the key there."""
+    return [dag_id, func.char_length(dag_id)] if dialect in _MYSQL else [dag_id]
 
 
 def _fetch_all(engine: Engine, query: Select[Any]) -> list[Any]:
