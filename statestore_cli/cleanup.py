@@ -35,6 +35,7 @@ from statestore_cli.errors import (
     InvalidInputError,
     Note,
     StopReason,
+    failed_midway,
 )
 from statestore_cli.schema import task_state_store as _task
 from statestore_cli.timestamps import iso_utc
@@ -274,7 +275,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
                 with translate_errors(engine):
                     batch = retry_deadlocks(partial(one_batch, after))
             except BackendError as exc:
-                raise _failed_midway(exc, deleted, batches) from None
+                raise failed_midway(exc, "clean", deleted, batches, kind="expired ") from None
             deleted += batch.deleted
             batches += 1 if batch.deleted else 0
             after = batch.after
@@ -292,18 +293,6 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
                 time.sleep(min(0.1, (time.monotonic() - batch_started) / 4))
     elapsed = time.monotonic() - started
     return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped)
-
-
-def _failed_midway(exc: BackendError, deleted: int, batches: int) -> BackendError:
-    """The error of a batch, saying how far the clean got: committed batches stay deleted."""
-    if not deleted:
-        return exc
-    keys = f"{deleted:,} expired key{'s' if deleted != 1 else ''}"
-    done = f"{keys} in {batches:,} committed batch{'es' if batches != 1 else ''}"
-    return type(exc)(
-        f"{exc.template} (the clean had deleted {done}; they stay deleted: run clean again to finish)",
-        parameter=exc.parameter,
-    )
 
 
 @contextmanager

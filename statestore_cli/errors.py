@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
 # Where an argument's name goes in a message; NUL, so no path, URL or quoted value can contain it.
 PARAMETER = "\x00parameter\x00"
@@ -143,6 +143,21 @@ class Outcome(Protocol):
 
     @property
     def exit_code(self) -> int: ...
+
+
+_E = TypeVar("_E", bound=StateStoreError)
+
+
+def failed_midway(exc: _E, command: str, deleted: int, batches: int, kind: str = "") -> _E:
+    """``exc`` of a batched delete, saying how far ``command`` got: its committed batches stay deleted."""
+    if not deleted:
+        return exc
+    keys = f"{deleted:,} {kind}key{'s' if deleted != 1 else ''}"
+    done = f"{keys} in {batches:,} committed batch{'es' if batches != 1 else ''}"
+    return type(exc)(
+        f"{exc.template} (the {command} had deleted {done}; they stay deleted: run {command} again to finish)",
+        parameter=exc.parameter,
+    )
 
 
 def first_line(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, delete, exists, func, select
@@ -29,7 +30,7 @@ from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
-from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError
+from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, failed_midway
 from statestore_cli.mysql_text import check_asset_text
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 from statestore_cli.scopes import AssetScope, TaskScope
@@ -127,16 +128,19 @@ def sweep_inactive(
             return SweepReport(sum(a.deleted for a in swept), batches, 0, tuple(swept), time.monotonic() - started)
         with engine.connect() as conn:
             candidates = conn.execute(query).all()
-        swept = []
-        batches = 0
-        for asset_id, name, uri in candidates:
-            where = and_(_akv.c.asset_id == asset_id, inactive())
-            deleted, used = _delete_batched(engine, _akv.c.key, where, batch_size, pause)
-            batches += used
-            if deleted:
-                swept.append(SweptAsset(asset_id, name, uri, (), deleted))
-                _clear_worker_assets(worker, swept[-1:])
-    return SweepReport(sum(a.deleted for a in swept), batches, batch_size, tuple(swept), time.monotonic() - started)
+    swept = []
+    tally = _Tally()
+    try:
+        with translate_errors(engine):
+            for asset_id, name, uri in candidates:
+                where = and_(_akv.c.asset_id == asset_id, inactive())
+                deleted, _used = _delete_batched(engine, _akv.c.key, where, batch_size, pause, tally=tally)
+                if deleted:
+                    swept.append(SweptAsset(asset_id, name, uri, (), deleted))
+                    _clear_worker_assets(worker, swept[-1:])
+    except BackendError as exc:
+        raise failed_midway(exc, "assets sweep", tally.deleted, tally.batches) from None
+    return SweepReport(tally.deleted, tally.batches, batch_size, tuple(swept), time.monotonic() - started)
 
 
 def _sweep_at_once(engine: Engine) -> tuple[list[SweptAsset], int]:
@@ -162,6 +166,14 @@ def _clear_worker_assets(worker: BaseStoreBackend | None, swept: list[SweptAsset
 
 
 # -- batched deletes --------------------------------------------------------------------------------------
+@dataclass
+class _Tally:
+    """Keys deleted and batches committed so far, for the message of a delete that fails midway."""
+
+    deleted: int = 0
+    batches: int = 0
+
+
 def _delete_batched(
     engine: Engine,
     order: ColumnElement[object],
@@ -169,6 +181,7 @@ def _delete_batched(
     batch_size: int,
     pause: Callable[[float], None],
     walk: ColumnElement[bool] | None = None,
+    tally: _Tally | None = None,
 ) -> tuple[int, int]:
     """Delete the rows ``where`` selects, ``batch_size`` per transaction walking ``order`` (a unique
     column within ``where``), or all in one statement with 0; returns (rows deleted, batches).
@@ -186,7 +199,7 @@ def _delete_batched(
             if batch_size == 0:
                 count = _run(conn, delete(table).where(where))
                 return count, 1 if count else 0
-            return _walk(conn, table, order, where, batch_size, pause, walk)
+            return _walk(conn, table, order, where, batch_size, pause, walk, tally or _Tally())
         finally:
             conn.invalidate()  # the tuned session must not reach the next user of the pool
 
@@ -208,9 +221,10 @@ def _walk(
     batch_size: int,
     pause: Callable[[float], None],
     walk: ColumnElement[bool] | None,
+    tally: _Tally,
 ) -> tuple[int, int]:
     """The batches of ``_delete_batched``, each its own transaction, from the first to the last
-    ``order`` value ``where`` selects when the walk starts."""
+    ``order`` value ``where`` selects when the walk starts; each committed batch is added to ``tally``."""
     with conn.begin():
         first, last = conn.execute(select(func.min(order), func.max(order)).where(where)).one()
     if first is None:
@@ -232,6 +246,7 @@ def _walk(
         count, after = retry_deadlocks(batch)
         deleted += count
         batches += 1 if count else 0
+        tally.deleted, tally.batches = tally.deleted + count, tally.batches + (1 if count else 0)
         if after is None:
             return deleted, batches
         if conn.dialect.name == "sqlite":  # let waiting writers take SQLite's one write lock
@@ -312,9 +327,13 @@ def clear_task_keys(
     if worker is not None:
         with store.connection() as conn:
             tasks = _tasks_of(conn, where)
-    with translate_errors(store.engine):
-        walk = _task_selection(dag_id, run_id, walking=store.engine.dialect.name)
-        result = _delete_batched(store.engine, _task.c.id, where, size, time.sleep, walk)
+    tally = _Tally()
+    try:
+        with translate_errors(store.engine):
+            walk = _task_selection(dag_id, run_id, walking=store.engine.dialect.name)
+            result = _delete_batched(store.engine, _task.c.id, where, size, time.sleep, walk, tally)
+    except BackendError as exc:
+        raise failed_midway(exc, "clear", tally.deleted, tally.batches) from None
     _clear_worker(worker, tasks)
     return result
 
