@@ -230,7 +230,7 @@ def _walk(
     if first is None:
         return 0, 0
     bounded_walk = and_(walk if walk is not None else where, order >= first, order <= last)
-    deleted = batches = 0
+    before = (tally.deleted, tally.batches)
     after: object = None
     while True:
         started = time.monotonic()
@@ -244,11 +244,9 @@ def _walk(
                 return _checked(conn.execute(delete(table).where(bounded)).rowcount), upper
 
         count, after = retry_deadlocks(batch)
-        deleted += count
-        batches += 1 if count else 0
         tally.deleted, tally.batches = tally.deleted + count, tally.batches + (1 if count else 0)
         if after is None:
-            return deleted, batches
+            return tally.deleted - before[0], tally.batches - before[1]
         if conn.dialect.name == "sqlite":  # let waiting writers take SQLite's one write lock
             pause(min(0.1, (time.monotonic() - started) / 4))
 

@@ -37,12 +37,12 @@ from sqlalchemy.sql import ColumnElement, Select
 from statestore_cli.database import sqlite_path, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import InvalidInputError
-from statestore_cli.mysql_text import check_asset_text
+from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
 
 _task = task_state_store
 _asset_kv = asset_state_store
-_MYSQL = ("mysql", "mariadb")
+_MYSQL = MYSQL_ENGINES
 
 # The expiry buckets of task keys, in order; non-overlapping, each the half-open interval
 # [lower, upper) of expires_at relative to now. "never" is expires_at NULL.
@@ -167,7 +167,7 @@ def _value_bytes(dialect: str) -> Any:
     """SQL for the size of a value in bytes on this engine (see the module's docstring)."""
     if dialect == "postgresql":
         return lambda column: func.octet_length(column)
-    if dialect in ("mysql", "mariadb"):
+    if dialect in _MYSQL:
         return lambda column: func.length(column)
     return lambda column: func.length(cast(column, LargeBinary))
 
@@ -324,7 +324,7 @@ class _DagTotals:
             _keep_top(by_bytes, top, (nbytes, _Reversed(dag_id), figures))
         totals = self.by_dag.values()
         return TaskStats(
-            rows=sum(t[0] for t in totals),
+            rows=self.rows,
             value_bytes=sum(t[1] for t in totals),
             dags=len(self.by_dag),
             oldest_updated_at=min((t[2] for t in totals), default=None),

@@ -169,13 +169,18 @@ def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
         admin.dispose()
 
 
+def quote_key(statement: str, dialect: str) -> str:
+    """``statement`` with ``{key}``, the reserved column name, quoted as the engine wants."""
+    return statement.replace("{key}", "`key`" if dialect in ("mysql", "mariadb") else '"key"')
+
+
 def sql(url: str, statement: str, **params: object) -> list[tuple]:
     """Run one SQL statement on the store at ``url`` (any engine) and return its rows.
 
     Write the reserved column name ``key`` as ``{key}``: it is quoted as each engine wants.
     """
     engine = create_engine(url)
-    statement = statement.replace("{key}", "`key`" if engine.dialect.name in ("mysql", "mariadb") else '"key"')
+    statement = quote_key(statement, engine.dialect.name)
     try:
         with engine.begin() as conn:
             result = conn.execute(text(statement), params)

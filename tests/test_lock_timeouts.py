@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import ENGINES, Result, read_metrics, run_cli, run_statestore_process, sql
+from helpers import ENGINES, Result, quote_key, read_metrics, run_cli, run_statestore_process, sql
 from sqlalchemy import create_engine, event, make_url, text
 from sqlalchemy.engine import Engine
 
@@ -437,7 +437,7 @@ def test_a_batched_clear_or_sweep_says_how_many_keys_it_deleted_before_it_gave_u
     args = ("clear", "--dag-id", "etl", "--yes") if command == "clear" else ("assets", "sweep")
     engine = holder(db_url)
     with engine.connect() as conn, conn.begin():
-        conn.execute(text(f"SELECT * FROM {table} WHERE {where_key(db_url)} = 'k3' FOR UPDATE")).all()
+        conn.execute(text(quote_key(f"SELECT * FROM {table} WHERE {{key}} = 'k3' FOR UPDATE", conn.dialect.name))).all()
         result, waited = timed(*args, "--batch-size", "1", "--lock-timeout", "1s", conn=db_url)
     engine.dispose()
     done = 2 if db_url.startswith("mysql") else 3
@@ -448,7 +448,3 @@ def test_a_batched_clear_or_sweep_says_how_many_keys_it_deleted_before_it_gave_u
         f"{done} keys in {done} committed batches; they stay deleted: run {command} again to finish)",
     )
     assert sorted(sql(db_url, f"SELECT {{key}} FROM {table}")) == [(f"k{i}",) for i in range(done, 5)]
-
-
-def where_key(url: str) -> str:
-    return "`key`" if url.startswith("mysql") else '"key"'
