@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -44,8 +43,6 @@ VENV = Path(
         "STATESTORE_AIRFLOW_VENV", Path.home() / ".cache" / "statestore-tests" / f"airflow-{AIRFLOW_VERSION}"
     )
 )
-PY = f"{sys.version_info.major}.{sys.version_info.minor}"
-CONSTRAINTS = f"https://raw.githubusercontent.com/apache/airflow/constraints-{AIRFLOW_VERSION}/constraints-{PY}.txt"
 RUN = "scheduled__2026-11-30T00:00:00+00:00"
 LONG_KEY = "external_system_reference_for_partition_2026_11_30_eu_west_1"
 
@@ -58,28 +55,22 @@ def _unavailable(reason: str) -> None:
     pytest.skip(message)
 
 
-# Airflow and the two PostgreSQL drivers it uses (psycopg2 for its sessions, asyncpg for its async engine).
-REQUIREMENTS = (f"apache-airflow=={AIRFLOW_VERSION}", "psycopg2-binary", "asyncpg")
+# Airflow, the two PostgreSQL drivers it uses (psycopg2 for its sessions, asyncpg for its async engine),
+# and the provider whose object-storage state store backend the tool must load.
+REQUIREMENTS = (
+    f"apache-airflow=={AIRFLOW_VERSION}",
+    "psycopg2-binary",
+    "asyncpg",
+    "apache-airflow-providers-common-io",
+)
 
 
 def _installed(python: Path) -> bool:
-    probe = "import airflow, psycopg2, asyncpg; print(airflow.__version__)"
+    probe = "import airflow, psycopg2, asyncpg, airflow.providers.common.io; print(airflow.__version__)"
     if not python.exists():
         return False
     done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=False)
     return done.returncode == 0 and done.stdout.strip() == AIRFLOW_VERSION
-
-
-def _constraints(folder: Path) -> list[str]:
-    """Airflow's published constraints for this Python, when they can be fetched (else none)."""
-    try:
-        with urllib.request.urlopen(CONSTRAINTS, timeout=10) as response:
-            body = response.read()
-    except OSError:
-        return []
-    path = folder / "constraints.txt"
-    path.write_bytes(body)
-    return ["-c", str(path)]
 
 
 def _install(python: Path) -> None:
@@ -91,7 +82,7 @@ def _install(python: Path) -> None:
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True)
     started = time.monotonic()
     done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", *_constraints(VENV), *REQUIREMENTS],
+        [str(python), "-m", "pip", "install", "-q", *REQUIREMENTS],
         capture_output=True,
         text=True,
         check=False,
