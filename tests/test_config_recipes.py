@@ -208,6 +208,9 @@ def test_cronjob_manifest_is_safe_to_schedule():
     assert set(requests) >= {"cpu", "memory"}
     [env] = [e for e in container["env"] if e["name"] == "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
     assert set(env) == {"name", "valueFrom"} and set(env["valueFrom"]["secretKeyRef"]) == {"name", "key"}
+    # The Secret Airflow's Helm chart creates for its metadata database: <release>-airflow-metadata, key connection.
+    secret = env["valueFrom"]["secretKeyRef"]
+    assert secret["name"].endswith("-airflow-metadata") and secret["key"] == "connection", secret
     assert container["command"] == ["statestore"]
     metrics = Path(assert_clean_options(container["args"]))
     [mount] = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == metrics.parent]
