@@ -64,11 +64,12 @@ def check_backends(settings: Settings) -> CheckReport:
 
 def _load(settings: Settings, setting: Setting) -> BaseStoreBackend:
     try:
-        cls = load_backend_class(setting)
+        cls = load_backend_class(setting, config_file=settings.config_file)
     except StateStoreError as exc:
         raise CheckFailed(str(exc)) from None
-    if inspect.isabstract(cls):
-        missing = ", ".join(sorted(getattr(cls, "__abstractmethods__", ())))
+    wrapped = getattr(cls, "airflow_class", cls)  # an Airflow backend: its own class is the one to check
+    if inspect.isabstract(wrapped):
+        missing = ", ".join(sorted(getattr(wrapped, "__abstractmethods__", ())))
         raise CheckFailed(f"{cls.__qualname__} does not implement the abstract methods {missing}")
     return call(f"{cls.__qualname__}.from_settings()", cls.from_settings, settings)
 
@@ -82,7 +83,10 @@ def _check_one(settings: Settings, role: str, setting: Setting) -> list[CheckRes
         names = WorkerProbe.CHECKS if role == WORKER else StoreProbe.CHECKS
         return rows + [CheckResult(role, path, name, "skip", "not run: the class did not load") for name, _ in names]
     probe = WorkerProbe(backend) if role == WORKER else StoreProbe(backend)
-    rows = [CheckResult(role, path, "loads", "pass", f"{type(backend).__qualname__}, a complete BaseStoreBackend")]
+    loaded = f"{type(backend).__qualname__}, a complete BaseStoreBackend"
+    if hasattr(backend, "airflow_class"):
+        loaded = f"{type(backend).__qualname__}, a complete Airflow BaseStoreBackend (through statestore's adapter)"
+    rows = [CheckResult(role, path, "loads", "pass", loaded)]
     try:
         for name, what in probe.CHECKS:
             try:

@@ -282,7 +282,8 @@ class CleanPlan(NamedTuple):
 def _skip_reason(settings: Settings) -> str | None:
     if settings.uses_builtin_backend:
         return None
-    load_backend_class(settings.setting("state_store", "backend"))  # a wrong path is an error, not a skip
+    # a wrong path is an error, not a skip
+    load_backend_class(settings.setting("state_store", "backend"), config_file=settings.config_file)
     return (
         f"[state_store] backend is {settings.backend}, not the metastore backend: nothing to clean here; "
         "a custom backend runs its own BaseStoreBackend.cleanup()"

@@ -43,7 +43,7 @@ def open_worker_backend(settings: Settings) -> BaseStoreBackend | None:
 
 
 def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBackend:
-    cls = load_backend_class(settings.setting(section, option))
+    cls = load_backend_class(settings.setting(section, option), config_file=settings.config_file)
     try:
         return cls.from_settings(settings)
     except StateStoreError:

@@ -82,3 +82,23 @@ def sample_objects() -> Iterator[dict]:
     sample_backends.OBJECTS.clear()
     yield sample_backends.OBJECTS
     sample_backends.OBJECTS.clear()
+
+
+# -- Airflow 3.3.2 in its own venv (the modules marked `airflow`) ------------------------------------------
+@pytest.fixture(scope="session")
+def airflow_python() -> Path:
+    """The Python of the cached venv with Airflow 3.3.2 and the common-io provider (``airflow_venv``)."""
+    from airflow_venv import airflow_venv_python
+
+    return airflow_venv_python()
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(airflow_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file ``airflow db migrate`` made, once per session; tests copy it."""
+    from airflow_venv import airflow, airflow_env
+
+    folder = tmp_path_factory.mktemp("airflow-sqlite")
+    path = folder / "airflow.db"
+    airflow(airflow_python, airflow_env(folder / "home", f"sqlite:///{path}"), "db", "migrate")
+    return path

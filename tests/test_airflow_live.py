@@ -18,128 +18,34 @@ is skipped with the reason, except under ``CI=true``, where that fails it. Selec
 from __future__ import annotations
 
 import ast
-import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from airflow_venv import airflow, airflow_env
 from helpers import require_server, run_cli
 from sqlalchemy import create_engine, make_url, text
 
 pytestmark = pytest.mark.airflow
 
-AIRFLOW_VERSION = "3.3.2"
-VENV = Path(
-    os.environ.get(
-        "STATESTORE_AIRFLOW_VENV", Path.home() / ".cache" / "statestore-tests" / f"airflow-{AIRFLOW_VERSION}"
-    )
-)
 RUN = "scheduled__2026-11-30T00:00:00+00:00"
 LONG_KEY = "external_system_reference_for_partition_2026_11_30_eu_west_1"
 
 
-# -- the Airflow installation ----------------------------------------------------------------------------
-def _unavailable(reason: str) -> None:
-    message = f"apache-airflow=={AIRFLOW_VERSION} is not available: {reason}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-# Airflow, the two PostgreSQL drivers it uses (psycopg2 for its sessions, asyncpg for its async engine),
-# and the provider whose object-storage state store backend the tool must load.
-REQUIREMENTS = (
-    f"apache-airflow=={AIRFLOW_VERSION}",
-    "psycopg2-binary",
-    "asyncpg",
-    "apache-airflow-providers-common-io",
-)
-
-
-def _installed(python: Path) -> bool:
-    probe = "import airflow, psycopg2, asyncpg, airflow.providers.common.io; print(airflow.__version__)"
-    if not python.exists():
-        return False
-    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=False)
-    return done.returncode == 0 and done.stdout.strip() == AIRFLOW_VERSION
-
-
-def _install(python: Path) -> None:
-    """Install what is missing into the venv (created first when there is none); a fresh venv whose
-    install failed is removed, so the next run starts over."""
-    fresh = not python.exists()
-    if fresh:
-        shutil.rmtree(VENV, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True)
-    started = time.monotonic()
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", *REQUIREMENTS],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1800,
-    )
-    if done.returncode != 0:
-        if fresh:
-            shutil.rmtree(VENV, ignore_errors=True)
-        lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
-        _unavailable(f"pip install failed: {lines[-1] if lines else done.returncode}")
-    (VENV / "install-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
-
-
-@pytest.fixture(scope="session")
-def airflow_python() -> Path:
-    """The Python of a venv with Airflow installed, installing it on first use (one install at a time)."""
-    python = VENV / "bin" / "python"
-    VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(VENV.parent / f".{VENV.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be installing into the same cache
-        if not _installed(python):
-            _install(python)
-    if not _installed(python):
-        _unavailable(f"{python} cannot import airflow {AIRFLOW_VERSION}")
-    return python
-
-
 # -- Airflow's databases ---------------------------------------------------------------------------------
-def _airflow_env(home: Path, conn: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "dags").mkdir(exist_ok=True)
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=conn,
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
-        PYTHONWARNINGS="ignore",
-    )
-    return env
-
-
-def airflow(python: Path, env: dict[str, str], *args: str) -> str:
-    """Run ``airflow ARGS`` (as ``python -m airflow``: the venv may have been moved) and return its stdout."""
-    done = subprocess.run(
-        [str(python), "-m", "airflow", *args], env=env, capture_output=True, text=True, check=False, timeout=900
-    )
-    assert done.returncode == 0, f"airflow {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 class AirflowDb:
     """One Airflow 3.3.2 metadata database: Airflow's connection URL and ours."""
 
     def __init__(self, python: Path, home: Path, airflow_url: str, our_url: str) -> None:
         self.python, self.url = python, our_url
-        self.env = _airflow_env(home, airflow_url)
+        self.env = airflow_env(home, airflow_url)
 
     def sql(self, statement: str, **params: object) -> list[tuple]:
         engine = create_engine(self.url)
@@ -240,15 +146,6 @@ print(json.dumps(results))
 
 
 @pytest.fixture(scope="session")
-def migrated_sqlite(airflow_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file ``airflow db migrate`` made, once per session; tests copy it."""
-    folder = tmp_path_factory.mktemp("airflow-sqlite")
-    path = folder / "airflow.db"
-    airflow(airflow_python, _airflow_env(folder / "home", f"sqlite:///{path}"), "db", "migrate")
-    return path
-
-
-@pytest.fixture(scope="session")
 def migrated_postgres(airflow_python: Path) -> Iterator[str]:
     """A PostgreSQL database ``airflow db migrate`` made, once per session: the template of each test's."""
     admin_url = require_server("postgresql")
@@ -257,7 +154,7 @@ def migrated_postgres(airflow_python: Path) -> Iterator[str]:
     url = make_url(admin_url).set(database=name)
     home = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-home"
     try:
-        airflow(airflow_python, _airflow_env(home, _driver(url, "psycopg2")), "db", "migrate")
+        airflow(airflow_python, airflow_env(home, _driver(url, "psycopg2")), "db", "migrate")
         yield name
     finally:
         shutil.rmtree(home, ignore_errors=True)

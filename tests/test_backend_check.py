@@ -147,7 +147,10 @@ def test_a_path_that_is_not_a_backend_fails_to_load(monkeypatch, backends):
     assert result.exit_code == 3
     first = json.loads(result.stdout)["checks"][0]
     assert first["status"] == "fail"
-    assert first["detail"].endswith("ss_test_backends.NotABackend is not a subclass of statestore_cli.BaseStoreBackend")
+    assert first["detail"].endswith(
+        "ss_test_backends.NotABackend is not a subclass of statestore_cli.BaseStoreBackend "
+        "or of Airflow's airflow.sdk.state.BaseStoreBackend"
+    )
 
 
 def test_the_filesystem_backend_without_its_root_fails_to_load(monkeypatch):

@@ -8,6 +8,7 @@ AIRFLOW_HOME at a fresh ``tmp_path/airflow-home``.
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from datetime import timedelta
 from pathlib import Path
@@ -502,6 +503,11 @@ def test_percent_signs_in_a_file_url_survive(tmp_path):
 
 
 # -- backend classes ------------------------------------------------------------------------------------------
+NOT_A_BACKEND = (
+    "is not a subclass of statestore_cli.BaseStoreBackend or of Airflow's airflow.sdk.state.BaseStoreBackend"
+)
+
+
 def backend_setting(monkeypatch, path: str, section: str = "state_store", option: str = "backend"):
     monkeypatch.setenv(env_var(section, option), path)
     return load_settings().setting(section, option)
@@ -529,11 +535,11 @@ def test_builtin_backend_class_loads(monkeypatch):
         ("ss_test_backends.Missing", "module 'ss_test_backends' has no class 'Missing'"),
         (
             "ss_test_backends.NotABackend",
-            "ss_test_backends.NotABackend is not a subclass of statestore_cli.BaseStoreBackend",
+            f"ss_test_backends.NotABackend {NOT_A_BACKEND}",
         ),
         (
             "ss_test_backends.not_a_class",
-            "ss_test_backends.not_a_class is not a subclass of statestore_cli.BaseStoreBackend",
+            f"ss_test_backends.not_a_class {NOT_A_BACKEND}",
         ),
         ("ss_test_broken.Backend", "cannot import module 'ss_test_broken' (RuntimeError: boom at import)"),
     ],
@@ -635,7 +641,7 @@ def test_set_with_an_invalid_worker_backend_exits_2(monkeypatch, cli, backends):
     assert_one_line_usage_error(
         run,
         f"environment variable AIRFLOW__WORKERS__STATE_STORE_BACKEND: [workers] state_store_backend = "
-        f"'{backends}.NotABackend': {backends}.NotABackend is not a subclass of statestore_cli.BaseStoreBackend",
+        f"'{backends}.NotABackend': {backends}.NotABackend {NOT_A_BACKEND}",
     )
 
 
@@ -806,4 +812,42 @@ def test_default_retention_reaching_past_year_9999_is_refused_at_write(monkeypat
     assert result.stderr == (
         "statestore: error: [state_store] default_retention_days = 2147483647 reaches past the year 9999; "
         "lower it, or use 0 for keys that never expire\n"
+    )
+
+
+# A class named like Airflow's base, defined outside Airflow: the loader must go by Airflow's module, not the name.
+LOOKALIKE = """
+class BaseStoreBackend:
+    pass
+
+
+class LooksLikeAirflows(BaseStoreBackend):
+    pass
+"""
+
+
+@pytest.mark.parametrize("command", [("get", *TASK, "k"), ("clean",), ("backend", "check", "-o", "json")])
+@pytest.mark.parametrize("name", ["ss_test_backends.NotABackend", "ss_test_lookalike.LooksLikeAirflows"])
+def test_a_class_neither_ours_nor_airflows_is_refused_naming_both_bases(
+    monkeypatch, tmp_path, cli, backends, name, command
+):
+    """On SQLite without Airflow installed: the one-line refusal names both base classes, and loading
+    a class that is not ours never imports Airflow."""
+    (tmp_path / "plugins" / "ss_test_lookalike.py").write_text(LOOKALIKE, encoding="utf-8")
+    monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", name)
+    if command == ("clean",):
+        monkeypatch.delenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND")
+        monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", name)
+    try:
+        run = cli(*command)
+    finally:
+        sys.modules.pop("ss_test_lookalike", None)
+    assert not any(m == "airflow" or m.startswith("airflow.") for m in sys.modules)
+    if command[0] == "backend":
+        assert run.exit_code == 3, run.output
+        assert json.loads(run.stdout)["checks"][0]["detail"].endswith(f"{name} {NOT_A_BACKEND}")
+        return
+    section, option = ("state_store", "backend") if command == ("clean",) else ("workers", "state_store_backend")
+    assert_one_line_usage_error(
+        run, f"environment variable {env_var(section, option)}: [{section}] {option} = {name!r}: {name} {NOT_A_BACKEND}"
     )

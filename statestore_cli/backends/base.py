@@ -6,7 +6,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
 
@@ -40,6 +40,10 @@ class BaseStoreBackend(ABC):
     Values travel as JSON strings and are never the JSON ``null``. ``session`` lets a caller run
     the operation inside its own transaction; what it may be is the backend's business.
     """
+
+    # False: a task scope's region_id cannot be addressed (an Airflow 3.3 backend, whose TaskScope has
+    # none); `backend check` then leaves the region cases out.
+    supports_regions: ClassVar[bool] = True
 
     @abstractmethod
     def get(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:

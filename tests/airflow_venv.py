@@ -1,0 +1,111 @@
+"""Apache Airflow 3.3.2 in a virtual environment of its own, shared by the modules marked ``airflow``.
+
+The venv is created in a cache directory kept between runs (``~/.cache/statestore-tests/airflow-3.3.2``,
+or ``$STATESTORE_AIRFLOW_VENV``) with ``apache-airflow==3.3.2``, the PostgreSQL drivers Airflow uses and
+the common-io provider. Where it cannot be installed a test is skipped with the reason, except under
+``CI=true``, where that fails it. The fixtures using it (``airflow_python``, ``migrated_sqlite``) are in
+``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+AIRFLOW_VERSION = "3.3.2"
+VENV = Path(
+    os.environ.get(
+        "STATESTORE_AIRFLOW_VENV", Path.home() / ".cache" / "statestore-tests" / f"airflow-{AIRFLOW_VERSION}"
+    )
+)
+
+# Airflow, the two PostgreSQL drivers it uses (psycopg2 for its sessions, asyncpg for its async engine),
+# and the provider whose object-storage state store backend the tool must load.
+REQUIREMENTS = (
+    f"apache-airflow=={AIRFLOW_VERSION}",
+    "psycopg2-binary",
+    "asyncpg",
+    "apache-airflow-providers-common-io",
+)
+
+
+def _unavailable(reason: str) -> None:
+    message = f"apache-airflow=={AIRFLOW_VERSION} is not available: {reason}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _installed(python: Path) -> bool:
+    probe = "import airflow, psycopg2, asyncpg, airflow.providers.common.io; print(airflow.__version__)"
+    if not python.exists():
+        return False
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=False)
+    return done.returncode == 0 and done.stdout.strip() == AIRFLOW_VERSION
+
+
+def _install(python: Path) -> None:
+    """Install what is missing into the venv (created first when there is none); a fresh venv whose
+    install failed is removed, so the next run starts over."""
+    fresh = not python.exists()
+    if fresh:
+        shutil.rmtree(VENV, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True)
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *REQUIREMENTS],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        if fresh:
+            shutil.rmtree(VENV, ignore_errors=True)
+        lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
+        _unavailable(f"pip install failed: {lines[-1] if lines else done.returncode}")
+    (VENV / "install-seconds").write_text(f"{time.monotonic() - started:.0f}\n")
+
+
+def airflow_venv_python() -> Path:
+    """The Python of a venv with Airflow installed, installing it on first use (one install at a time)."""
+    python = VENV / "bin" / "python"
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(VENV.parent / f".{VENV.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be installing into the same cache
+        if not _installed(python):
+            _install(python)
+    if not _installed(python):
+        _unavailable(f"{python} cannot import airflow {AIRFLOW_VERSION}")
+    return python
+
+
+def airflow_env(home: Path, conn: str) -> dict[str, str]:
+    """The environment of an Airflow process on the database ``conn``: none of the caller's AIRFLOW_*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dags").mkdir(exist_ok=True)
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=conn,
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
+        PYTHONWARNINGS="ignore",
+    )
+    return env
+
+
+def airflow(python: Path, env: dict[str, str], *args: str) -> str:
+    """Run ``airflow ARGS`` (as ``python -m airflow``: the venv may have been moved) and return its stdout."""
+    done = subprocess.run(
+        [str(python), "-m", "airflow", *args], env=env, capture_output=True, text=True, check=False, timeout=900
+    )
+    assert done.returncode == 0, f"airflow {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
