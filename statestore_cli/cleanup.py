@@ -349,8 +349,12 @@ def _exclusive(conn: Connection, wanted: bool) -> Iterator[None]:
 
 # Taken in the lock's transaction: the transaction then sits idle for the whole clean, and a server (or
 # role, or database) setting of idle_in_transaction_session_timeout would end the session, and the
-# lock with it, while the clean still runs.
-_PG_TAKE_LOCK = "SELECT set_config('idle_in_transaction_session_timeout', '0', true), pg_try_advisory_xact_lock(:k)"
+# lock with it, while the clean still runs. The key is written into the statement: a statement sent
+# with parameters (psycopg's extended protocol) leaves its portal, and the snapshot the portal holds,
+# open until the next statement, which would hold back vacuum for the whole clean.
+_PG_TAKE_LOCK = (
+    f"SELECT set_config('idle_in_transaction_session_timeout', '0', true), pg_try_advisory_xact_lock({_PG_LOCK_KEY})"
+)
 
 
 @contextmanager
@@ -370,7 +374,7 @@ def _pg_transaction_lock(engine: Engine) -> Iterator[None]:
     try:
         holder.execution_options(isolation_level="READ COMMITTED")
         holder.begin()
-        got = bool(holder.execute(text(_PG_TAKE_LOCK), {"k": _PG_LOCK_KEY}).one()[1])
+        got = bool(holder.exec_driver_sql(_PG_TAKE_LOCK).one()[1])
         if not got:
             raise CleanRunningError(_another_clean(describe_engine(engine)), parameter="exclusive")
         yield
