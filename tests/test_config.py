@@ -765,8 +765,14 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         "environment variable AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES\n"
         "state_store.connect_timeout\t10s\tdefault\n"
         "state_store.lock_timeout\t30s\tdefault\n"
+        "state_store.command_timeout\t30s\tdefault\n"
         f"workers.state_store_backend\tmypkg.workers.RefBackend\t{cfg}\n"
         f"database.sql_alchemy_conn\tsqlite:///{clean_environment}/airflow.db\tdefault\n"
+        "database.sql_alchemy_schema\t\tdefault\n"
+        "database.sql_alchemy_connect_args\t\tdefault\n"
+        "database.sql_alchemy_engine_args\t\tdefault\n"
+        "secrets.backend\t\tdefault\n"
+        "secrets.backend_kwargs\t\tdefault\n"
     )
 
 
