@@ -273,7 +273,7 @@ VALID = [
     ("state_store", "command_timeout", "5s", "5s"),
     ("database", "sql_alchemy_schema", "airflow", "airflow"),
     ("database", "sql_alchemy_schema", "", ""),
-    ("database", "sql_alchemy_connect_args", "airflow_local_settings.connect_args", "airflow_local_settings.connect_args"),
+    ("database", "sql_alchemy_connect_args", "local_settings.connect_args", "local_settings.connect_args"),
     ("database", "sql_alchemy_engine_args", '{"pool_size": 3}', '{"pool_size": 3}'),
     ("database", "sql_alchemy_engine_args", "", ""),
     ("secrets", "backend", "mypkg.secrets.VaultBackend", "mypkg.secrets.VaultBackend"),
