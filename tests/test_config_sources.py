@@ -146,31 +146,28 @@ def set_up(sources: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyP
     return args
 
 
-@pytest.mark.parametrize("higher, lower", list(combinations(SOURCES, 2)))
+# Pairs of the plain sources (--conn, the variable, the file) are test_config's lookup-order test.
+PAIRS = [(higher, lower) for higher, lower in combinations(SOURCES, 2) if {higher, lower} - {"conn", "env", "file"}]
+
+
+@pytest.mark.parametrize("higher, lower", PAIRS)
 def test_the_higher_source_wins_and_the_lower_one_is_not_run(tmp_path, monkeypatch, secrets, higher, lower):
-    args = set_up((higher, lower), tmp_path, monkeypatch, secrets)
-    run, conn = show(*args)
     cfg = tmp_path / "airflow.cfg"
+    # Alone, the lower source gives the URL...
+    with monkeypatch.context() as alone:
+        _, conn = show(*set_up((lower,), tmp_path, alone, secrets))
+        assert conn == {"value": url_of(tmp_path, lower), "source": expected_source(lower, cfg)}
+    for log in (tmp_path / f"{lower}.log", secrets["log"]):
+        log.unlink(missing_ok=True)
+    # ...beside the higher one it is never consulted: its command does not run, its secret is not asked for.
+    run, conn = show(*set_up((higher, lower), tmp_path, monkeypatch, secrets))
     assert conn == {"value": url_of(tmp_path, higher), "source": expected_source(higher, cfg)}
     assert run.stderr == ""
-    # The lower source was never consulted: its command did not run, its secret was not asked for.
     assert logged(tmp_path / f"{lower}.log") == []
     asked = [line.split()[1] for line in logged(secrets["log"])]
     assert asked == ([f"{higher.split('_')[0]}_conn"] if higher.endswith("_secret") else [])
     if higher.endswith("_cmd"):
         assert logged(tmp_path / f"{higher}.log") == ["ran"]  # once
-
-
-@pytest.mark.parametrize("source", SOURCES)
-def test_each_source_alone(tmp_path, monkeypatch, secrets, source):
-    args = set_up((source,), tmp_path, monkeypatch, secrets)
-    _, conn = show(*args)
-    assert conn == {"value": url_of(tmp_path, source), "source": expected_source(source, tmp_path / "airflow.cfg")}
-
-
-def test_without_any_source_the_default_wins(tmp_path, clean_environment, monkeypatch, secrets):
-    _, conn = show(*set_up((), tmp_path, monkeypatch, secrets))
-    assert conn == {"value": f"sqlite:///{clean_environment}/airflow.db", "source": "default"}
 
 
 def test_lookup_order_through_the_library(tmp_path, monkeypatch, secrets):
@@ -301,6 +298,9 @@ def test_a_command_whose_output_is_no_url_is_exit_2_without_the_output(tmp_path,
 def test_the_plain_variable_wins_and_no_command_runs(tmp_path, monkeypatch):
     log = tmp_path / "cmd.log"
     monkeypatch.setenv(f"{ENV}_CMD", logging_command(log, "sqlite:////tmp/never.db", "exit 1; "))
+    failed = run_cli("config", "show")
+    assert failed.exit_code == 3 and logged(log) == ["ran"], failed.output  # alone, it runs (and fails)
+    log.unlink()
     monkeypatch.setenv(ENV, "sqlite:////tmp/plain.db")
     _, conn = show()
     assert conn["value"] == "sqlite:////tmp/plain.db" and logged(log) == []

@@ -130,6 +130,8 @@ def test_every_command_works_in_the_schema(store, tmp_path):
 
 def test_an_empty_schema_option_means_the_default(store, monkeypatch):
     monkeypatch.setenv(SCHEMA_ENV, "  ")
+    shown = json.loads(ok("config", "show", "-o", "json", conn=store.url))["options"]["database"]
+    assert shown["sql_alchemy_schema"] == {"value": "", "source": f"environment variable {SCHEMA_ENV}"}
     ok("db", "init", conn=store.url)
     assert tables_in(store, store.default) >= STATE_TABLES
     assert tables_in(store, store.schema) == set()
@@ -161,6 +163,7 @@ def test_a_schema_on_sqlite_is_a_config_error(tmp_path, monkeypatch, clean_envir
 def test_an_airflow_database_in_a_schema_is_recognised_by_its_alembic_version_in_public(store):
     """What `airflow db migrate` leaves: alembic_version where an unqualified name lands, the rest in the schema."""
     ok("db", "init", conn=store.url)
+    assert tables_in(store, store.schema) == STATE_TABLES
     sql(store.url, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
     sql(store.url, "INSERT INTO alembic_version VALUES ('d2f4e1b3c5a7')")
     check = json.loads(ok("db", "check", "-o", "json", conn=store.url))
