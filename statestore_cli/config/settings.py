@@ -1,16 +1,30 @@
-"""Settings: the effective ``[state_store]``, ``[workers]`` and ``[database]`` options.
+"""Settings: the effective ``[state_store]``, ``[workers]``, ``[database]`` and ``[secrets]`` options.
 
-Lookup order, first match wins, for every option:
+Lookup order, first match wins, for every option (Airflow's order, with the caller's overrides first):
 
 1. ``conn_override`` (``sql_alchemy_conn`` only; the CLI's ``--conn``), ``connect_timeout_override``
    (``connect_timeout`` only; the CLI's ``--connect-timeout``) and ``lock_timeout_override``
    (``lock_timeout`` only; the ``--lock-timeout`` of the CLI's writing commands);
 2. the environment variable ``AIRFLOW__{SECTION}__{OPTION}``;
-3. the INI file: ``config_path`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
+3. for a sensitive option only (``sensitive`` in options.toml: ``[database] sql_alchemy_conn`` and
+   ``sql_alchemy_engine_args``, the options Airflow marks sensitive): ``AIRFLOW__{SECTION}__{OPTION}_CMD``,
+   a command whose stdout is the value, then ``AIRFLOW__{SECTION}__{OPTION}_SECRET``, the key to ask
+   ``[secrets] backend`` for (its ``get_config(key)``);
+4. the INI file: ``config_path`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
    ``$AIRFLOW_HOME/airflow.cfg`` with ``AIRFLOW_HOME`` defaulting to ``~/airflow`` (a discovered
    file that does not exist is skipped, as Airflow does before it writes one, but a missing
-   ``$AIRFLOW_CONFIG`` is a warning: it usually means another database than the one meant);
-4. the default declared in ``options.toml``.
+   ``$AIRFLOW_CONFIG`` is a warning: it usually means another database than the one meant); for a
+   sensitive option, its ``{option}_cmd`` and then its ``{option}_secret`` in the same section next;
+5. the default declared in ``options.toml``.
+
+A command or a secret is only read when nothing above it is set, after every other option (so
+``[state_store] command_timeout`` and the ``[secrets]`` options apply to it). A command runs without a
+shell (``shlex``-split, as Airflow runs it), for at most ``command_timeout``; its output, stripped, is the
+value and is never shown. The secrets backend is made as Airflow makes it: the class at
+``[secrets] backend``, called with the ``[secrets] backend_kwargs`` JSON object updated by the
+``AIRFLOW__SECRETS__BACKEND_KWARG__<NAME>`` variables. A command that cannot run, prints nothing, or a
+missing secret or backend is a ``ConfigError`` (exit 2); a command that fails or times out and a backend
+that raises are a ``ConfigSourceError`` (exit 3).
 
 Options of ``[state_store]`` and ``[workers]`` the schema does not know are warnings
 (``Settings.warnings``) naming the closest known option: a typo must not fall back to the default
