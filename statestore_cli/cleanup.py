@@ -38,6 +38,7 @@ from statestore_cli.errors import (
     StopReason,
     failed_midway,
 )
+from statestore_cli.schema import qualified, store_schema
 from statestore_cli.schema import task_state_store as _task
 from statestore_cli.timestamps import iso_utc
 
@@ -201,14 +202,15 @@ def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
 # any long read transaction, so each batch got slower than the one before. FORCE INDEX keeps both
 # statements on the primary key even where the optimizer's estimate for the expiry index is low;
 # MySQL accepts an index hint in a DELETE only in its multi-table form.
+# {table} is task_state_store, qualified with [database] sql_alchemy_schema when that is set.
 _MYSQL_RANGE_DELETE = (
-    "DELETE task_state_store FROM task_state_store FORCE INDEX (PRIMARY) "
-    "WHERE task_state_store.id > :after {upper}AND task_state_store.expires_at IS NOT NULL "
-    "AND task_state_store.expires_at < :now"
+    "DELETE {table} FROM {table} FORCE INDEX (PRIMARY) "
+    "WHERE {table}.id > :after {upper}AND {table}.expires_at IS NOT NULL "
+    "AND {table}.expires_at < :now"
 )
 
 
-def _mysql_statements(now: datetime, batch_size: int) -> tuple[Executable, Executable, Executable]:
+def _mysql_statements(now: datetime, batch_size: int, table: str) -> tuple[Executable, Executable, Executable]:
     """The batch end, the bounded delete, and the delete of the rest (when fewer than a batch remain)."""
     after = bindparam("after", type_=Integer)
     end = (
@@ -221,10 +223,10 @@ def _mysql_statements(now: datetime, batch_size: int) -> tuple[Executable, Execu
     )
     # The same condition as expired(now), written out: SQLAlchemy renders no multi-table DELETE with a hint.
     now_param = bindparam("now", now, type_=_task.c.expires_at.type)
-    upto = text(_MYSQL_RANGE_DELETE.format(upper="AND task_state_store.id <= :upper ")).bindparams(
+    upto = text(_MYSQL_RANGE_DELETE.format(table=table, upper=f"AND {table}.id <= :upper ")).bindparams(
         now_param, bindparam("upper", type_=Integer)
     )
-    rest = text(_MYSQL_RANGE_DELETE.format(upper="")).bindparams(now_param)
+    rest = text(_MYSQL_RANGE_DELETE.format(table=table, upper="")).bindparams(now_param)
     return end, upto, rest
 
 
@@ -250,7 +252,7 @@ def _batch_runner(conn: Connection, now: datetime, batch_size: int) -> Callable[
         everything = delete(_task).where(expired(now))
         return lambda _after: _Batch(_checked_rowcount(conn.execute(everything).rowcount), None)
     if dialect in ("mysql", "mariadb"):
-        statements = _mysql_statements(now, batch_size)
+        statements = _mysql_statements(now, batch_size, qualified(conn, _task.name))
         return lambda after: _mysql_batch(conn, statements, after)
     stmt = _keyset_statement(dialect, now, batch_size)
     return lambda after: _keyset_batch(conn, stmt, after)
@@ -334,8 +336,8 @@ def _exclusive(conn: Connection, wanted: bool) -> Iterator[None]:
         with _pg_transaction_lock(conn.engine):
             yield
         return
-    # MySQL's named locks are server-wide: name the database
-    params = {"k": f"statestore-clean:{conn.engine.url.database}"}
+    # MySQL's named locks are server-wide: name the database (the schema, where one is configured)
+    params = {"k": f"statestore-clean:{store_schema(conn) or conn.engine.url.database}"}
     got = bool(conn.execute(text("SELECT GET_LOCK(:k, 0)"), params).scalar())
     conn.commit()
     if not got:

@@ -385,7 +385,7 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> _Parts:
 
 _SAMPLES = 64  # rows sampled to place SQLite's dag_id bounds, or to guess MySQL's largest expiry bucket
 # Written out for SQLite's driver (qmark parameters): SQLAlchemy takes 20 ms to compile 64 subqueries,
-# and the parts wait for the bounds.
+# and the parts wait for the bounds. SQLite only, so never under a [database] sql_alchemy_schema.
 _SAMPLE_SQL = "SELECT " + ", ".join(
     [f"(SELECT dag_id FROM {task_state_store.name} WHERE id >= ? ORDER BY id LIMIT 1)"] * _SAMPLES
 )
