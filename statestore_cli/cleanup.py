@@ -318,8 +318,16 @@ def _another_clean(where: str) -> str:
     return f"another {PARAMETER} clean is running on {where}"
 
 
-# A fixed key for PostgreSQL's advisory lock (its locks are per database already): "statestore" in hex.
+# PostgreSQL's advisory locks are per database already: a fixed key ("statestore" in hex), and with a
+# [database] sql_alchemy_schema one per schema, so two stores in two schemas of one database do not
+# keep each other's exclusive clean waiting.
 _PG_LOCK_KEY = 0x73746174657374
+
+
+def _pg_lock_key(schema: str | None) -> int:
+    import zlib
+
+    return _PG_LOCK_KEY if schema is None else _PG_LOCK_KEY + 1 + zlib.crc32(schema.encode("utf-8"))
 
 
 @contextmanager
@@ -333,7 +341,7 @@ def _exclusive(conn: Connection, wanted: bool) -> Iterator[None]:
             yield
         return
     if conn.dialect.name == "postgresql":
-        with _pg_transaction_lock(conn.engine):
+        with _pg_transaction_lock(conn.engine, _pg_lock_key(store_schema(conn))):
             yield
         return
     # MySQL's named locks are server-wide: name the database (the schema, where one is configured)
@@ -354,13 +362,11 @@ def _exclusive(conn: Connection, wanted: bool) -> Iterator[None]:
 # lock with it, while the clean still runs. The key is written into the statement: a statement sent
 # with parameters (psycopg's extended protocol) leaves its portal, and the snapshot the portal holds,
 # open until the next statement, which would hold back vacuum for the whole clean.
-_PG_TAKE_LOCK = (
-    f"SELECT set_config('idle_in_transaction_session_timeout', '0', true), pg_try_advisory_xact_lock({_PG_LOCK_KEY})"
-)
+_PG_TAKE_LOCK = "SELECT set_config('idle_in_transaction_session_timeout', '0', true), pg_try_advisory_xact_lock({key})"
 
 
 @contextmanager
-def _pg_transaction_lock(engine: Engine) -> Iterator[None]:
+def _pg_transaction_lock(engine: Engine, key: int) -> Iterator[None]:
     """The advisory lock of PostgreSQL, held by a transaction on a connection of its own, open from
     before the first batch to after the last, then rolled back.
 
@@ -376,7 +382,7 @@ def _pg_transaction_lock(engine: Engine) -> Iterator[None]:
     try:
         holder.execution_options(isolation_level="READ COMMITTED")
         holder.begin()
-        got = bool(holder.exec_driver_sql(_PG_TAKE_LOCK).one()[1])
+        got = bool(holder.exec_driver_sql(_PG_TAKE_LOCK.format(key=int(key))).one()[1])
         if not got:
             raise CleanRunningError(_another_clean(describe_engine(engine)), parameter="exclusive")
         yield

@@ -273,3 +273,27 @@ def test_bad_engine_args_are_exit_2(monkeypatch, clean_environment, raw, problem
     assert run.exit_code == 2, run.output
     assert run.stderr == f"statestore: error: {problem}\n"
     assert not (clean_environment / "airflow.db").exists()
+
+
+def test_exclusive_cleans_of_two_schemas_of_one_postgresql_database_do_not_block_each_other(monkeypatch):
+    """PostgreSQL's advisory locks are per database: the key of a clean's lock is the schema's, so a clean
+    of one schema's store runs while another schema's holds its lock, and one of the same schema is refused."""
+    from statestore_cli.cleanup import _exclusive
+
+    with schema_store("postgresql") as made:
+        admin(made.url, "CREATE SCHEMA other_meta")
+        for schema in (made.schema, "other_meta"):
+            monkeypatch.setenv(SCHEMA_ENV, schema)
+            ok("db", "init", conn=made.url)
+        monkeypatch.setenv(SCHEMA_ENV, made.schema)
+        holder = open_metastore(load_settings(conn_override=made.url)).engine
+        try:
+            with holder.connect() as conn, _exclusive(conn, True):
+                same = run_cli("clean", "--exclusive", conn=made.url)
+                monkeypatch.setenv(SCHEMA_ENV, "other_meta")
+                other = run_cli("clean", "--exclusive", "-o", "json", conn=made.url)
+        finally:
+            holder.dispose()
+        assert same.exit_code == 3 and "another --exclusive clean is running" in same.stderr, same.output
+        assert other.exit_code == 0, other.output
+        assert json.loads(other.stdout)["deleted"] == 0
