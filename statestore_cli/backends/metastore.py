@@ -17,15 +17,15 @@ from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.dialects import insert_if_missing, upsert
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import BackendError, InvalidInputError
+from statestore_cli.layout import Layout, layout_of
 from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
 from statestore_cli.retention import utcnow
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
 from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
 
 MYSQL_TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
 
-_task = task_state_store
-_asset_kv = asset_state_store
+_asset_kv = asset_state_store  # the same in every layout (3.4's extra writer columns are nullable)
 
 
 class UpdatedBy(NamedTuple):
@@ -39,8 +39,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     """Task and asset state in the ``task_state_store`` and ``asset_state_store`` tables.
 
     ``session`` may be a SQLAlchemy ``Connection`` inside the caller's transaction; without one each
-    call is its own transaction. A task scope's ``region_id`` is not stored: each region keeps its
-    own metadata database, and Airflow 3.3.2's table has no region column.
+    call is its own transaction. The task table is the database's own layout (``layout``): on Airflow
+    3.4's, a task scope's ``region_id`` is part of its identity (the nil UUID outside any region); on
+    3.3's, which has no region column, it is not stored (each region keeps its own metadata database).
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -63,13 +64,20 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             self._airflow_mode = conn.dialect.has_table(conn, "alembic_version")
         return self._airflow_mode
 
+    def layout(self, conn: Connection) -> Layout:
+        return layout_of(conn)
+
     @staticmethod
-    def _task_where(scope: TaskScope, key: str | None = None, all_map_indices: bool = False) -> ColumnElement[bool]:
-        parts = [_task.c.dag_id == scope.dag_id, _task.c.run_id == scope.run_id, _task.c.task_id == scope.task_id]
+    def _task_where(
+        layout: Layout, scope: TaskScope, key: str | None = None, all_map_indices: bool = False
+    ) -> ColumnElement[bool]:
+        task = layout.task
+        parts = [task.c.dag_id == scope.dag_id, task.c.run_id == scope.run_id, task.c.task_id == scope.task_id]
+        parts += _region_where(layout, scope)
         if not all_map_indices:
-            parts.append(_task.c.map_index == scope.map_index)
+            parts.append(task.c.map_index == scope.map_index)
         if key is not None:
-            parts.append(_task.c.key == key)
+            parts.append(task.c.key == key)
         return and_(*parts)
 
     def _dag_run_id(self, conn: Connection, scope: TaskScope) -> int:
@@ -175,13 +183,15 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 f"expires_at {expires_at:%Y-%m-%d %H:%M:%S} UTC is past 2038-01-19 03:14:07, the last instant a MySQL "
                 "TIMESTAMP holds; use a shorter retention or never"
             )
+        layout = self.layout(conn)
         run_pk = self._dag_run_id(conn, scope)
-        within = {"dag_run_id": run_pk, "map_index": scope.map_index}
+        within = {"dag_run_id": run_pk, "map_index": scope.map_index, **layout.region_values(scope.region_id)}
         what = f"key {key!r} for {scope.describe()}"
-        _refuse_twin_row(conn, what, _task, {"task_id": scope.task_id, "key": key}, within)
+        _refuse_twin_row(conn, what, layout.task, {"task_id": scope.task_id, "key": key}, within)
         row = {
             "dag_run_id": run_pk,
             "task_id": scope.task_id,
+            **layout.region_values(scope.region_id),
             "map_index": scope.map_index,
             "key": key,
             "dag_id": scope.dag_id,
@@ -190,8 +200,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             "updated_at": now,
             "expires_at": expires_at,
         }
-        conflict = ("dag_run_id", "task_id", "map_index", "key")
-        return upsert(conn, _task, row, conflict, ("value", "updated_at", "expires_at"))
+        return upsert(conn, layout.task, row, layout.task_identity, ("value", "updated_at", "expires_at"))
 
     def _upsert_asset(
         self, conn: Connection, scope: AssetScope, key: str, value: str, now: datetime, writer: UpdatedBy
@@ -218,8 +227,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         now = utcnow()
         with self.connection(session) as conn:
             if isinstance(scope, TaskScope):
-                stmt = update(_task).where(self._task_where(scope, key)).values(value=value, updated_at=now)
-                return int(conn.execute(stmt).rowcount)
+                layout = self.layout(conn)
+                stmt = update(layout.task).where(self._task_where(layout, scope, key))
+                return int(conn.execute(stmt.values(value=value, updated_at=now)).rowcount)
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -240,7 +250,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _delete(self, scope: StoreScope, key: str | None, *, all_map_indices: bool, session: Any) -> int:
         with self.connection(session) as conn:
             if isinstance(scope, TaskScope):
-                return int(conn.execute(delete(_task).where(self._task_where(scope, key, all_map_indices))).rowcount)
+                layout = self.layout(conn)
+                where = self._task_where(layout, scope, key, all_map_indices)
+                return int(conn.execute(delete(layout.task).where(where)).rowcount)
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -261,6 +273,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                     task_id=scope.task_id,
                     map_index=scope.map_index,
                     key=key,
+                    region_id=scope.region_id,
                 )
             else:
                 asset_id = self._asset_id(conn, scope, create=False)
@@ -283,7 +296,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         """Every worker-side reference a row of either store holds (``{"__airflow_state_ref__": ref}``)."""
         found: list[str] = []
         with self.connection() as conn:
-            for table in (_task, _asset_kv):
+            for table in (self.layout(conn).task, _asset_kv):
                 # In LIKE each `_` of the marker matches any character: it over-matches, the parse decides.
                 query = select(table.c.value).where(table.c.value.like(f"%{REF_MARKER}%"))
                 for (value,) in conn.execution_options(yield_per=1000).execute(query):
@@ -298,8 +311,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int:
         with self.connection() as conn:
             if isinstance(scope, TaskScope):
-                query = select(func.count()).select_from(_task).where(self._task_where(scope, None, all_map_indices))
-                return int(conn.execute(query).scalar_one())
+                layout = self.layout(conn)
+                where = self._task_where(layout, scope, None, all_map_indices)
+                return int(conn.execute(select(func.count()).select_from(layout.task).where(where)).scalar_one())
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -338,24 +352,34 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             if shown:
                 offset = 0  # the offset ended among the task keys
             elif offset:  # it skipped every task key: the asset keys start after the rest of it
-                counted = select(func.count()).select_from(_task).where(*self._task_filters(filt))
+                layout = self.layout(conn)
+                counted = select(func.count()).select_from(layout.task).where(*self._task_filters(layout, filt))
                 offset = max(0, offset - int(conn.execute(counted).scalar_one()))
         if filt.store in (None, "asset") and not filt.has_task_fields:
             yield from self._asset_entries(conn, filt, with_values, limit, offset)
 
     @staticmethod
-    def _task_filters(filt: KeyFilter) -> list[ColumnElement[bool]]:
+    def _task_filters(layout: Layout, filt: KeyFilter) -> list[ColumnElement[bool]]:
         names = ("dag_id", "run_id", "task_id", "map_index", "key")
-        return [_task.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
+        task = layout.task
+        found = [task.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
+        if filt.region_id is not None and layout.has_region:
+            found.append(task.c.region_id == filt.region_id)
+        return found
 
     @classmethod
     def _task_entries(
         cls, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
     ) -> Iterator[Entry]:
-        cols = [_task.c.dag_id, _task.c.run_id, _task.c.task_id, _task.c.map_index, _task.c.key]
-        query = select(*cols, _task.c.updated_at, _task.c.expires_at, *([_task.c.value] if with_values else []))
-        query = query.where(*cls._task_filters(filt)).order_by(*cols).limit(limit).offset(offset or None)
+        layout = layout_of(conn)
+        task = layout.task
+        region = [task.c.region_id] if layout.has_region else []
+        cols = [task.c.dag_id, task.c.run_id, task.c.task_id, *region, task.c.map_index, task.c.key]
+        shown = [c.label(c.key) for c in cols]  # by the key: the map index may be region_index in the database
+        query = select(*shown, task.c.updated_at, task.c.expires_at, *([task.c.value] if with_values else []))
+        query = query.where(*cls._task_filters(layout, filt)).order_by(*cols).limit(limit).offset(offset or None)
         for row in conn.execution_options(yield_per=1000).execute(query):
+            region_id = row.region_id if layout.has_region and row.region_id.int else None
             yield Entry(
                 store="task",
                 key=row.key,
@@ -366,6 +390,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 task_id=row.task_id,
                 map_index=row.map_index,
                 value=row.value if with_values else None,
+                region_id=region_id,
             )
 
     @staticmethod
@@ -408,3 +433,10 @@ def _refuse_twin_row(
     for stored in conn.execute(select(*columns).where(*conds).limit(2)):
         if twins(tuple(texts.values()), tuple(stored)):
             raise InvalidInputError(twin_problem(what, tuple(texts), tuple(texts.values()), tuple(stored)))
+
+
+def _region_where(layout: Layout, scope: TaskScope) -> list[ColumnElement[bool]]:
+    """The scope's region as a condition where the table has regions: a region's keys are never merged
+    with the keys outside it. Airflow 3.3's table has no region column; there, as before, a region is
+    not stored (each region keeps its own metadata database)."""
+    return layout.region_where(scope.region_id) if layout.has_region else []
