@@ -23,10 +23,11 @@ from functools import partial
 from typing import NamedTuple
 
 from sqlalchemy import Integer, String, Table, and_, any_, bindparam, delete, func, null, select, text, type_coerce
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Executable, Select
 
-from statestore_cli.database import describe_engine, retry_deadlocks, translate_errors
+from statestore_cli.database import describe_engine, retry_deadlocks, set_per_transaction, translate_errors
 from statestore_cli.entries import Timeouts
 from statestore_cli.errors import (
     EXIT_OK,
@@ -131,14 +132,16 @@ def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
 
 
 def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[Note, ...]:
-    """Tune the clean's session and set its statement timeout (its lock timeout is the engine's, set
-    on every session); returns a note when the engine has no statement timeout."""
+    """Tune the clean's session and set its statement timeout (its lock timeout is the engine's);
+    returns a note when the engine has no statement timeout. On PostgreSQL nothing is set on the
+    session: the statement timeout starts each transaction (each batch) with the engine's lock timeout
+    in one statement, and ends with it, so a pooler's server connection keeps none of it."""
     dialect = conn.dialect.name
     statement = timeouts.statement_seconds
     notes: list[Note] = []
     if dialect == "postgresql":
         if statement is not None:
-            conn.exec_driver_sql(f"SET statement_timeout = {math.ceil(statement * 1000)}")
+            set_per_transaction(conn, "statement_timeout", math.ceil(statement * 1000))
     elif dialect in ("mysql", "mariadb"):
         if statement is not None:
             if getattr(conn.dialect, "is_mariadb", False):
@@ -355,21 +358,62 @@ def _exclusive(conn: Connection, wanted: bool) -> Iterator[None]:
         with _file_lock(conn.engine.url.database):
             yield
         return
-    if conn.dialect.name == "postgresql":  # advisory locks are per database already
-        params: dict[str, object] = {"k": _PG_LOCK_KEY}
-        acquire, release = "pg_try_advisory_lock(:k)", "pg_advisory_unlock(:k)"
-    else:  # MySQL's named locks are server-wide: name the database
-        acquire, release = "GET_LOCK(:k, 0)", "RELEASE_LOCK(:k)"
-        params = {"k": f"statestore-clean:{conn.engine.url.database}"}
-    got = bool(conn.execute(text(f"SELECT {acquire}"), params).scalar())
+    if conn.dialect.name == "postgresql":
+        with _pg_transaction_lock(conn.engine):
+            yield
+        return
+    # MySQL's named locks are server-wide: name the database
+    params = {"k": f"statestore-clean:{conn.engine.url.database}"}
+    got = bool(conn.execute(text("SELECT GET_LOCK(:k, 0)"), params).scalar())
     conn.commit()
     if not got:
         raise CleanRunningError(_another_clean(describe_engine(conn.engine)), parameter="exclusive")
     try:
         yield
     finally:
-        conn.execute(text(f"SELECT {release}"), params)
+        conn.execute(text("SELECT RELEASE_LOCK(:k)"), params)
         conn.commit()
+
+
+# Taken in the lock's transaction: the transaction then sits idle for the whole clean, and a server (or
+# role, or database) setting of idle_in_transaction_session_timeout would end the session, and the
+# lock with it, while the clean still runs. The key is written into the statement: a statement sent
+# with parameters (psycopg's extended protocol) leaves its portal, and the snapshot the portal holds,
+# open until the next statement, which would hold back vacuum for the whole clean.
+_PG_TAKE_LOCK = (
+    f"SELECT set_config('idle_in_transaction_session_timeout', '0', true), pg_try_advisory_xact_lock({_PG_LOCK_KEY})"
+)
+
+
+@contextmanager
+def _pg_transaction_lock(engine: Engine) -> Iterator[None]:
+    """The advisory lock of PostgreSQL, held by a transaction on a connection of its own, open from
+    before the first batch to after the last, then rolled back.
+
+    A session-level lock would outlive us behind a pooler in transaction mode (PgBouncer, as Airflow's
+    Helm chart runs it): it stays with the server connection, which the pooler keeps, and which serves
+    other clients, a second clean among them, for which it would be granted again (advisory locks are
+    re-entrant within a session). A transaction-level lock ends with its transaction, however that ends:
+    the pooler gives the open transaction one server connection for all of it, and when our process dies
+    the server (or the pooler, which then discards that server connection) rolls it back. READ COMMITTED:
+    the idle transaction then holds no snapshot and writes nothing, so it keeps vacuum from nothing the
+    clean deletes; it holds one connection of the pool while the clean runs."""
+    holder = engine.connect()
+    try:
+        holder.execution_options(isolation_level="READ COMMITTED")
+        holder.begin()
+        got = bool(holder.exec_driver_sql(_PG_TAKE_LOCK).one()[1])
+        if not got:
+            raise CleanRunningError(_another_clean(describe_engine(engine)), parameter="exclusive")
+        yield
+    finally:
+        try:
+            holder.rollback()
+            holder.close()
+        except sa_exc.DBAPIError:
+            # The session is gone (a server restart, an administrator's pg_terminate_backend): so is the
+            # lock, and the batches the clean committed stay committed; the clean's outcome stands.
+            holder.invalidate()
 
 
 @contextmanager

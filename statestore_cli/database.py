@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, Engine, create_engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 
 from statestore_cli.config.settings import LOCK_TIMEOUT_OVERRIDE
 from statestore_cli.errors import PARAMETER, ConfigError, DatabaseError, SchemaMissingError, first_line
@@ -62,14 +62,37 @@ def _sqlite_on_connect(busy_ms: int) -> Callable[[Any, Any], None]:
     return on_connect
 
 
-def _postgresql_on_connect(lock_ms: int) -> Callable[[Any, Any], None]:
-    def on_connect(dbapi_conn: Any, _record: Any) -> None:
-        cursor = dbapi_conn.cursor()
-        cursor.execute(f"SET lock_timeout = {lock_ms}")
-        cursor.close()
-        dbapi_conn.commit()  # a SET inside a transaction rolled back later would be undone with it
+# The execution option of a connection that holds the settings each of its transactions begins with
+# on PostgreSQL (``set_per_transaction``), beside the engine's lock timeout.
+_PER_TRANSACTION = "statestore_per_transaction"
 
-    return on_connect
+
+def set_per_transaction(conn: Connection, name: str, milliseconds: int) -> None:
+    """On PostgreSQL, set ``name`` (a timeout) for each transaction ``conn`` begins from now on.
+
+    A session-level ``SET`` outlives the transaction, and behind a pooler in transaction mode
+    (PgBouncer, as Airflow's Helm chart runs it) it stays on a server connection other clients get
+    next, while our own next transaction may run on another server connection without it."""
+    settings = dict(conn.get_execution_options().get(_PER_TRANSACTION, {}))
+    settings[name] = milliseconds
+    conn.execution_options(**{_PER_TRANSACTION: settings})
+
+
+def _postgresql_on_begin(lock_ms: int | None) -> Callable[[Connection], None]:
+    """Start every transaction with its timeouts, set for that transaction only (``set_config(...,
+    true)`` is ``SET LOCAL``), all in one statement: nothing of ours outlives the transaction on the
+    server connection, and each transaction has them whichever server connection a pooler gives it.
+    SQLAlchemy fires ``begin`` for ``conn.begin()`` and for the transaction a statement begins by itself;
+    the driver sends BEGIN with the first statement, this one."""
+
+    def on_begin(conn: Connection) -> None:
+        settings: dict[str, int] = {} if lock_ms is None else {"lock_timeout": lock_ms}
+        settings.update(conn.get_execution_options().get(_PER_TRANSACTION, {}))
+        if settings:
+            calls = ", ".join(f"set_config('{name}', '{int(value)}', true)" for name, value in settings.items())
+            conn.exec_driver_sql(f"SELECT {calls}")
+
+    return on_begin
 
 
 # The connect timeout each engine was made with, for the message when it is hit.
@@ -158,9 +181,11 @@ def make_engine(
 
     ``connect_timeout`` (seconds, default 10) bounds how long a server may take to accept a connection,
     the handshake included: a server that accepts and never answers must not hang a scheduled job.
-    ``lock_timeout`` (seconds, default 30) bounds every wait for a lock another session holds, set once
-    per session: SQLite's busy timeout always; on a server only with ``writes`` (PostgreSQL's
-    ``lock_timeout``; MySQL's ``innodb_lock_wait_timeout`` and ``lock_wait_timeout``, in whole seconds).
+    ``lock_timeout`` (seconds, default 30) bounds every wait for a lock another session holds: SQLite's
+    busy timeout always; on a server only with ``writes`` (PostgreSQL's ``lock_timeout``, set at the start
+    of every transaction for that transaction only, so that nothing of ours stays on a pooler's server
+    connection; MySQL's ``innodb_lock_wait_timeout`` and ``lock_wait_timeout``, in whole seconds, once per
+    session). On PostgreSQL psycopg 3 prepares no statements (``prepare_threshold=None``), for the same reason.
     ``writes=False`` is for the engine of a command that only reads: reads on a server never wait for a
     row lock, so its sessions are spared the statement, and a lock wait's message names no ``--lock-timeout``."""
     url = parse_url(conn)
@@ -185,6 +210,13 @@ def make_engine(
     elif backend == "postgresql":
         # libpq counts whole seconds and takes 2 as its least.
         options["connect_args"] = {"connect_timeout": max(2, math.ceil(timeout))}
+        if url.get_driver_name() == "psycopg":
+            # psycopg 3 turns a statement run a fifth time on a connection into a prepared statement of
+            # the server session. Behind a pooler in transaction mode (PgBouncer before 1.21) the next
+            # transaction may get another server connection, where it does not exist, and the one it was
+            # prepared on keeps it for the next client, whose own statement of that name then clashes.
+            # psycopg2 never prepares.
+            options["connect_args"]["prepare_threshold"] = None
     for name in url.query:  # a timeout written in the URL itself wins
         options.get("connect_args", {}).pop(name, None)
     try:
@@ -205,7 +237,8 @@ def make_engine(
 
 
 def _bound_lock_waits(engine: Engine, seconds: float, writes: bool) -> None:
-    """Set the lock timeout on each new session of ``engine`` (see ``make_engine``) and remember it."""
+    """Set the lock timeout on each new session (PostgreSQL: each transaction) of ``engine`` (see
+    ``make_engine``) and remember it."""
     backend = engine.url.get_backend_name()
     millis = math.ceil(seconds * 1000)
     if backend == "sqlite":
@@ -216,9 +249,10 @@ def _bound_lock_waits(engine: Engine, seconds: float, writes: bool) -> None:
         event.listen(engine, "connect", _mysql_on_connect(whole))
         if whole is not None:
             _LOCK_LIMITS[engine] = _LockLimit(whole, writes)
-    elif writes:
-        event.listen(engine, "connect", _postgresql_on_connect(millis))
-        _LOCK_LIMITS[engine] = _LockLimit(millis / 1000, writes)
+    else:  # PostgreSQL: per transaction, for the lock timeout and for what ``set_per_transaction`` adds
+        event.listen(engine, "begin", _postgresql_on_begin(millis if writes else None))
+        if writes:
+            _LOCK_LIMITS[engine] = _LockLimit(millis / 1000, writes)
 
 
 _SECRET_PARAMS = ("password", "passwd", "pwd", "secret", "token", "sslpassword")
