@@ -22,7 +22,9 @@ def upsert(
         return conn.execute(stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in update}))
     ins = _insert(name, table).values(**values)
     return conn.execute(
-        ins.on_conflict_do_update(index_elements=[table.c[k] for k in conflict], set_={c: ins.excluded[c] for c in update})
+        ins.on_conflict_do_update(
+            index_elements=[table.c[k] for k in conflict], set_={c: ins.excluded[c] for c in update}
+        )
     )
 
 

@@ -30,17 +30,17 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, LargeBinary, and_, case, cast, func, null, select
+from sqlalchemy import Integer, LargeBinary, Table, and_, case, cast, func, null, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ColumnElement, Select
 
 from statestore_cli.database import sqlite_path, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import InvalidInputError
+from statestore_cli.layout import layout_of
 from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
 
-_task = task_state_store
 _asset_kv = asset_state_store
 _MYSQL = MYSQL_ENGINES
 
@@ -176,11 +176,11 @@ def _count_if(condition: ColumnElement[bool]) -> Any:
     return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
 
 
-def _task_where(query: Select[Any], filt: KeyFilter) -> Select[Any]:
+def _task_where(task: Table, query: Select[Any], filt: KeyFilter) -> Select[Any]:
     for name in ("dag_id", "run_id", "task_id", "map_index", "key"):
         wanted = getattr(filt, name)
         if wanted is not None:
-            query = query.where(_task.c[name] == wanted)
+            query = query.where(task.c[name] == wanted)
     return query
 
 
@@ -195,8 +195,9 @@ def _task_stats(
     # one of those buckets is derived instead (_likely_largest_bucket).
     dialect = conn.dialect.name
     in_pass = dialect == "postgresql"
+    task = layout_of(conn).task
     parts = _partitions(conn, filt, split)
-    queries = [_dag_pass(dialect, filt, now, limit, vlen, part) for part in parts.conditions]
+    queries = [_dag_pass(task, dialect, filt, now, limit, vlen, part) for part in parts.conditions]
     dags = _DagTotals(len(EXPIRY_BUCKETS) if in_pass else 0, limit > 0)
     if len(queries) == 1:
         dags.add(conn.execution_options(yield_per=1000).execute(queries[0]))
@@ -221,41 +222,41 @@ def _task_stats(
 
 
 def _dag_pass(
-    dialect: str, filt: KeyFilter, now: datetime, limit: int, vlen: Any, part: ColumnElement[bool] | None
+    task: Table, dialect: str, filt: KeyFilter, now: datetime, limit: int, vlen: Any, part: ColumnElement[bool] | None
 ) -> Select[Any]:
     """Per dag: rows, value bytes, oldest and newest updated_at, then the expiry buckets (PostgreSQL) and
     the values over ``limit`` (when there is one), of the rows ``filt`` and ``part`` select."""
-    size = vlen(_task.c.value)
-    buckets = [_count_if(c) for c in _bucket_conditions(now)] if dialect == "postgresql" else []
+    size = vlen(task.c.value)
+    buckets = [_count_if(c) for c in _bucket_conditions(task, now)] if dialect == "postgresql" else []
     # MySQL adds up a comparison as 0 or 1, a tenth of the pass cheaper than a CASE.
     over_limit = func.sum(size > limit, type_=Integer) if dialect in _MYSQL else _count_if(size > limit)
     over = [over_limit] if limit > 0 else []
     query = select(
-        _task.c.dag_id,
+        task.c.dag_id,
         func.count(),
         func.coalesce(func.sum(size), 0),
-        func.min(_task.c.updated_at),
-        func.max(_task.c.updated_at),
+        func.min(task.c.updated_at),
+        func.max(task.c.updated_at),
         *buckets,
         *over,
-    ).group_by(*_exactly(_task.c.dag_id, dialect))
+    ).group_by(*_exactly(task.c.dag_id, dialect))
     if part is not None:
         query = query.where(part)
-    query = _task_where(query, filt)
+    query = _task_where(task, query, filt)
     if dialect in _MYSQL and not filt.has_task_fields:
-        return _mysql_store_pass(query, dialect)
+        return _mysql_store_pass(task, query, dialect)
     return query
 
 
-def _mysql_store_pass(per_dag: Select[Any], dialect: str) -> Select[Any]:
+def _mysql_store_pass(task: Table, per_dag: Select[Any], dialect: str) -> Select[Any]:
     """The per-dag pass over a whole MySQL/MariaDB store (or a range of its primary key), read as the table
     lies: by the (dag_id, ...) index it would fetch every row through that index, twice as slow. It groups
     by the integer dag_run_id, and the few groups are then added up per dag through dag_run's primary key:
     a temporary table keyed by a 250-character id costs MariaDB a fifth of the pass more."""
-    per_run = per_dag.with_only_columns(_task.c.dag_run_id, *list(per_dag.selected_columns)[1:])
+    per_run = per_dag.with_only_columns(task.c.dag_run_id, *list(per_dag.selected_columns)[1:])
     # ORDER BY NULL: MariaDB would sort the groups, which nothing needs.
-    per_run = per_run.group_by(None).group_by(_task.c.dag_run_id).order_by(null())
-    runs = per_run.with_hint(_task, "FORCE INDEX (PRIMARY)", dialect).subquery()
+    per_run = per_run.group_by(None).group_by(task.c.dag_run_id).order_by(null())
+    runs = per_run.with_hint(task, "FORCE INDEX (PRIMARY)", dialect).subquery()
     n, nbytes, first, last, *rest = list(runs.c)[1:]
     return (
         select(dag_run.c.dag_id, func.sum(n), func.sum(nbytes), func.min(first), func.max(last), *map(func.sum, rest))
@@ -363,18 +364,19 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> _Parts:
         return _Parts([None])
     if dialect == "sqlite" and sqlite_path(conn.engine.url) is None:
         return _Parts([None])  # an in-memory database is private to its connection
+    task = layout_of(conn).task
     # Two scalar subqueries: SQLite answers a lone min() or max() of the primary key with one seek, but
     # both in one SELECT with a scan of the whole table.
-    ends = [select(agg(_task.c.id)).scalar_subquery() for agg in (func.min, func.max)]
+    ends = [select(agg(task.c.id)).scalar_subquery() for agg in (func.min, func.max)]
     low, high = conn.execute(select(*ends)).one()
     if low is None or high - low + 1 < max(split.min_rows, workers):
         return _Parts([None])
     span = high - low + 1
     if dialect == "sqlite":
-        column: Any = _task.c.dag_id
-        bounds: list[Any] = _dag_quantiles(conn, low, span, workers)
+        column: Any = task.c.dag_id
+        bounds: list[Any] = _dag_quantiles(conn, task, low, span, workers)
     else:
-        column = _task.c.id
+        column = task.c.id
         bounds = [low + span * i // workers for i in range(1, workers)]
     if not bounds:
         return _Parts([None])
@@ -384,25 +386,28 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> _Parts:
 
 
 _SAMPLES = 64  # rows sampled to place SQLite's dag_id bounds, or to guess MySQL's largest expiry bucket
-# Written out for SQLite's driver (qmark parameters): SQLAlchemy takes 20 ms to compile 64 subqueries,
-# and the parts wait for the bounds.
-_SAMPLE_SQL = "SELECT " + ", ".join(
-    [f"(SELECT dag_id FROM {task_state_store.name} WHERE id >= ? ORDER BY id LIMIT 1)"] * _SAMPLES
-)
 
 
-def _dag_quantiles(conn: Any, low: int, span: int, workers: int) -> list[str]:
+def _sample_sql(task: Table) -> str:
+    """Written out for SQLite's driver (qmark parameters): SQLAlchemy takes 20 ms to compile 64 subqueries,
+    and the parts wait for the bounds. Names from ``task``, as the layout has them."""
+    dag_id, pk = task.c.dag_id.name, task.c.id.name
+    one = f"(SELECT {dag_id} FROM {task.name} WHERE {pk} >= ? ORDER BY {pk} LIMIT 1)"
+    return "SELECT " + ", ".join([one] * _SAMPLES)
+
+
+def _dag_quantiles(conn: Any, task: Table, low: int, span: int, workers: int) -> list[str]:
     """dag_ids that split the rows into ``workers`` parts of about equal size, from the dag_ids of rows
     sampled at evenly spaced ids: each sample is one seek of the primary key, where an exact quantile
     (``ORDER BY dag_id OFFSET n``) would walk half the index, a third of what the split saves."""
     at = tuple(low + span * i // _SAMPLES for i in range(_SAMPLES))
-    sample = sorted(d for d in conn.exec_driver_sql(_SAMPLE_SQL, at).one() if d is not None)
+    sample = sorted(d for d in conn.exec_driver_sql(_sample_sql(task), at).one() if d is not None)
     return sorted({sample[len(sample) * i // workers] for i in range(1, workers)}) if sample else []
 
 
-def _bucket_conditions(now: datetime) -> list[ColumnElement[bool]]:
+def _bucket_conditions(task: Table, now: datetime) -> list[ColumnElement[bool]]:
     """Which task rows each of EXPIRY_BUCKETS holds: half-open ranges of expires_at, then NULL."""
-    expires = _task.c.expires_at
+    expires = task.c.expires_at
     bounds = list(expiry_bounds(now).values())
     conditions = [expires < now]
     conditions += [and_(expires >= low, expires < high) for low, high in pairwise(bounds)]
@@ -412,9 +417,10 @@ def _bucket_conditions(now: datetime) -> list[ColumnElement[bool]]:
 def _expiry(conn: Any, filt: KeyFilter, now: datetime, skip: int | None = None) -> list[int]:
     """Task rows per expiry bucket, one range count of the expires_at index each, in one statement; the
     bucket numbered ``skip`` is not counted (0)."""
-    conditions = _bucket_conditions(now)
+    task = layout_of(conn).task
+    conditions = _bucket_conditions(task, now)
     counted = [i for i in range(len(conditions)) if i != skip]
-    counts = [_task_where(select(func.count()), filt).where(conditions[i]).scalar_subquery() for i in counted]
+    counts = [_task_where(task, select(func.count()), filt).where(conditions[i]).scalar_subquery() for i in counted]
     found = dict(zip(counted, conn.execute(select(*counts)).one(), strict=True))
     return [int(found.get(i, 0)) for i in range(len(conditions))]
 
@@ -426,8 +432,9 @@ def _likely_largest_bucket(conn: Any, now: datetime, ids: tuple[int, int]) -> in
     in all), so on a whole store the likeliest largest bucket is not counted but derived from the rows of
     the per-dag pass; a wrong guess only saves less."""
     low, high = ids
+    task = layout_of(conn).task
     at = sorted({low + (high - low) * i // (_SAMPLES - 1) for i in range(_SAMPLES)})
-    sample = conn.execute(select(_task.c.expires_at).where(_task.c.id.in_(at))).scalars().all()
+    sample = conn.execute(select(task.c.expires_at).where(task.c.id.in_(at))).scalars().all()
     if not sample:
         return None
     bounds = list(expiry_bounds(now).values())
@@ -442,11 +449,14 @@ def _per_day(conn: Any, filt: KeyFilter, now: datetime, days: int) -> list[DayCo
     spans = chart_days(now, days)
     if not spans:
         return []
-    expires = _task.c.expires_at
+    task = layout_of(conn).task
+    expires = task.c.expires_at
     if conn.dialect.name == "postgresql":
         # The day's number as a CASE over bound day ends, grouped: one range scan of the window.
         day = case(*[(expires < end, i) for i, (_day, end) in enumerate(spans)], else_=len(spans))
-        inner = _task_where(select(day.label("day")), filt).where(expires >= now, expires < spans[-1][1]).subquery()
+        inner = (
+            _task_where(task, select(day.label("day")), filt).where(expires >= now, expires < spans[-1][1]).subquery()
+        )
         found = dict(conn.execute(select(inner.c.day, func.count()).group_by(inner.c.day)).all())
         counts = [int(found.get(i, 0)) for i in range(len(spans))]
     else:
@@ -454,7 +464,7 @@ def _per_day(conn: Any, filt: KeyFilter, now: datetime, days: int) -> list[DayCo
         # per row comparing timestamps is several times slower there when the window holds many keys).
         starts = [now] + [end for _day, end in spans[:-1]]
         ranges = [
-            _task_where(select(func.count()), filt).where(expires >= low, expires < high).scalar_subquery()
+            _task_where(task, select(func.count()), filt).where(expires >= low, expires < high).scalar_subquery()
             for low, (_day, high) in zip(starts, spans, strict=True)
         ]
         counts = [int(n) for n in conn.execute(select(*ranges)).one()]

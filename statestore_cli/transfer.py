@@ -26,6 +26,7 @@ from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
+from statestore_cli.layout import Layout, layout_of
 from statestore_cli.mysql_text import check_asset_text, index_equal, padless, twin_problem
 from statestore_cli.records import (
     TASK_FIELDS,
@@ -37,11 +38,12 @@ from statestore_cli.records import (
     load_strict,
     parse_line,
 )
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
+from statestore_cli.scopes import NIL_REGION
 from statestore_cli.stores import open_backend
 from statestore_cli.timestamps import iso_utc
 
-_task, _asset_kv = task_state_store, asset_state_store
+_asset_kv = asset_state_store
 _MYSQL = ("mysql", "mariadb")
 FETCH = 1000  # rows per fetch of an export: as fast as larger fetches, a few MB at most held
 LOOKUP = 1000  # keys per existence query of an import (SQLite allows 32,766 parameters in one statement)
@@ -63,9 +65,7 @@ _CLASH = select(asset_active.c.name, asset_active.c.uri).where(
     # As the unique indexes compare (on MySQL without trailing spaces), since those are what refuse a row.
     or_(index_equal(asset_active.c.name, bindparam("name")), index_equal(asset_active.c.uri, bindparam("uri")))
 )
-_TASK_IDENTITY = (_task.c.dag_run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
 _ASSET_IDENTITY = (_asset_kv.c.asset_id, _asset_kv.c.key)
-_TASKS_PRESENT = select(*_TASK_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_TASK_IDENTITY)))
 _ASSETS_PRESENT = select(*_ASSET_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_ASSET_IDENTITY)))
 
 
@@ -111,10 +111,14 @@ def _raw(column: Any) -> Any:
 
 
 def _task_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
-    order = (_task.c.dag_id, _task.c.run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
+    layout = layout_of(conn)
+    task = layout.task
+    order = (task.c.dag_id, task.c.run_id, task.c.task_id, task.c.map_index, task.c.key)
     names = ("dag_id", "run_id", "task_id", "map_index", "key")
-    wanted = [_task.c[n] == getattr(filt, n) for n in names if getattr(filt, n) is not None]
-    query = select(*order, _raw(_task.c.updated_at), _raw(_task.c.expires_at), _task.c.value)
+    wanted = [task.c[n] == getattr(filt, n) for n in names if getattr(filt, n) is not None]
+    # Only keys outside any region are exported (and imported): a line does not carry a region yet.
+    wanted += layout.region_where(NIL_REGION)
+    query = select(*order, _raw(task.c.updated_at), _raw(task.c.expires_at), task.c.value)
     for chunk in conn.execution_options(yield_per=FETCH).execute(query.where(*wanted).order_by(*order)).partitions():
         for dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value in chunk:
             try:
@@ -296,6 +300,7 @@ class _Importer:
         self.new_names: dict[str, tuple[str, int]] = {}
         self.new_uris: dict[str, tuple[str, int]] = {}
         self.dry_conn: Connection | None = None
+        self.task_statements: tuple[Any, str] | None = None  # (existence query, upsert), for the layout
 
     def done(self) -> str:
         """What is in the database after a failure: for the error message."""
@@ -379,16 +384,19 @@ class _Importer:
         runs, created = self._run_ids(conn, rows)
         known = [(runs[(r.dag_id, r.run_id)], r.task_id, r.map_index, r.key) for r in rows]
         wanted = {k: r for k, r in zip(known, rows, strict=True) if k[0] is not None}
-        stored = _stored(conn, _TASKS_PRESENT, list(wanted))
+        present, upsert = self._task_statements(conn)
+        stored = _stored(conn, present, list(wanted))
         if self.dialect in _MYSQL:
             _refuse_stored_twins(stored, wanted, ("dag_run", "task_id", "map_index", "key"), _task_key)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
             moment = _binder(self.dialect)
+            region = self._region_param(conn)
             params = [
                 (
                     k[0],
                     r.task_id,
+                    *region,
                     r.map_index,
                     r.key,
                     r.dag_id,
@@ -399,8 +407,28 @@ class _Importer:
                 )
                 for k, r in zip(known, rows, strict=True)
             ]
-            self._write(conn, _task_upsert(self.dialect), params, rows)
+            self._write(conn, upsert, params, rows)
         return StoreCounts(len(rows) - updated, updated), created
+
+    def _task_statements(self, conn: Connection) -> tuple[Any, str]:
+        """The existence query and the upsert of task rows, built once for the database's layout (keys
+        outside any region only, where it has regions)."""
+        if self.task_statements is None:
+            layout = layout_of(conn)
+            task = layout.task
+            identity = (task.c.dag_run_id, task.c.task_id, task.c.map_index, task.c.key)
+            present = select(*identity).where(*(_in(c, f"v{i}") for i, c in enumerate(identity)))
+            present = present.where(*layout.region_where(NIL_REGION))
+            self.task_statements = (present, _task_upsert(self.dialect, layout))
+        return self.task_statements
+
+    def _region_param(self, conn: Connection) -> tuple[Any, ...]:
+        """The region of an imported row as the driver takes it (none where the table has no region)."""
+        layout = layout_of(conn)
+        if not layout.has_region:
+            return ()
+        processor = layout.task.c.region_id.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+        return (processor(NIL_REGION) if processor else NIL_REGION,)
 
     def _run_ids(self, conn: Connection, rows: list[TaskRow]) -> tuple[dict[tuple[str, str], int | None], int]:
         """Each run's ``dag_run.id`` (None: a dry run would create it) and how many runs were created."""
@@ -666,10 +694,13 @@ def _upsert_sql(
     return head + f" ON CONFLICT ({targets}) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in update)
 
 
-def _task_upsert(dialect: str) -> str:
-    columns = ("dag_run_id", "task_id", "map_index", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
-    conflict = ("dag_run_id", "task_id", "map_index", "key")
-    return _upsert_sql(dialect, _task.name, columns, conflict, ("value", "updated_at", "expires_at"))
+def _task_upsert(dialect: str, layout: Layout) -> str:
+    """The task rows' upsert, with the layout's names: the region (outside any) where it has one."""
+    task = layout.task
+    keys = (*layout.task_identity[:-2], "map_index", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
+    columns = tuple(task.c[k].name for k in keys)
+    conflict = tuple(task.c[k].name for k in layout.task_identity)
+    return _upsert_sql(dialect, task.name, columns, conflict, ("value", "updated_at", "expires_at"))
 
 
 def _asset_upsert(dialect: str) -> str:

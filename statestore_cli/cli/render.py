@@ -55,7 +55,18 @@ FIELD_COLUMNS = ("field", "value")  # db check/init and a clean's report: one fi
 CONFIG_COLUMNS = ("option", "value", "source")
 
 
+def expired_row_document(row: ExpiredRow) -> dict[str, object]:
+    """A dry run's row for scripts: a task key's scope and key; a dag-run key has null task_id and
+    map_index and says ``"store": "dag_run"``."""
+    document: dict[str, object] = {name: getattr(row, name) for name in EXPIRED_ROW_COLUMNS}
+    if row.store != "task":
+        document["store"] = row.store
+    return document
+
+
 def _expired_row_json(row: ExpiredRow) -> str:
+    if row.store != "task":
+        return safe_json(expired_row_document(row))
     # Hand-built for speed, byte for byte what safe_json() of the same dict gives (a test holds it to that).
     line = (
         f'{{"dag_id": {_quote(row.dag_id)}, "run_id": {_quote(row.run_id)}, "task_id": {_quote(row.task_id)}, '
@@ -185,9 +196,8 @@ class Output:
                 self.plain_header(EXPIRED_ROW_COLUMNS)
                 for row in plan.rows:
                     read[0] += 1
-                    self.plain_row(
-                        row.dag_id, row.run_id, row.task_id, row.map_index, row.key, human_iso(row.expires_at)
-                    )
+                    task_id, map_index = ("", "") if row.task_id is None else (row.task_id, row.map_index)
+                    self.plain_row(row.dag_id, row.run_id, task_id, map_index, row.key, human_iso(row.expires_at))
                 count = read[0]
                 self.line(
                     f"dry run: {count:,} expired task key{'s' if count != 1 else ''} would be deleted "
