@@ -21,7 +21,7 @@ from statestore_cli.layout import Layout, layout_of
 from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
 from statestore_cli.retention import utcnow
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 MYSQL_TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
 
@@ -80,7 +80,24 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             parts.append(task.c.key == key)
         return and_(*parts)
 
-    def _dag_run_id(self, conn: Connection, scope: TaskScope) -> int:
+    @staticmethod
+    def _run_store(conn: Connection) -> Any:
+        """The dag-run state store table, or an ``InvalidInputError`` where the database has none."""
+        layout = layout_of(conn)
+        if layout.dag_run_store is None:
+            raise InvalidInputError(
+                f"this database has no dag-run state store (Airflow {layout.name} layout): dag-run keys need "
+                "Airflow 3.4's dag_run_state_store; give --task-id for a task key"
+            )
+        return layout.dag_run_store
+
+    @classmethod
+    def _run_where(cls, conn: Connection, scope: DagRunScope, key: str | None = None) -> tuple[Any, Any]:
+        table = cls._run_store(conn)
+        parts = [table.c.dag_id == scope.dag_id, table.c.run_id == scope.run_id]
+        return table, and_(*parts, *([table.c.key == key] if key is not None else []))
+
+    def _dag_run_id(self, conn: Connection, scope: TaskScope | DagRunScope) -> int:
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
         found = conn.execute(query).scalar()
         if found is None:
@@ -158,6 +175,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             now = utcnow()
             if isinstance(scope, TaskScope):
                 result = self._upsert_task(conn, scope, key, value, now, expires_at)
+            elif isinstance(scope, DagRunScope):
+                result = self._upsert_dag_run(conn, scope, key, value, now, expires_at)
             else:
                 result = self._upsert_asset(conn, scope, key, value, now, updated_by or UpdatedBy(kind="api"))
             if result.rowcount == 0:
@@ -178,11 +197,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _upsert_task(
         self, conn: Connection, scope: TaskScope, key: str, value: str, now: datetime, expires_at: datetime | None
     ) -> CursorResult[Any]:
-        if expires_at is not None and conn.dialect.name in ("mysql", "mariadb") and expires_at > MYSQL_TIMESTAMP_MAX:
-            raise InvalidInputError(
-                f"expires_at {expires_at:%Y-%m-%d %H:%M:%S} UTC is past 2038-01-19 03:14:07, the last instant a MySQL "
-                "TIMESTAMP holds; use a shorter retention or never"
-            )
+        _check_mysql_expiry(conn, expires_at)
         layout = self.layout(conn)
         run_pk = self._dag_run_id(conn, scope)
         within = {"dag_run_id": run_pk, "map_index": scope.map_index, **layout.region_values(scope.region_id)}
@@ -201,6 +216,24 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             "expires_at": expires_at,
         }
         return upsert(conn, layout.task, row, layout.task_identity, ("value", "updated_at", "expires_at"))
+
+    def _upsert_dag_run(
+        self, conn: Connection, scope: DagRunScope, key: str, value: str, now: datetime, expires_at: datetime | None
+    ) -> CursorResult[Any]:
+        _check_mysql_expiry(conn, expires_at)
+        table = self._run_store(conn)
+        run_pk = self._dag_run_id(conn, scope)
+        _refuse_twin_row(conn, f"key {key!r} for {scope.describe()}", table, {"key": key}, {"dag_run_id": run_pk})
+        row = {
+            "dag_run_id": run_pk,
+            "key": key,
+            "dag_id": scope.dag_id,
+            "run_id": scope.run_id,
+            "value": value,
+            "updated_at": now,
+            "expires_at": expires_at,
+        }
+        return upsert(conn, table, row, ("dag_run_id", "key"), ("value", "updated_at", "expires_at"))
 
     def _upsert_asset(
         self, conn: Connection, scope: AssetScope, key: str, value: str, now: datetime, writer: UpdatedBy
@@ -230,6 +263,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 layout = self.layout(conn)
                 stmt = update(layout.task).where(self._task_where(layout, scope, key))
                 return int(conn.execute(stmt.values(value=value, updated_at=now)).rowcount)
+            if isinstance(scope, DagRunScope):
+                table, where = self._run_where(conn, scope, key)
+                return int(conn.execute(update(table).where(where).values(value=value, updated_at=now)).rowcount)
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -253,6 +289,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 layout = self.layout(conn)
                 where = self._task_where(layout, scope, key, all_map_indices)
                 return int(conn.execute(delete(layout.task).where(where)).rowcount)
+            if isinstance(scope, DagRunScope):
+                table, where = self._run_where(conn, scope, key)
+                return int(conn.execute(delete(table).where(where)).rowcount)
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -275,6 +314,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                     key=key,
                     region_id=scope.region_id,
                 )
+            elif isinstance(scope, DagRunScope):
+                self._run_store(conn)  # a database without the store says so, rather than "no key"
+                filt = KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id, key=key)
             else:
                 asset_id = self._asset_id(conn, scope, create=False)
                 if asset_id is None:
@@ -314,6 +356,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 layout = self.layout(conn)
                 where = self._task_where(layout, scope, None, all_map_indices)
                 return int(conn.execute(select(func.count()).select_from(layout.task).where(where)).scalar_one())
+            if isinstance(scope, DagRunScope):
+                table, where = self._run_where(conn, scope)
+                return int(conn.execute(select(func.count()).select_from(table).where(where)).scalar_one())
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -338,25 +383,55 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _entries(
         self, conn: Connection, filt: KeyFilter, *, with_values: bool, limit: int | None = None, offset: int = 0
     ) -> Generator[Entry, None, None]:
-        if limit == 0:
-            return
-        if filt.store in (None, "task") and not filt.has_asset_fields:
+        """The keys of each store ``filt`` selects, task keys first, then dag-run keys, then asset keys."""
+        for store in _stores_of(layout_of(conn), filt):
+            if limit == 0:
+                return
             shown = 0
-            for entry in self._task_entries(conn, filt, with_values, limit, offset):
+            for entry in self._store_entries(store, conn, filt, with_values, limit, offset):
                 shown += 1
                 yield entry
             if limit is not None:
                 limit -= shown
-                if limit == 0:
-                    return
             if shown:
-                offset = 0  # the offset ended among the task keys
-            elif offset:  # it skipped every task key: the asset keys start after the rest of it
-                layout = self.layout(conn)
-                counted = select(func.count()).select_from(layout.task).where(*self._task_filters(layout, filt))
-                offset = max(0, offset - int(conn.execute(counted).scalar_one()))
-        if filt.store in (None, "asset") and not filt.has_task_fields:
-            yield from self._asset_entries(conn, filt, with_values, limit, offset)
+                offset = 0  # the offset ended in this store
+            elif offset and store != "asset":  # it skipped every key here: the next store starts after the rest
+                offset = max(0, offset - self._store_count(store, conn, filt))
+
+    def _store_entries(
+        self, store: str, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
+    ) -> Iterator[Entry]:
+        if store == "task":
+            return self._task_entries(conn, filt, with_values, limit, offset)
+        if store == "dag_run":
+            return self._dag_run_entries(conn, filt, with_values, limit, offset)
+        return self._asset_entries(conn, filt, with_values, limit, offset)
+
+    def _store_count(self, store: str, conn: Connection, filt: KeyFilter) -> int:
+        layout = layout_of(conn)
+        if store == "task":
+            table, where = layout.task, self._task_filters(layout, filt)
+        else:
+            table, where = self._run_store(conn), _run_filters(self._run_store(conn), filt)
+        return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
+
+    def _dag_run_entries(
+        self, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
+    ) -> Iterator[Entry]:
+        table = self._run_store(conn)
+        cols = [table.c.dag_id, table.c.run_id, table.c.key]
+        query = select(*cols, table.c.updated_at, table.c.expires_at, *([table.c.value] if with_values else []))
+        query = query.where(*_run_filters(table, filt)).order_by(*cols).limit(limit).offset(offset or None)
+        for row in conn.execution_options(yield_per=1000).execute(query):
+            yield Entry(
+                store="dag_run",
+                key=row.key,
+                updated_at=row.updated_at,
+                expires_at=row.expires_at,
+                dag_id=row.dag_id,
+                run_id=row.run_id,
+                value=row.value if with_values else None,
+            )
 
     @staticmethod
     def _task_filters(layout: Layout, filt: KeyFilter) -> list[ColumnElement[bool]]:
@@ -435,8 +510,36 @@ def _refuse_twin_row(
             raise InvalidInputError(twin_problem(what, tuple(texts), tuple(texts.values()), tuple(stored)))
 
 
+def _stores_of(layout: Layout, filt: KeyFilter) -> list[str]:
+    """The stores whose keys ``filt`` can select, in the order they are listed."""
+    stores = []
+    if filt.store in (None, "task") and not filt.has_asset_fields:
+        stores.append("task")
+    task_only = filt.task_id is not None or filt.map_index is not None or bool(filt.region_id and filt.region_id.int)
+    # Asked for by name (--store dag_run), a database without the store says so instead of listing nothing.
+    present = layout.dag_run_store is not None or filt.store == "dag_run"
+    if filt.store in (None, "dag_run") and not filt.has_asset_fields and not task_only and present:
+        stores.append("dag_run")
+    if filt.store in (None, "asset") and not filt.has_task_fields:
+        stores.append("asset")
+    return stores
+
+
+def _run_filters(table: Any, filt: KeyFilter) -> list[ColumnElement[bool]]:
+    names = ("dag_id", "run_id", "key")
+    return [table.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
+
+
 def _region_where(layout: Layout, scope: TaskScope) -> list[ColumnElement[bool]]:
     """The scope's region as a condition where the table has regions: a region's keys are never merged
     with the keys outside it. Airflow 3.3's table has no region column; there, as before, a region is
     not stored (each region keeps its own metadata database)."""
     return layout.region_where(scope.region_id) if layout.has_region else []
+
+
+def _check_mysql_expiry(conn: Connection, expires_at: datetime | None) -> None:
+    if expires_at is not None and conn.dialect.name in MYSQL_ENGINES and expires_at > MYSQL_TIMESTAMP_MAX:
+        raise InvalidInputError(
+            f"expires_at {expires_at:%Y-%m-%d %H:%M:%S} UTC is past 2038-01-19 03:14:07, the last instant a MySQL "
+            "TIMESTAMP holds; use a shorter retention or never"
+        )
