@@ -135,7 +135,10 @@ def _build(
     task = schema.task_table(target, index_column=index_column, region=region)
     asset = schema.asset_state_store.to_metadata(target)
     runs = schema.dag_run_state_table(target) if dag_run_store else None
-    return Layout(name, revision, task, asset, *parents, dag_run_store=runs, problems=problems, found=found or {})
+    dag_run, asset_parent, asset_active = parents
+    return Layout(
+        name, revision, task, asset, dag_run, asset_parent, asset_active, runs, problems=problems, found=found or {}
+    )
 
 
 # Airflow 3.3's layout, and every standalone store's: the module-level tables of ``schema``.
@@ -171,9 +174,9 @@ def read_layout(conn: Connection) -> Layout:
     if not conn.dialect.has_table(conn, "alembic_version"):
         return AIRFLOW_33  # a standalone store: what `db init` makes
     revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-    if _at_most_33(revision):
+    if revision is None or _at_most_33(revision):
         return AIRFLOW_33 if revision is None else _with_revision(AIRFLOW_33, revision)
-    return _read_tables(conn, revision)
+    return _read_tables(conn, str(revision))
 
 
 def _at_most_33(revision: str | None) -> bool:
@@ -196,14 +199,15 @@ def _read_tables(conn: Connection, revision: str) -> Layout:
     if "task_state_store" not in tables:
         return _with_revision(AIRFLOW_33, revision)  # nothing to read: the missing tables are reported as today
     columns = {c["name"]: c for c in inspector.get_columns("task_state_store")}
-    uniques = [tuple(u["column_names"]) for u in inspector.get_unique_constraints("task_state_store")]
-    uniques += [tuple(i["column_names"]) for i in inspector.get_indexes("task_state_store") if i.get("unique")]
+    uniques = [tuple(map(str, u["column_names"])) for u in inspector.get_unique_constraints("task_state_store")]
+    indexes = inspector.get_indexes("task_state_store")
+    uniques += [tuple(map(str, i["column_names"])) for i in indexes if i.get("unique")]
     found: dict[str, Any] = {"columns": sorted(columns), "unique_keys": sorted(set(uniques))}
     problems: list[str] = []
-    index_column = next((n for n in schema.MAP_INDEX_COLUMNS if n in columns), None)
-    if index_column is None:
+    found_index = next((n for n in schema.MAP_INDEX_COLUMNS if n in columns), None)
+    if found_index is None:
         problems.append("task_state_store has neither map_index nor region_index")
-        index_column = "map_index"
+    index_column = found_index or "map_index"
     region_form = _region_form(columns["region_id"]["type"]) if "region_id" in columns else None
     if "region_id" in columns and region_form is None:
         problems.append(f"task_state_store.region_id is stored as {columns['region_id']['type']}, a form not known")

@@ -328,7 +328,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             finally:
                 rows.close()  # finish with the cursor before the transaction ends
 
-    def has_run(self, scope: TaskScope) -> bool:
+    def has_run(self, scope: TaskScope | DagRunScope) -> bool:
         """Whether the task's dag run exists (a key of a run that does not cannot exist either)."""
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
         with self.connection() as conn:

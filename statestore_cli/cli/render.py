@@ -49,6 +49,7 @@ _STOPPED = {
 }
 # The columns of each kind of plain record, printed as a header line with --header.
 TASK_KEY_COLUMNS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at")
+DAG_RUN_KEY_COLUMNS = ("store", "dag_id", "run_id", "key", "updated_at", "expires_at")
 ASSET_KEY_COLUMNS = ("store", "asset_id", "name", "uri", "key", "updated_at", "expires_at")
 EXPIRED_ROW_COLUMNS = ("dag_id", "run_id", "task_id", "map_index", "key", "expires_at")
 FIELD_COLUMNS = ("field", "value")  # db check/init and a clean's report: one field per line
@@ -65,7 +66,7 @@ def expired_row_document(row: ExpiredRow) -> dict[str, object]:
 
 
 def _expired_row_json(row: ExpiredRow) -> str:
-    if row.store != "task":
+    if row.task_id is None:  # a dag-run key (row.store "dag_run")
         return safe_json(expired_row_document(row))
     # Hand-built for speed, byte for byte what safe_json() of the same dict gives (a test holds it to that).
     line = (
@@ -163,7 +164,7 @@ class Output:
             count += 1
             if entry.store != store:
                 store = entry.store
-                self.plain_header(TASK_KEY_COLUMNS if store == "task" else ASSET_KEY_COLUMNS)
+                self.plain_header(_PLAIN_COLUMNS[store])
             self.plain_row(*_entry_cells(entry, zone=" UTC"))
         if count == 0:
             only_assets = filt.store == "asset" or (filt.store is None and filt.has_asset_fields)
@@ -483,9 +484,14 @@ def _console(*, stderr: bool) -> Console:
     return _Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")
 
 
+_PLAIN_COLUMNS = {"task": TASK_KEY_COLUMNS, "dag_run": DAG_RUN_KEY_COLUMNS, "asset": ASSET_KEY_COLUMNS}
+
+
 def _entry_cells(entry: Entry, zone: str) -> tuple[object, ...]:
     if entry.store == "task":
         scope: tuple[object, ...] = ("task", entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
+    elif entry.store == "dag_run":
+        scope = ("dag_run", entry.dag_id, entry.run_id)
     else:
         scope = ("asset", entry.asset_id, entry.name, entry.uri)
     times = (human(entry.updated_at, "-", zone), human(entry.expires_at, "never", zone))
