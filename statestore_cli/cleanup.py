@@ -40,6 +40,7 @@ from statestore_cli.errors import (
     failed_midway,
 )
 from statestore_cli.layout import layout_of
+from statestore_cli.schema import qualified, store_schema
 from statestore_cli.timestamps import iso_utc
 
 
@@ -219,9 +220,10 @@ def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
 def _mysql_range_delete(conn: Connection, table: Table, upper: bool) -> str:
     """``DELETE t FROM t FORCE INDEX (PRIMARY) WHERE`` the expired rows after ``:after`` (up to
     ``:upper``): the same condition as ``expired()``, written out, since SQLAlchemy renders no
-    multi-table DELETE with a hint. Names come from ``table``, as the layout has them."""
+    multi-table DELETE with a hint. Names come from ``table``, as the layout has them, the table's
+    qualified with ``[database] sql_alchemy_schema`` when that is set."""
     quote = conn.dialect.identifier_preparer
-    name = quote.format_table(table)
+    name = qualified(conn, table.name)
     pk, expiry = (f"{name}.{quote.quote(table.c[c].name)}" for c in ("id", "expires_at"))
     bound = f"AND {pk} <= :upper " if upper else ""
     return (
@@ -362,8 +364,8 @@ def _exclusive(conn: Connection, wanted: bool) -> Iterator[None]:
         with _pg_transaction_lock(conn.engine):
             yield
         return
-    # MySQL's named locks are server-wide: name the database
-    params = {"k": f"statestore-clean:{conn.engine.url.database}"}
+    # MySQL's named locks are server-wide: name the database (the schema, where one is configured)
+    params = {"k": f"statestore-clean:{store_schema(conn) or conn.engine.url.database}"}
     got = bool(conn.execute(text("SELECT GET_LOCK(:k, 0)"), params).scalar())
     conn.commit()
     if not got:

@@ -176,6 +176,9 @@ def make_engine(
     connect_timeout: float | None = None,
     lock_timeout: float | None = None,
     writes: bool = True,
+    schema: str | None = None,
+    connect_args: dict[str, Any] | None = None,
+    engine_args: dict[str, Any] | None = None,
 ) -> Engine:
     """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``).
 
@@ -187,7 +190,9 @@ def make_engine(
     connection; MySQL's ``innodb_lock_wait_timeout`` and ``lock_wait_timeout``, in whole seconds, once per
     session). On PostgreSQL psycopg 3 prepares no statements (``prepare_threshold=None``), for the same reason.
     ``writes=False`` is for the engine of a command that only reads: reads on a server never wait for a
-    row lock, so its sessions are spared the statement, and a lock wait's message names no ``--lock-timeout``."""
+    row lock, so its sessions are spared the statement, and a lock wait's message names no ``--lock-timeout``.
+    ``schema``, ``connect_args``, ``engine_args``: ``[database] sql_alchemy_schema``, ``..._connect_args``
+    (merged over ours) and ``..._engine_args`` (keyword arguments of ``create_engine``), as Airflow uses them."""
     url = parse_url(conn)
     backend = url.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
@@ -219,8 +224,26 @@ def make_engine(
             options["connect_args"]["prepare_threshold"] = None
     for name in url.query:  # a timeout written in the URL itself wins
         options.get("connect_args", {}).pop(name, None)
+    if schema and backend == "sqlite":
+        raise ConfigError(
+            f"[database] sql_alchemy_schema = {schema!r} is set, but SQLite has no schemas (Airflow cannot use "
+            "one there either): unset it"
+        )
+    if schema:  # every statement built from the schema's Table objects names it (see statestore_cli.schema)
+        options["execution_options"] = {"schema_translate_map": {None: schema}}
+    if connect_args:
+        options["connect_args"] = {**options.get("connect_args", {}), **connect_args}
+    for name, value in (engine_args or {}).items():
+        if name in ("connect_args", "execution_options") and isinstance(value, dict):
+            value = {**options.get(name, {}), **value}
+        options[name] = value
     try:
         engine = create_engine(url, **options)
+    except (TypeError, ValueError) as exc:  # only what the configured arguments can cause
+        if not engine_args:
+            raise
+        refused = first_line(exc)
+        raise ConfigError(f"[database] sql_alchemy_engine_args: create_engine refused them: {refused}") from None
     except ModuleNotFoundError as exc:
         raise ConfigError(
             f"the database driver for {url.drivername!r} is not installed ({exc.name}); {_driver_hint(url)}"

@@ -52,6 +52,13 @@ class ConfigError(StateStoreError):
     exit_code = EXIT_USAGE
 
 
+class ConfigSourceError(StateStoreError):
+    """A configuration value's command (``..._cmd``) failed or timed out, or the secrets backend that
+    holds it (``..._secret``) raised: the configuration may be right, the source is not answering."""
+
+    exit_code = EXIT_OPERATIONAL
+
+
 class InvalidInputError(StateStoreError):
     """A value given by the caller (key, scope, JSON value, duration) is not acceptable."""
 

@@ -29,6 +29,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from statestore_cli import schema
 from statestore_cli.airflow_versions import airflow_version
+from statestore_cli.schema import store_schema
 
 LAYOUT_33, LAYOUT_BETWEEN, LAYOUT_34 = "3.3", "3.4-between", "3.4"
 
@@ -171,9 +172,12 @@ def forget_layout(engine: Engine) -> None:
 
 def read_layout(conn: Connection) -> Layout:
     """Tell the layout from the database: its Airflow revision where that settles it, else its tables."""
-    if not conn.dialect.has_table(conn, "alembic_version"):
+    from statestore_cli.schema_state import alembic_version_table
+
+    version_table = alembic_version_table(conn)
+    if version_table is None:
         return AIRFLOW_33  # a standalone store: what `db init` makes
-    revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    revision = conn.exec_driver_sql(f"SELECT version_num FROM {version_table}").scalar()
     if revision is None or _at_most_33(revision):
         return AIRFLOW_33 if revision is None else _with_revision(AIRFLOW_33, revision)
     return _read_tables(conn, str(revision))
@@ -195,12 +199,14 @@ def _with_revision(layout: Layout, revision: str) -> Layout:
 
 def _read_tables(conn: Connection, revision: str) -> Layout:
     inspector = inspect(conn)
-    tables = set(inspector.get_table_names())
+    schema = store_schema(conn)
+    tables = set(inspector.get_table_names(schema=schema))
     if "task_state_store" not in tables:
         return _with_revision(AIRFLOW_33, revision)  # nothing to read: the missing tables are reported as today
-    columns = {c["name"]: c for c in inspector.get_columns("task_state_store")}
-    uniques = [tuple(map(str, u["column_names"])) for u in inspector.get_unique_constraints("task_state_store")]
-    indexes = inspector.get_indexes("task_state_store")
+    columns = {c["name"]: c for c in inspector.get_columns("task_state_store", schema=schema)}
+    constraints = inspector.get_unique_constraints("task_state_store", schema=schema)
+    uniques = [tuple(map(str, u["column_names"])) for u in constraints]
+    indexes = inspector.get_indexes("task_state_store", schema=schema)
     uniques += [tuple(map(str, i["column_names"])) for i in indexes if i.get("unique")]
     found: dict[str, Any] = {"columns": sorted(columns), "unique_keys": sorted(set(uniques))}
     problems: list[str] = []

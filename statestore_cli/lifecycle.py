@@ -34,6 +34,7 @@ from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError
 from statestore_cli.layout import layout_of
 from statestore_cli.mysql_text import check_asset_text
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
+from statestore_cli.schema_state import alembic_version_table
 from statestore_cli.scopes import AssetScope, TaskScope
 from statestore_cli.stores import open_backend, open_worker_backend
 
@@ -357,7 +358,7 @@ def require_standalone(settings: Settings, what: str) -> None:
 
 def _standalone_only(store: MetastoreBackend, what: str) -> None:
     with store.connection() as conn:
-        if conn.dialect.has_table(conn, "alembic_version"):
+        if alembic_version_table(conn) is not None:
             raise InvalidInputError(
                 f"this is an Airflow metadata database: {what} with Airflow (its UI, REST API or CLI), "
                 "which removes their keys with them; statestore deletes runs and assets of a standalone store only"

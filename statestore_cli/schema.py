@@ -25,7 +25,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from statestore_cli.mysql_text import MYSQL_ENGINES, ExactComparator
@@ -240,3 +240,23 @@ asset_state_store = Table(
 
 STATE_TABLES = (task_state_store.name, asset_state_store.name)
 PARENT_TABLES = (dag_run.name, asset.name, asset_active.name)
+
+
+# -- the schema the tables are in ([database] sql_alchemy_schema) ------------------------------------------
+# The tables above name no schema: an engine made with one maps "no schema" to it for every statement
+# built from them (SQLAlchemy's schema_translate_map, see database.make_engine). Raw SQL and reflection
+# are not translated: they ask ``store_schema`` and qualify names with ``qualified``. A SET search_path
+# would do it for every statement, but it is session state, which a PgBouncer in transaction mode loses.
+def store_schema(bind: Connection | Engine) -> str | None:
+    """The schema the state store tables are in; None for the connection's default."""
+    translate = bind.get_execution_options().get("schema_translate_map") or {}
+    schema: str | None = translate.get(None)
+    return schema
+
+
+def qualified(bind: Connection | Engine, name: str) -> str:
+    """``name`` of one of the tables above, qualified with the store's schema, for raw SQL."""
+    schema = store_schema(bind)
+    if schema is None:
+        return name
+    return f"{bind.dialect.identifier_preparer.quote_schema(schema)}.{name}"

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from statestore_cli.database import describe_engine, translate_errors
 from statestore_cli.errors import DatabaseError
-from statestore_cli.schema import PARENT_TABLES, STATE_TABLES, metadata
+from statestore_cli.schema import PARENT_TABLES, STATE_TABLES, metadata, qualified, store_schema
 
 
 class SchemaState(NamedTuple):
@@ -26,12 +26,27 @@ class SchemaState(NamedTuple):
         return not self.missing
 
 
+def alembic_version_table(connection: Connection) -> str | None:
+    """Where Airflow's ``alembic_version`` is, as raw SQL names it; None: not an Airflow database.
+
+    With ``[database] sql_alchemy_schema`` set, ``airflow db migrate`` puts its tables in that schema but
+    leaves ``alembic_version`` where an unqualified name lands (``public``, by the default search path):
+    the schema is looked in first, then the connection's default schema."""
+    schema = store_schema(connection)
+    if schema is not None and connection.dialect.has_table(connection, "alembic_version", schema=schema):
+        return qualified(connection, "alembic_version")
+    if connection.dialect.has_table(connection, "alembic_version"):
+        return "alembic_version"
+    return None
+
+
 def inspect_schema(connection: Connection) -> SchemaState:
     inspector = inspect(connection)
-    tables = set(inspector.get_table_names())
+    tables = set(inspector.get_table_names(schema=store_schema(connection)))
     revision = None
-    if "alembic_version" in tables:
-        revision = connection.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    version_table = alembic_version_table(connection)
+    if version_table is not None:
+        revision = connection.exec_driver_sql(f"SELECT version_num FROM {version_table}").scalar()
         mode = "airflow"
     elif tables & set(STATE_TABLES + PARENT_TABLES):
         mode = "standalone"
@@ -46,6 +61,12 @@ def inspect_schema(connection: Connection) -> SchemaState:
 def init_schema(engine: Engine) -> tuple[SchemaState, tuple[str, ...]]:
     """Create the missing tables of a standalone store; idempotent. Returns the state and what was created."""
     with translate_errors(engine), engine.begin() as connection:
+        schema = store_schema(connection)
+        if schema is not None and not inspect(connection).has_schema(schema):
+            raise DatabaseError(
+                f"{describe_engine(engine)} has no schema {schema!r} ([database] sql_alchemy_schema): create it "
+                "first (CREATE SCHEMA), or fix the option"
+            )
         before = inspect_schema(connection)
         if before.mode == "airflow" and before.missing:
             raise DatabaseError(

@@ -25,6 +25,9 @@ def open_metastore(settings: Settings, *, create_file: bool = False, writes: boo
         connect_timeout=settings.connect_timeout,
         lock_timeout=settings.lock_timeout,
         writes=writes,
+        schema=settings.sql_alchemy_schema,
+        connect_args=settings.connect_args(),
+        engine_args=settings.engine_args,
     )
     return MetastoreBackend(engine)
 

@@ -38,7 +38,7 @@ from statestore_cli.records import (
     load_strict,
     parse_line,
 )
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, qualified
 from statestore_cli.scopes import NIL_REGION
 from statestore_cli.stores import open_backend
 from statestore_cli.timestamps import iso_utc
@@ -419,7 +419,7 @@ class _Importer:
             identity = (task.c.dag_run_id, task.c.task_id, task.c.map_index, task.c.key)
             present = select(*identity).where(*(_in(c, f"v{i}") for i, c in enumerate(identity)))
             present = present.where(*layout.region_where(NIL_REGION))
-            self.task_statements = (present, _task_upsert(self.dialect, layout))
+            self.task_statements = (present, _task_upsert(self.dialect, layout, qualified(conn, task.name)))
         return self.task_statements
 
     def _region_param(self, conn: Connection) -> tuple[Any, ...]:
@@ -448,7 +448,8 @@ class _Importer:
             fresh = [run for run in missing if run not in self.new_runs]
             self.new_runs.update(fresh)
             return ids | dict.fromkeys(missing), len(fresh)
-        conn.exec_driver_sql(_insert_missing(self.dialect, dag_run.name, ("dag_id", "run_id")), missing)
+        runs = _insert_missing(self.dialect, qualified(conn, dag_run.name), ("dag_id", "run_id"))
+        conn.exec_driver_sql(runs, missing)
         created = set(missing)
         found = {run: pk for run, pk in _find_runs(conn, created) if run in created}
         if len(found) != len(missing):
@@ -480,7 +481,7 @@ class _Importer:
                 )
                 for k, r in zip(known, rows, strict=True)
             ]
-            self._write(conn, _asset_upsert(self.dialect), params, rows)
+            self._write(conn, _asset_upsert(self.dialect, qualified(conn, _asset_kv.name)), params, rows)
         return StoreCounts(len(rows) - updated, updated), created
 
     def _asset_ids(self, conn: Connection, rows: list[AssetRow]) -> tuple[dict[tuple[str, str], int | None], int]:
@@ -502,8 +503,8 @@ class _Importer:
             fresh = [pair for pair in missing if pair not in self.new_assets]
             self.new_assets.update(fresh)
             return ids | dict.fromkeys(missing), len(fresh)
-        conn.exec_driver_sql(_insert_missing(self.dialect, asset.name, ("name", "uri")), missing)
-        conn.exec_driver_sql(_insert_missing(self.dialect, asset_active.name, ("name", "uri")), missing)
+        for table in (asset, asset_active):
+            conn.exec_driver_sql(_insert_missing(self.dialect, qualified(conn, table.name), ("name", "uri")), missing)
         created = set(missing)
         found = {pair: pk for pair, pk in _find_assets(conn, created) if pair in created}
         if len(found) != len(missing):
@@ -694,15 +695,16 @@ def _upsert_sql(
     return head + f" ON CONFLICT ({targets}) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in update)
 
 
-def _task_upsert(dialect: str, layout: Layout) -> str:
-    """The task rows' upsert, with the layout's names: the region (outside any) where it has one."""
+def _task_upsert(dialect: str, layout: Layout, table: str) -> str:
+    """The task rows' upsert into ``table`` (its name, qualified as it must be), with the layout's names:
+    the region (outside any) where it has one."""
     task = layout.task
     keys = (*layout.task_identity[:-2], "map_index", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
     columns = tuple(task.c[k].name for k in keys)
     conflict = tuple(task.c[k].name for k in layout.task_identity)
-    return _upsert_sql(dialect, task.name, columns, conflict, ("value", "updated_at", "expires_at"))
+    return _upsert_sql(dialect, table, columns, conflict, ("value", "updated_at", "expires_at"))
 
 
-def _asset_upsert(dialect: str) -> str:
+def _asset_upsert(dialect: str, table: str) -> str:
     columns = tuple(column.name for column in _asset_kv.columns)  # asset_id, key, value, updated_at, ...
-    return _upsert_sql(dialect, _asset_kv.name, columns, ("asset_id", "key"), columns[2:])
+    return _upsert_sql(dialect, table, columns, ("asset_id", "key"), columns[2:])

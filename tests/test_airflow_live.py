@@ -284,3 +284,64 @@ def test_statestore_writes_airflow_reads_and_cleans(airflow_db: AirflowDb):
     listed = db.cli("list", "-o", "json")
     assert isinstance(listed, list)
     assert sorted(d["key"] for d in listed) == ["alive", "pinned", "watermark"]
+
+
+def test_a_database_airflow_migrated_into_a_schema(airflow_python: Path, tmp_path: Path, monkeypatch):
+    """`airflow db migrate` with [database] sql_alchemy_schema: Airflow's tables in the schema, its
+    alembic_version in public; statestore finds both, and every command works on that database."""
+    admin_url = require_server("postgresql")
+    name = f"af_schema_{uuid.uuid4().hex[:10]}"
+    _admin(admin_url, f"CREATE DATABASE {name}")
+    url = make_url(admin_url).set(database=name)
+    ours = _driver(url, "psycopg")
+    try:
+        _admin(ours, "CREATE SCHEMA airflow_meta")
+        env = airflow_env(tmp_path / "home", _driver(url, "psycopg2"))
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_SCHEMA"] = "airflow_meta"
+        airflow(airflow_python, env, "db", "migrate")
+        db = AirflowDb(airflow_python, tmp_path / "home", _driver(url, "psycopg2"), ours)
+        db.env["AIRFLOW__DATABASE__SQL_ALCHEMY_SCHEMA"] = "airflow_meta"
+        where = dict(
+            db.sql(
+                "SELECT table_name, table_schema FROM information_schema.tables WHERE table_name IN "
+                "('alembic_version', 'task_state_store', 'asset_state_store', 'dag_run', 'asset', 'asset_active')"
+            )
+        )
+        assert where == {
+            "alembic_version": "public",
+            **dict.fromkeys(
+                ("task_state_store", "asset_state_store", "dag_run", "asset", "asset_active"), "airflow_meta"
+            ),
+        }
+
+        monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_SCHEMA", "airflow_meta")
+        check = db.cli("db", "check", "-o", "json")
+        assert isinstance(check, dict)
+        assert (check["ok"], check["mode"], check["airflow_version"], check["tables_missing"]) == (
+            True,
+            "airflow",
+            "3.3.0",
+            [],
+        ), check
+        moment = datetime(2026, 11, 30, tzinfo=UTC)
+        db.sql(
+            "INSERT INTO airflow_meta.dag_run (dag_id, run_id, run_type, run_after, clear_number, span_status) "
+            "VALUES ('etl', :r, 'scheduled', :t, 0, 'not_started')",
+            r=RUN,
+            t=moment,
+        )
+        task = ("--dag-id", "etl", "--run-id", RUN, "--task-id", "extract")
+        db.cli("set", *task, "job", '"42"')
+        db.cli("set", *task, "old", '"gone"', "--expires-at", "2000-01-01T00:00:00Z", "--force")
+        assert db.cli("get", *task, "job") == '"42"\n'
+        listed = db.cli("list", "-o", "json")
+        assert isinstance(listed, list) and sorted(e["key"] for e in listed) == ["job", "old"]
+        cleaned = db.cli("clean", "-o", "json")
+        assert isinstance(cleaned, dict) and cleaned["deleted"] == 1
+        # Airflow's own backend, configured with the schema, reads what statestore wrote there.
+        assert db.backend(["get_task", "etl", RUN, "extract", -1, "job"]) == ["42"]
+        # ...and statestore reads what Airflow's backend wrote.
+        db.backend(["set_task", "etl", RUN, "load", -1, "by_airflow", {"rows": 3}, None])
+        assert db.cli("get", "--dag-id", "etl", "--run-id", RUN, "--task-id", "load", "by_airflow") == '{"rows": 3}\n'
+    finally:
+        _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

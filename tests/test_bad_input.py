@@ -221,6 +221,88 @@ CASES = [
         conn="",
     ),
     Case(
+        "conn-cmd-fails",
+        "a `_cmd` command that fails (`AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD`, `[database] sql_alchemy_conn_cmd`)",
+        ("set", *TASK, "k", '"new"'),
+        3,
+        "environment variable AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD: the command failed (exit status 2): "
+        "vault: permission denied for postgresql://u:***@vault/",
+        env={
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": "sh -c 'echo postgresql://u:s3cret@h/db; "
+            "echo vault: permission denied for postgresql://u:s3cret@vault/ >&2; exit 2'"
+        },
+        conn="",
+    ),
+    Case(
+        "conn-cmd-empty",
+        "a `_cmd` command that prints nothing",
+        ("set", *TASK, "k", '"new"'),
+        2,
+        "environment variable AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD: the command printed nothing; it must print "
+        "the value on stdout",
+        env={"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": "true"},
+        conn="",
+    ),
+    Case(
+        "conn-cmd-timeout",
+        "a `_cmd` command still running after `[state_store] command_timeout` (default 30s)",
+        ("set", *TASK, "k", '"new"'),
+        3,
+        "environment variable AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD: the command did not finish within 1s and was "
+        "stopped; raise [state_store] command_timeout or make the command answer sooner",
+        env={"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": "sleep 20", "AIRFLOW__STATE_STORE__COMMAND_TIMEOUT": "1s"},
+        conn="",
+    ),
+    Case(
+        "conn-secret-no-backend",
+        "a `_secret` option without a `[secrets] backend`",
+        ("set", *TASK, "k", '"new"'),
+        2,
+        "environment variable AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET: a _secret option needs [secrets] backend "
+        "(AIRFLOW__SECRETS__BACKEND), the secrets backend class to read it from; set it, or give the option "
+        "another way",
+        env={"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET": "sql_alchemy_conn"},
+        conn="",
+    ),
+    Case(
+        "engine-args-not-json",
+        "`sql_alchemy_engine_args` that is not a JSON object (`{not json`)",
+        ("set", *TASK, "k", '"new"'),
+        2,
+        "{cfg}: invalid value for [database] sql_alchemy_engine_args: expected a JSON object such as "
+        '{{"pool_size": 5}} (Expecting property name enclosed in double quotes: line 1 column 2 (char 1)) '
+        "(the value is not shown: it may hold a password)",
+        cfg="[database]\nsql_alchemy_engine_args = {not json\n",
+    ),
+    Case(
+        "engine-args-refused",
+        'an argument `create_engine` refuses (`sql_alchemy_engine_args = {"pool_sise": 5}`)',
+        ("set", *TASK, "k", '"new"'),
+        2,
+        "[database] sql_alchemy_engine_args: create_engine refused them: Invalid argument(s) 'pool_sise' sent to "
+        "create_engine(), using configuration SQLiteDialect_pysqlite/QueuePool/Engine.  Please check that the "
+        "keyword arguments are appropriate for this combination of components.",
+        cfg='[database]\nsql_alchemy_engine_args = {"pool_sise": 5}\n',
+    ),
+    Case(
+        "connect-args-missing",
+        "`sql_alchemy_connect_args` naming a module that does not exist",
+        ("set", *TASK, "k", '"new"'),
+        2,
+        "{cfg}: [database] sql_alchemy_connect_args = 'nosuch_settings.connect_args': cannot import module "
+        "'nosuch_settings' (ModuleNotFoundError: No module named 'nosuch_settings')",
+        cfg="[database]\nsql_alchemy_connect_args = nosuch_settings.connect_args\n",
+    ),
+    Case(
+        "schema-on-sqlite",
+        "`sql_alchemy_schema` on SQLite",
+        ("set", *TASK, "k", '"new"'),
+        2,
+        "[database] sql_alchemy_schema = 'airflow' is set, but SQLite has no schemas (Airflow cannot use one there "
+        "either): unset it",
+        env={"AIRFLOW__DATABASE__SQL_ALCHEMY_SCHEMA": "airflow"},
+    ),
+    Case(
         "url-unknown-dialect",
         "a URL with an unknown dialect (`oracle://...`)",
         ("list",),

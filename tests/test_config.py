@@ -29,6 +29,11 @@ CLASS_EXPECTED = "a dotted path such as mypackage.module.ClassName"
 URL_EXPECTED = "a SQLAlchemy URL such as sqlite:////path/airflow.db"
 DURATION_EXPECTED = "0 or a duration such as 12h, 2d, 1d12h or P1D"
 TIMEOUT_EXPECTED = "a positive duration such as 10s, 2m or PT30S"
+SCHEMA_EXPECTED = "a schema name of at most 63 characters, without control characters"
+IMPORT_EXPECTED = "an import path such as airflow_local_settings.connect_args"
+ENGINE_ARGS_EXPECTED = 'a JSON object such as {"pool_size": 5}'
+KWARGS_EXPECTED = 'a JSON object such as {"connections_prefix": "airflow/connections"}'
+NOT_SHOWN = " (the value is not shown: it may hold a password)"
 
 
 def write_cfg(path: Path, text: str) -> Path:
@@ -70,6 +75,12 @@ EXPECTED_DEFAULTS = {
     ("state_store", "connect_timeout"): "10s",
     ("state_store", "lock_timeout"): "30s",
     ("workers", "state_store_backend"): "",
+    ("state_store", "command_timeout"): "30s",
+    ("database", "sql_alchemy_schema"): "",
+    ("database", "sql_alchemy_connect_args"): "",
+    ("database", "sql_alchemy_engine_args"): "",
+    ("secrets", "backend"): "",
+    ("secrets", "backend_kwargs"): "",
 }
 
 
@@ -260,6 +271,14 @@ VALID = [
         "postgresql+psycopg2://u:p@db:5432/airflow",
         "postgresql+psycopg2://u:p@db:5432/airflow",
     ),
+    ("state_store", "command_timeout", "5s", "5s"),
+    ("database", "sql_alchemy_schema", "airflow", "airflow"),
+    ("database", "sql_alchemy_schema", "", ""),
+    ("database", "sql_alchemy_connect_args", "local_settings.connect_args", "local_settings.connect_args"),
+    ("database", "sql_alchemy_engine_args", '{"pool_size": 3}', '{"pool_size": 3}'),
+    ("database", "sql_alchemy_engine_args", "", ""),
+    ("secrets", "backend", "mypkg.secrets.VaultBackend", "mypkg.secrets.VaultBackend"),
+    ("secrets", "backend_kwargs", '{"url": "http://127.0.0.1:8200"}', '{"url": "http://127.0.0.1:8200"}'),
 ]
 
 
@@ -343,7 +362,32 @@ INVALID = [
     ("state_store", "state_cleanup_older_than", "-1d", DURATION_EXPECTED),
     ("state_store", "state_cleanup_older_than", "1 day", DURATION_EXPECTED),
     ("state_store", "state_cleanup_older_than", "", DURATION_EXPECTED),
+    ("state_store", "command_timeout", "0s", TIMEOUT_EXPECTED),
+    ("state_store", "command_timeout", "soon", TIMEOUT_EXPECTED),
+    # [database] and [secrets] options Airflow shares
+    ("database", "sql_alchemy_schema", "s" * 64, SCHEMA_EXPECTED),
+    ("database", "sql_alchemy_schema", "a\x01b", SCHEMA_EXPECTED),
+    ("database", "sql_alchemy_connect_args", "connect_args", IMPORT_EXPECTED),
+    ("database", "sql_alchemy_connect_args", "my settings.connect_args", IMPORT_EXPECTED),
+    (
+        "database",
+        "sql_alchemy_engine_args",
+        "{not json",
+        f"{ENGINE_ARGS_EXPECTED} (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
+    ),
+    ("database", "sql_alchemy_engine_args", "[1, 2]", f"{ENGINE_ARGS_EXPECTED}, not an array"),
+    ("database", "sql_alchemy_engine_args", "5", f"{ENGINE_ARGS_EXPECTED}, not a number"),
+    ("secrets", "backend", "vault", CLASS_EXPECTED),
+    ("secrets", "backend_kwargs", '"url"', f"{KWARGS_EXPECTED}, not a string"),
 ]
+
+
+def invalid_message(where: str, section: str, option: str, raw: str, expected: str) -> str:
+    """The error of an invalid value; a secret option's value is not shown (a URL's is, its password masked)."""
+    spec = next(spec for spec in load_option_specs() if (spec.section, spec.option) == (section, option))
+    if spec.secret and spec.type != "url":
+        return f"{where}: invalid value for [{section}] {option}: expected {expected}{NOT_SHOWN}"
+    return f"{where}: invalid value {raw!r} for [{section}] {option}: expected {expected}"
 
 
 @pytest.mark.parametrize("section, option, raw, expected", INVALID)
@@ -351,7 +395,7 @@ def test_invalid_value_from_file(tmp_path, section, option, raw, expected):
     cfg = write_cfg(tmp_path / "airflow.cfg", f"[{section}]\n{option} = {raw}\n")
     with pytest.raises(ConfigError) as caught:
         load_settings(config_path=cfg)
-    assert str(caught.value) == f"{cfg}: invalid value {raw!r} for [{section}] {option}: expected {expected}"
+    assert str(caught.value) == invalid_message(str(cfg), section, option, raw, expected)
 
 
 @pytest.mark.parametrize("section, option, raw, expected", INVALID)
@@ -359,10 +403,8 @@ def test_invalid_value_from_env(monkeypatch, section, option, raw, expected):
     monkeypatch.setenv(env_var(section, option), raw)
     with pytest.raises(ConfigError) as caught:
         load_settings()
-    assert str(caught.value) == (
-        f"environment variable {env_var(section, option)}: invalid value {raw!r} for [{section}] {option}: "
-        f"expected {expected}"
-    )
+    where = f"environment variable {env_var(section, option)}"
+    assert str(caught.value) == invalid_message(where, section, option, raw, expected)
 
 
 def test_blank_url_from_env_and_empty_conn_are_errors(monkeypatch):
@@ -675,9 +717,19 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
                 "max_value_storage_bytes": {"value": 65535, "source": "default"},
                 "connect_timeout": {"value": "10s", "source": "default"},
                 "lock_timeout": {"value": "30s", "source": "default"},
+                "command_timeout": {"value": "30s", "source": "default"},
             },
             "workers": {"state_store_backend": {"value": "", "source": "default"}},
-            "database": {"sql_alchemy_conn": {"value": "sqlite:////data/store.db", "source": "--conn"}},
+            "database": {
+                "sql_alchemy_conn": {"value": "sqlite:////data/store.db", "source": "--conn"},
+                "sql_alchemy_schema": {"value": "", "source": "default"},
+                "sql_alchemy_connect_args": {"value": "", "source": "default"},
+                "sql_alchemy_engine_args": {"value": "", "source": "default"},
+            },
+            "secrets": {
+                "backend": {"value": "", "source": "default"},
+                "backend_kwargs": {"value": "", "source": "default"},
+            },
         },
     }
 
@@ -719,8 +771,14 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         "environment variable AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES\n"
         "state_store.connect_timeout\t10s\tdefault\n"
         "state_store.lock_timeout\t30s\tdefault\n"
+        "state_store.command_timeout\t30s\tdefault\n"
         f"workers.state_store_backend\tmypkg.workers.RefBackend\t{cfg}\n"
         f"database.sql_alchemy_conn\tsqlite:///{clean_environment}/airflow.db\tdefault\n"
+        "database.sql_alchemy_schema\t\tdefault\n"
+        "database.sql_alchemy_connect_args\t\tdefault\n"
+        "database.sql_alchemy_engine_args\t\tdefault\n"
+        "secrets.backend\t\tdefault\n"
+        "secrets.backend_kwargs\t\tdefault\n"
     )
 
 

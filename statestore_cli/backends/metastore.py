@@ -21,6 +21,7 @@ from statestore_cli.layout import Layout, layout_of
 from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
 from statestore_cli.retention import utcnow
 from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
+from statestore_cli.schema_state import alembic_version_table
 from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 MYSQL_TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
@@ -61,7 +62,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def is_airflow_db(self, conn: Connection) -> bool:
         # Airflow's database is managed by its alembic migrations; ours has no alembic_version.
         if self._airflow_mode is None:
-            self._airflow_mode = conn.dialect.has_table(conn, "alembic_version")
+            self._airflow_mode = alembic_version_table(conn) is not None
         return self._airflow_mode
 
     def layout(self, conn: Connection) -> Layout:

@@ -3,9 +3,10 @@
 A retrying task or a shell script often runs just this; loading the full CLI costs several times the
 lookup itself. ``answer`` handles the plain case and returns None for everything else (another
 command, an asset scope, a custom backend, another engine, an option it does not read, any doubt),
-and the full CLI takes over. What it prints comes from the modules the full CLI prints with
-(``cli.modes``, ``cli.documents``, ``cli.failure``), and tests compare the two paths byte for byte
-and hold the options below to the ``get`` command's.
+and the full CLI takes over, also when a value would come from a ``_cmd`` command or a ``_secret``
+(which then run once, in the full CLI). What it prints comes from the modules the full CLI prints
+with (``cli.modes``, ``cli.documents``, ``cli.failure``), and tests compare the two paths byte for
+byte and hold the options below to the ``get`` command's.
 """
 
 from __future__ import annotations
@@ -108,10 +109,15 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
         options["--dag-id"], options["--run-id"], options["--task-id"], int(options.get("--map-index", "-1"))
     )
     check_key(key)
-    settings = load_settings(root.get("--config"), root.get("--conn"))
+    # No command runs and no secrets backend is asked here (a value from one raises, and the full CLI
+    # takes over): the full CLI would run the command a second time after any doubt below.
+    settings = load_settings(root.get("--config"), root.get("--conn"), resolve_indirect=False)
     conn_url = settings.sql_alchemy_conn
     if settings.warnings:
         return None  # the full CLI shows them
+    database = ("sql_alchemy_schema", "sql_alchemy_connect_args", "sql_alchemy_engine_args")
+    if any(settings.setting("database", option).value for option in database):
+        return None  # what they change (or refuse, a schema on SQLite) is the full CLI's engine's
     if not settings.uses_builtin_backend or settings.worker_backend or not conn_url.startswith("sqlite:///"):
         return None
     path = conn_url.removeprefix("sqlite:///")

@@ -1,16 +1,30 @@
-"""Settings: the effective ``[state_store]``, ``[workers]`` and ``[database]`` options.
+"""Settings: the effective ``[state_store]``, ``[workers]``, ``[database]`` and ``[secrets]`` options.
 
-Lookup order, first match wins, for every option:
+Lookup order, first match wins, for every option (Airflow's order, with the caller's overrides first):
 
 1. ``conn_override`` (``sql_alchemy_conn`` only; the CLI's ``--conn``), ``connect_timeout_override``
    (``connect_timeout`` only; the CLI's ``--connect-timeout``) and ``lock_timeout_override``
    (``lock_timeout`` only; the ``--lock-timeout`` of the CLI's writing commands);
 2. the environment variable ``AIRFLOW__{SECTION}__{OPTION}``;
-3. the INI file: ``config_path`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
+3. for a sensitive option only (``sensitive`` in options.toml: ``[database] sql_alchemy_conn`` and
+   ``sql_alchemy_engine_args``, the options Airflow marks sensitive): ``AIRFLOW__{SECTION}__{OPTION}_CMD``,
+   a command whose stdout is the value, then ``AIRFLOW__{SECTION}__{OPTION}_SECRET``, the key to ask
+   ``[secrets] backend`` for (its ``get_config(key)``);
+4. the INI file: ``config_path`` if given (it must exist), else ``$AIRFLOW_CONFIG``, else
    ``$AIRFLOW_HOME/airflow.cfg`` with ``AIRFLOW_HOME`` defaulting to ``~/airflow`` (a discovered
    file that does not exist is skipped, as Airflow does before it writes one, but a missing
-   ``$AIRFLOW_CONFIG`` is a warning: it usually means another database than the one meant);
-4. the default declared in ``options.toml``.
+   ``$AIRFLOW_CONFIG`` is a warning: it usually means another database than the one meant); for a
+   sensitive option, its ``{option}_cmd`` and then its ``{option}_secret`` in the same section next;
+5. the default declared in ``options.toml``.
+
+A command or a secret is only read when nothing above it is set, after every other option (so
+``[state_store] command_timeout`` and the ``[secrets]`` options apply to it). A command runs without a
+shell (``shlex``-split, as Airflow runs it), for at most ``command_timeout``; its output, stripped, is the
+value and is never shown. The secrets backend is made as Airflow makes it: the class at
+``[secrets] backend``, called with the ``[secrets] backend_kwargs`` JSON object updated by the
+``AIRFLOW__SECRETS__BACKEND_KWARG__<NAME>`` variables. A command that cannot run, prints nothing, or a
+missing secret or backend is a ``ConfigError`` (exit 2); a command that fails or times out and a backend
+that raises are a ``ConfigSourceError`` (exit 3).
 
 Options of ``[state_store]`` and ``[workers]`` the schema does not know are warnings
 (``Settings.warnings``) naming the closest known option: a typo must not fall back to the default
@@ -26,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from statestore_cli.errors import PARAMETER, ConfigError, Note
+from statestore_cli.errors import PARAMETER, ConfigError, ConfigSourceError, Note, StateStoreError, first_line
 
 if TYPE_CHECKING:
     import configparser
@@ -50,6 +64,7 @@ class OptionSpec(NamedTuple):
     min: int | None = None
     max: int = 2_147_483_647  # the widest INTEGER every engine stores
     secret: bool = False
+    sensitive: bool = False  # may come from ``<option>_cmd`` / ``<option>_secret`` too, as Airflow allows
 
     @property
     def env_var(self) -> str:
@@ -61,7 +76,10 @@ class Setting(NamedTuple):
 
     spec: OptionSpec
     value: Any
-    source: str  # "default", "env AIRFLOW__...", "file /path/airflow.cfg", "conn_override"
+    # "default", "env AIRFLOW__...", "file /path/airflow.cfg", "conn_override", or for a sensitive option
+    # "command AIRFLOW__..._CMD", "command [section] option_cmd in /path/airflow.cfg",
+    # "secret AIRFLOW__..._SECRET via pkg.Backend", "secret [section] option_secret in /path via pkg.Backend"
+    source: str
 
 
 def load_option_specs() -> tuple[OptionSpec, ...]:
@@ -89,12 +107,25 @@ def _where(source: str) -> str:
     return source
 
 
-def _invalid(spec: OptionSpec, raw: str, source: str, expected: str) -> ConfigError:
+def _invalid(spec: OptionSpec, raw: str | None, source: str, expected: str) -> ConfigError:
+    """``raw`` None: the value is not shown (a secret option's, or what a command or secret returned)."""
     parameter = source if source in _OVERRIDES else None  # named as the caller names it
     where = PARAMETER if parameter else _where(source)
+    if source.startswith("command "):
+        where = f"{_named(source[8:])} (its output)"
+    elif source.startswith("secret "):
+        place, _, backend = source[7:].rpartition(" via ")
+        where = f"{_named(place)} (the secret from {backend})"
+    shown = f"{raw!r} " if raw is not None else ""
+    if raw is None:
+        expected += " (the value is not shown: it may hold a password)"
     return ConfigError(
-        f"{where}: invalid value {raw!r} for [{spec.section}] {spec.option}: expected {expected}", parameter=parameter
+        f"{where}: invalid value {shown}for [{spec.section}] {spec.option}: expected {expected}", parameter=parameter
     )
+
+
+def _indirect(source: str) -> bool:
+    return source.startswith(("command ", "secret "))
 
 
 def _int_range(spec: OptionSpec) -> str:
@@ -105,6 +136,7 @@ def _int_range(spec: OptionSpec) -> str:
 
 def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
     text = raw.strip()
+    hidden = _indirect(source)  # a command's output or a secret is never echoed, even when invalid
     if spec.type == "int":
         if not re.fullmatch(r"[+-]?\d+", text):
             raise _invalid(spec, raw, source, _int_range(spec))
@@ -133,8 +165,19 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         if text and not _DOTTED.fullmatch(text):
             raise _invalid(spec, raw, source, "a dotted path such as mypackage.module.ClassName")
         return text
+    if spec.type == "import":
+        if text and not _DOTTED.fullmatch(text):
+            raise _invalid(spec, raw, source, "an import path such as airflow_local_settings.connect_args")
+        return text
+    if spec.type == "schema":
+        # 63: PostgreSQL's longest name (it would cut a longer one short, MySQL refuses it); empty = unset
+        if len(text) > 63 or any(ord(c) < 32 or ord(c) == 127 for c in text):
+            raise _invalid(spec, raw, source, "a schema name of at most 63 characters, without control characters")
+        return text
+    if spec.type == "json":
+        return _json_object(spec, raw, source, hidden)
     if not text:
-        raise _invalid(spec, raw, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db")
+        raise _invalid(spec, None if hidden else raw, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db")
     if text.startswith("sqlite:///") and "?" not in text:
         return text  # a plain SQLite file URL needs no parser (and the fast `get` path no SQLAlchemy)
     from sqlalchemy.engine import make_url  # here, not at the top: config is read before SQLAlchemy is needed
@@ -143,8 +186,31 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
     try:
         make_url(text)
     except (ArgumentError, ValueError):
-        masked = _URL_PASSWORD.sub(r"\1***@", raw)  # never echo a password into an error message
+        masked = None if hidden else _URL_PASSWORD.sub(r"\1***@", raw)  # never echo a password into an error
         raise _invalid(spec, masked, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db") from None
+    return text
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+_JSON_KINDS[type(None)] = "null"
+
+
+def _json_object(spec: OptionSpec, raw: str, source: str, hidden: bool) -> str:
+    """A JSON object as written (for `config show`); empty means unset. ``Settings`` reads it as a dict."""
+    text = raw.strip()
+    if not text:
+        return text
+    import json  # only when the option is set: every command reads the config
+
+    example = '{"pool_size": 5}' if spec.section == "database" else '{"connections_prefix": "airflow/connections"}'
+    shown = None if hidden or spec.secret else raw
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:  # json's message gives the position, never the text
+        raise _invalid(spec, shown, source, f"a JSON object such as {example} ({exc})") from None
+    if not isinstance(parsed, dict):
+        kind = _JSON_KINDS.get(type(parsed), type(parsed).__name__)
+        raise _invalid(spec, shown, source, f"a JSON object such as {example}, not {kind}")
     return text
 
 
@@ -338,6 +404,44 @@ class Settings:
     def sql_alchemy_conn(self) -> str:
         return str(self._value("database", "sql_alchemy_conn"))
 
+    @property
+    def sql_alchemy_schema(self) -> str | None:
+        """The schema of the tables; None when unset (empty or blank, as Airflow reads it)."""
+        return str(self._value("database", "sql_alchemy_schema")) or None
+
+    @property
+    def command_timeout(self) -> float:
+        return timeout_seconds(str(self._value("state_store", "command_timeout")), "command_timeout")
+
+    @property
+    def engine_args(self) -> dict[str, Any]:
+        """``[database] sql_alchemy_engine_args``: keyword arguments for ``create_engine``."""
+        text = str(self._value("database", "sql_alchemy_engine_args"))
+        if not text:
+            return {}
+        import json
+
+        parsed: dict[str, Any] = json.loads(text)  # checked to be an object when the settings were read
+        return parsed
+
+    def connect_args(self) -> dict[str, Any]:
+        """The dict ``[database] sql_alchemy_connect_args`` names, imported (as Airflow does) only when
+        an engine is made: `config show` must work while the module is broken."""
+        setting = self.setting("database", "sql_alchemy_connect_args")
+        path = str(setting.value)
+        if not path:
+            return {}
+        where = f"{describe_source(setting)}: [database] sql_alchemy_connect_args = {path!r}"
+        found = import_object(path, where, self.airflow_home)
+        if not isinstance(found, Mapping):
+            raise ConfigError(f"{where}: {path} is {_kind(found)}, not a dict of connect arguments")
+        return dict(found)
+
+
+def _kind(value: object) -> str:
+    name = type(value).__name__
+    return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
+
 
 def is_builtin_backend(path: str) -> bool:
     """Ours, or Airflow's own metastore backend named in a config copied from a deployment."""
@@ -352,8 +456,13 @@ def load_settings(
     environ: Mapping[str, str] | None = None,
     connect_timeout_override: str | None = None,
     lock_timeout_override: str | None = None,
+    *,
+    resolve_indirect: bool = True,
 ) -> Settings:
-    """Resolve every option in the documented lookup order (see the module docstring)."""
+    """Resolve every option in the documented lookup order (see the module docstring).
+
+    ``resolve_indirect=False`` runs no command and asks no secrets backend: an option whose value would
+    come from one raises ``IndirectValueSkipped`` instead (the fast ``get`` path then hands over)."""
     env = os.environ if environ is None else environ
     home = airflow_home(env)
     config_file = find_config_file(config_path, env)
@@ -364,23 +473,226 @@ def load_settings(
     overrides["connect_timeout"] = (connect_timeout_override, CONNECT_TIMEOUT_OVERRIDE)
     overrides["lock_timeout"] = (lock_timeout_override, LOCK_TIMEOUT_OVERRIDE)
     resolved: dict[tuple[str, str], Setting] = {}
+    indirect: list[tuple[OptionSpec, _Found]] = []
     for spec in specs:
         override, override_source = overrides.get(spec.option, (None, ""))
-        if override is not None:
-            raw, source = override, override_source
-        elif spec.env_var in env:
-            raw, source = env[spec.env_var], f"env {spec.env_var}"
-        elif parser is not None and parser.has_option(spec.section, spec.option):
-            raw, source = parser.get(spec.section, spec.option), f"file {config_file}"
-        else:
+        found = _lookup(spec, override, override_source, env, parser, config_file)
+        if found is None:
             default = spec.default
             if isinstance(default, str):
                 default = default.replace("{AIRFLOW_HOME}", str(home))
             resolved[(spec.section, spec.option)] = Setting(spec, default, "default")
-            continue
-        resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, raw, source), source)
+        elif found.kind == "value":
+            resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, found.text, found.where), found.where)
+        else:
+            indirect.append((spec, found))
+    # Commands and secrets last: they are read with the options resolved above (the command timeout,
+    # the secrets backend and its kwargs), and none runs when a bad plain value already failed the load.
+    secrets = _SecretsBackend(resolved, env, home)
+    for spec, found in indirect:
+        if not resolve_indirect:
+            raise IndirectValueSkipped(f"[{spec.section}] {spec.option} comes from {found.where}")
+        if found.kind == "command":
+            seconds = timeout_seconds(str(resolved[("state_store", "command_timeout")].value), "command_timeout")
+            text, source = run_config_command(found.text, found.where, seconds), f"command {found.where}"
+        else:
+            text, source = secrets.get_config(found.text, found.where)
+        resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, text, source), source)
+    resolved = {(spec.section, spec.option): resolved[(spec.section, spec.option)] for spec in specs}  # schema order
     searched = describe_search(config_path, env)
     return Settings(resolved, config_file, home, searched, tuple(warnings), parser=parser, environ=env)
+
+
+class IndirectValueSkipped(StateStoreError):
+    """``load_settings(resolve_indirect=False)`` met an option whose value a command or a secret holds."""
+
+
+class _Found(NamedTuple):
+    """Where the lookup found an option: a value, or a command to run, or a secret's key to ask for."""
+
+    kind: str  # "value" | "command" | "secret"
+    text: str  # the value, the command line, or the secret's key
+    where: str  # a value's source ("env ...", "file ..."); a command's or secret's place, as people read it
+
+
+def _lookup(
+    spec: OptionSpec,
+    override: str | None,
+    override_source: str,
+    env: Mapping[str, str],
+    parser: configparser.RawConfigParser | None,
+    config_file: Path | None,
+) -> _Found | None:
+    """The first source that sets ``spec`` in Airflow's order (see the module docstring); None: the default."""
+    if override is not None:
+        return _Found("value", override, override_source)
+    if spec.env_var in env:
+        return _Found("value", env[spec.env_var], f"env {spec.env_var}")
+    if spec.sensitive:  # Airflow reads <OPTION>_CMD and <OPTION>_SECRET for its sensitive options only
+        for suffix, kind in (("_CMD", "command"), ("_SECRET", "secret")):
+            if spec.env_var + suffix in env:
+                return _Found(kind, env[spec.env_var + suffix], f"{spec.env_var}{suffix}")
+    if parser is None:
+        return None
+    if parser.has_option(spec.section, spec.option):
+        return _Found("value", parser.get(spec.section, spec.option), f"file {config_file}")
+    if spec.sensitive:
+        for suffix, kind in (("_cmd", "command"), ("_secret", "secret")):
+            if parser.has_option(spec.section, spec.option + suffix):
+                where = f"[{spec.section}] {spec.option}{suffix} in {config_file}"
+                return _Found(kind, parser.get(spec.section, spec.option + suffix), where)
+    return None
+
+
+def _named(where: str) -> str:
+    """A command's or secret's place as an error names it: an environment variable is called one."""
+    return where if where.startswith("[") else f"environment variable {where}"
+
+
+# Enough of a URL's password to mask in text we did not write (a command's stderr, a backend's error).
+_URL_IN_TEXT = re.compile(r"(\b[A-Za-z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
+
+
+def _scrub(text: str, *secrets: str) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return _URL_IN_TEXT.sub(r"\1***@", text)
+
+
+def run_config_command(command: str, where: str, timeout: float) -> str:
+    """The stdout of ``command`` (an ``..._cmd`` option at ``where``), without surrounding whitespace.
+
+    As Airflow runs it: split into words as a POSIX shell would (``shlex``), with no shell (pipes and
+    ``$VAR`` need an explicit ``sh -c '...'``); unlike Airflow, bounded by ``timeout`` seconds. Its
+    output may be a password, so no message quotes it; the first line of its stderr is shown, masked."""
+    import contextlib
+    import shlex
+    import signal
+    import subprocess
+
+    named = _named(where)
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ConfigError(f"{named}: cannot split the command into words ({exc}); fix its quoting") from None
+    if not argv:
+        raise ConfigError(f"{named}: the command is empty; give the command that prints the value")
+    try:
+        # A session of its own: on a timeout the whole group goes, a `sh -c` and what it started.
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,
+        )
+    except OSError as exc:  # not found, not executable
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"{named}: cannot run {argv[0]!r}: {reason}; fix the command") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException as exc:  # the timeout, Ctrl-C, SIGTERM: the command must not outlive us
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise ConfigSourceError(
+                f"{named}: the command did not finish within {timeout:g}s and was stopped; "
+                "raise [state_store] command_timeout or make the command answer sooner"
+            ) from None
+        raise
+    value = out.decode("utf-8", "replace").strip()
+    if proc.returncode != 0:
+        status = f"exit status {proc.returncode}" if proc.returncode > 0 else f"signal {-proc.returncode}"
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        said = f": {_scrub(lines[0].strip(), value)}" if lines else ""
+        raise ConfigSourceError(f"{named}: the command failed ({status}){said}") from None
+    if not value:
+        raise ConfigError(f"{named}: the command printed nothing; it must print the value on stdout")
+    return value
+
+
+class _SecretsBackend:
+    """The ``[secrets] backend`` that ``..._secret`` options are read from, made on first use, as Airflow
+    makes it: the class at its dotted path, called with ``[secrets] backend_kwargs`` (a JSON object)
+    updated by the ``AIRFLOW__SECRETS__BACKEND_KWARG__<NAME>`` variables."""
+
+    def __init__(self, resolved: dict[tuple[str, str], Setting], env: Mapping[str, str], home: Path) -> None:
+        self._resolved = resolved
+        self._env = env
+        self._home = home
+        self._backend: Any = None
+
+    def _make(self, named: str) -> tuple[Any, str]:
+        setting = self._resolved[("secrets", "backend")]
+        path = str(setting.value)
+        if not path:
+            raise ConfigError(
+                f"{named}: a _secret option needs [secrets] backend (AIRFLOW__SECRETS__BACKEND), the secrets "
+                "backend class to read it from; set it, or give the option another way"
+            )
+        if self._backend is None:
+            where = f"{describe_source(setting)}: [secrets] backend = {path!r}"
+            cls = import_object(path, where, self._home)
+            if not isinstance(cls, type):
+                raise ConfigError(f"{where}: {path} is not a class")
+            import json
+
+            kwargs_text = str(self._resolved[("secrets", "backend_kwargs")].value)
+            kwargs: dict[str, Any] = json.loads(kwargs_text) if kwargs_text else {}
+            prefix = "AIRFLOW__SECRETS__BACKEND_KWARG__"
+            named_kwargs = {k[len(prefix) :].lower(): v for k, v in self._env.items() if k.startswith(prefix)}
+            kwargs.update({k: v for k, v in named_kwargs.items() if k})  # they win over the JSON, as in Airflow
+            try:
+                self._backend = cls(**kwargs)
+            except Exception as exc:  # user code: any failure is the backend's
+                raise ConfigSourceError(
+                    f"{where}: cannot create it with [secrets] backend_kwargs: {type(exc).__name__}: "
+                    f"{_scrub(first_line(exc))}"
+                ) from None
+        return self._backend, path
+
+    def get_config(self, key: str, where: str) -> tuple[str, str]:
+        """The secret ``key`` names (an ``..._secret`` option at ``where``), and its source."""
+        named = _named(where)
+        backend, path = self._make(named)
+        key = key.strip()
+        try:
+            value = backend.get_config(key)
+        except Exception as exc:  # user code: any failure is the backend's
+            raise ConfigSourceError(
+                f"{named}: {path}.get_config({key!r}) failed: {type(exc).__name__}: {_scrub(first_line(exc))}"
+            ) from None
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ConfigError(f"{named}: the secrets backend {path} has no secret {key!r}; create it or fix the name")
+        if not isinstance(value, str):
+            raise ConfigSourceError(
+                f"{named}: {path}.get_config({key!r}) returned {type(value).__name__}, not a string"
+            )
+        return value, f"secret {where} via {path}"
+
+
+def import_object(path: str, where: str, home: Path) -> Any:
+    """The object at dotted ``path`` (a config option at ``where``), or a one-line ``ConfigError``.
+    ``$AIRFLOW_HOME/config`` is importable, as Airflow makes it (``airflow_local_settings`` lives there)."""
+    import importlib
+    import sys
+
+    folder = str(home / "config")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    module_name, _, name = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # an import of user code can fail in any way
+        raise ConfigError(
+            f"{where}: cannot import module {module_name!r} ({type(exc).__name__}: {first_line(exc)})"
+        ) from None
+    if not hasattr(module, name):
+        raise ConfigError(f"{where}: module {module_name!r} has no attribute {name!r}")
+    return getattr(module, name)
 
 
 def _missing_config_warning(config_path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> list[Note]:
