@@ -199,14 +199,14 @@ def _with_revision(layout: Layout, revision: str) -> Layout:
 
 def _read_tables(conn: Connection, revision: str) -> Layout:
     inspector = inspect(conn)
-    schema = store_schema(conn)
-    tables = set(inspector.get_table_names(schema=schema))
+    where = store_schema(conn)
+    tables = set(inspector.get_table_names(schema=where))
     if "task_state_store" not in tables:
         return _with_revision(AIRFLOW_33, revision)  # nothing to read: the missing tables are reported as today
-    columns = {c["name"]: c for c in inspector.get_columns("task_state_store", schema=schema)}
-    constraints = inspector.get_unique_constraints("task_state_store", schema=schema)
+    columns = {c["name"]: c for c in inspector.get_columns("task_state_store", schema=where)}
+    constraints = inspector.get_unique_constraints("task_state_store", schema=where)
     uniques = [tuple(map(str, u["column_names"])) for u in constraints]
-    indexes = inspector.get_indexes("task_state_store", schema=schema)
+    indexes = inspector.get_indexes("task_state_store", schema=where)
     uniques += [tuple(map(str, i["column_names"])) for i in indexes if i.get("unique")]
     found: dict[str, Any] = {"columns": sorted(columns), "unique_keys": sorted(set(uniques))}
     problems: list[str] = []
