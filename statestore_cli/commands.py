@@ -31,6 +31,7 @@ from statestore_cli.errors import (
     StateStoreError,
     first_line,
 )
+from statestore_cli.layout import Layout, layout_of
 from statestore_cli.retention import Retention, clean_cutoff, utcnow
 from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
@@ -60,15 +61,21 @@ class DbReport(NamedTuple):
     error: str | None = None
     airflow_version: str | None = None  # an Airflow database: the release its alembic revision belongs to
     counts: StoreCounts | None = None  # an Airflow database with the state store: its rows
+    layout: Layout | None = None  # an Airflow database with the state store: the layout of its tables
 
     @property
     def usable(self) -> bool:
-        return self.error is None and self.schema.usable
+        return self.error is None and self.schema.usable and not (self.layout is not None and self.layout.problems)
 
     def problem(self) -> StateStoreError | None:
         """Why the store is not usable, as the error to raise; None when it is usable."""
         if self.error is not None:
             return DatabaseError(self.error)
+        if self.layout is not None and self.layout.problems:
+            try:
+                self.layout.require("write")
+            except DatabaseError as exc:
+                return exc
         if not self.schema.usable and self.schema.mode == "airflow":
             from statestore_cli.airflow_versions import STATE_STORE_SINCE
 
@@ -109,8 +116,13 @@ def db_check(settings: Settings) -> DbReport:
         return report
     from statestore_cli.airflow_versions import airflow_version
 
-    counts = _store_counts(store, utcnow()) if state.usable else None
-    return report._replace(airflow_version=airflow_version(state.alembic_revision), counts=counts)
+    layout = None
+    if state.usable:
+        with translate_errors(store.engine), store.engine.connect() as conn:
+            layout = layout_of(conn, needs=None)
+    counts = _store_counts(store, utcnow()) if state.usable and not (layout and layout.problems) else None
+    version = airflow_version(state.alembic_revision)
+    return report._replace(airflow_version=version, counts=counts, layout=layout)
 
 
 def _store_counts(store: MetastoreBackend, now: datetime) -> StoreCounts:

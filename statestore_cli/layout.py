@@ -13,7 +13,9 @@ tables. Three layouts are known:
 A database at a revision of Airflow 3.3 or older (or with no ``alembic_version``: a standalone store)
 has the ``3.3`` layout without a look at its tables. Any other revision is read from the tables
 themselves: the map index column's name, ``region_id`` and how it is stored, the unique key, and
-whether ``dag_run_state_store`` exists. What a layout lacks for a command is in ``problems``.
+whether ``dag_run_state_store`` exists. What a layout lacks is in ``problems``, each tagged with what it
+blocks: ``read`` (every command on task keys) or ``write`` (the commands that write task keys); a command
+asks ``layout_of(conn, needs=...)`` and gets a one-line error naming the revision and what is missing.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class Layout:
     asset_parent: Table
     asset_active: Table
     dag_run_store: Table | None = None
-    problems: tuple[str, ...] = ()  # what the tables lack for the commands (an unknown layout)
+    problems: tuple[tuple[str, str], ...] = ()  # (what it blocks: "read" | "write", what the tables lack)
     found: dict[str, Any] = field(default_factory=dict, compare=False)  # columns and keys as read
 
     @property
@@ -111,6 +113,35 @@ class Layout:
     def airflow_version(self) -> str | None:
         return airflow_version(self.revision)
 
+    @property
+    def revision_known(self) -> bool:
+        """Whether the revision is one of Airflow's this tool knows (a standalone store has none: known)."""
+        return self.revision is None or self.airflow_version is not None
+
+    def blocked(self, needs: str) -> list[str]:
+        """What keeps a command that ``needs`` "read" (or "write", which needs reading too) from working."""
+        kinds = ("read",) if needs == "read" else ("read", "write")
+        return [problem for kind, problem in self.problems if kind in kinds]
+
+    def commands(self) -> dict[str, bool]:
+        """Which commands can work on this layout (for ``db check``)."""
+        reads, writes = not self.blocked("read"), not self.blocked("write")
+        shown = dict.fromkeys(READING_COMMANDS, reads)
+        shown.update(dict.fromkeys(WRITING_COMMANDS, writes))
+        return shown
+
+    def require(self, needs: str) -> None:
+        """Raise a ``DatabaseError`` (exit 3) naming the revision and what is missing when ``needs`` is blocked."""
+        missing = self.blocked(needs)
+        if missing:
+            from statestore_cli.errors import DatabaseError
+
+            known = "" if self.revision_known else ", a revision this tool does not know"
+            raise DatabaseError(
+                f"cannot {'write' if needs == 'write' else 'read'} task keys on this Airflow metadata database "
+                f"(revision {self.revision}{known}): {'; '.join(missing)}; `statestore db check` shows what was found"
+            )
+
     def region_where(self, region: uuid.UUID) -> list[Any]:
         """The condition on ``region_id`` that keeps a region's keys apart (none where there is no column)."""
         return [self.task.c.region_id == region] if self.has_region else []
@@ -120,6 +151,11 @@ class Layout:
         return {"region_id": region} if self.has_region else {}
 
 
+# The commands each kind of access serves, as `db check` lists them.
+READING_COMMANDS = ("get", "list", "stats", "export", "clean", "delete", "clear")
+WRITING_COMMANDS = ("set", "import")
+
+
 def _build(
     name: str,
     revision: str | None,
@@ -127,7 +163,7 @@ def _build(
     index_column: str = "map_index",
     region_form: str | None = None,
     dag_run_store: bool = False,
-    problems: tuple[str, ...] = (),
+    problems: tuple[tuple[str, str], ...] = (),
     found: dict[str, Any] | None = None,
 ) -> Layout:
     target = MetaData()
@@ -156,12 +192,15 @@ AIRFLOW_33 = Layout(
 _LAYOUTS: weakref.WeakKeyDictionary[Engine, Layout] = weakref.WeakKeyDictionary()
 
 
-def layout_of(conn: Connection) -> Layout:
-    """The layout of the database behind ``conn``, read once per engine."""
+def layout_of(conn: Connection, needs: str | None = "read") -> Layout:
+    """The layout of the database behind ``conn``, read once per engine; a layout that lacks what
+    ``needs`` ("read", "write"; None: nothing) raises a ``DatabaseError`` saying what is missing."""
     engine = conn.engine
     known = _LAYOUTS.get(engine)
     if known is None:
         known = _LAYOUTS[engine] = read_layout(conn)
+    if needs is not None and known.problems:
+        known.require(needs)
     return known
 
 
@@ -209,26 +248,27 @@ def _read_tables(conn: Connection, revision: str) -> Layout:
     indexes = inspector.get_indexes("task_state_store", schema=where)
     uniques += [tuple(map(str, i["column_names"])) for i in indexes if i.get("unique")]
     found: dict[str, Any] = {"columns": sorted(columns), "unique_keys": sorted(set(uniques))}
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     found_index = next((n for n in schema.MAP_INDEX_COLUMNS if n in columns), None)
     if found_index is None:
-        problems.append("task_state_store has neither map_index nor region_index")
+        problems.append(("read", "task_state_store has neither map_index nor region_index"))
     index_column = found_index or "map_index"
     region_form = _region_form(columns["region_id"]["type"]) if "region_id" in columns else None
     if "region_id" in columns and region_form is None:
-        problems.append(f"task_state_store.region_id is stored as {columns['region_id']['type']}, a form not known")
+        stored_as = columns["region_id"]["type"]
+        problems.append(("read", f"task_state_store.region_id is stored as {stored_as}, a form not known"))
         region_form = "text"
     wanted = ("dag_run_id", "task_id", *(("region_id",) if region_form else ()), index_column, "key")
     if wanted not in uniques:
         shown = ", ".join(wanted)
-        problems.append(f"task_state_store has no unique key ({shown}) for writes to land on")
+        problems.append(("write", f"task_state_store has no unique key ({shown}) for writes to land on"))
     missing = [
         c
         for c in ("id", "dag_run_id", "task_id", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
         if c not in columns
     ]
     if missing:
-        problems.append(f"task_state_store lacks the column(s) {', '.join(missing)}")
+        problems.append(("read", f"task_state_store lacks the column(s) {', '.join(missing)}"))
     runs = "dag_run_state_store" in tables
     if index_column == "region_index":
         name = LAYOUT_34

@@ -414,7 +414,7 @@ class _Importer:
         """The existence query and the upsert of task rows, built once for the database's layout (keys
         outside any region only, where it has regions)."""
         if self.task_statements is None:
-            layout = layout_of(conn)
+            layout = layout_of(conn, "write")
             task = layout.task
             identity = (task.c.dag_run_id, task.c.task_id, task.c.map_index, task.c.key)
             present = select(*identity).where(*(_in(c, f"v{i}") for i, c in enumerate(identity)))

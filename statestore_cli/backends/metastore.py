@@ -65,8 +65,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             self._airflow_mode = alembic_version_table(conn) is not None
         return self._airflow_mode
 
-    def layout(self, conn: Connection) -> Layout:
-        return layout_of(conn)
+    def layout(self, conn: Connection, needs: str = "read") -> Layout:
+        return layout_of(conn, needs)
 
     @staticmethod
     def _task_where(
@@ -84,7 +84,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     @staticmethod
     def _run_store(conn: Connection) -> Any:
         """The dag-run state store table, or an ``InvalidInputError`` where the database has none."""
-        layout = layout_of(conn)
+        layout = layout_of(conn, needs=None)  # the task table's problems are not the dag-run store's
         if layout.dag_run_store is None:
             raise InvalidInputError(
                 f"this database has no dag-run state store (Airflow {layout.name} layout): dag-run keys need "
@@ -199,7 +199,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         self, conn: Connection, scope: TaskScope, key: str, value: str, now: datetime, expires_at: datetime | None
     ) -> CursorResult[Any]:
         _check_mysql_expiry(conn, expires_at)
-        layout = self.layout(conn)
+        layout = self.layout(conn, "write")
         run_pk = self._dag_run_id(conn, scope)
         within = {"dag_run_id": run_pk, "map_index": scope.map_index, **layout.region_values(scope.region_id)}
         what = f"key {key!r} for {scope.describe()}"

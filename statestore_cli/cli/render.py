@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from statestore_cli.backend_check import CheckReport
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
+    from statestore_cli.layout import Layout
     from statestore_cli.lifecycle import SweepReport, SweptAsset
     from statestore_cli.orphans import OrphanReport
     from statestore_cli.stats import StoreStats
@@ -408,6 +409,7 @@ class Output:
             doc["task_keys"] = None if counts is None else counts.task_keys
             doc["task_keys_expired"] = None if counts is None else counts.task_keys_expired
             doc["asset_keys"] = None if counts is None else counts.asset_keys
+            doc.update(_layout_fields(report.layout))
         if created:
             doc["tables_created"] = list(report.created)
         if self.json:
@@ -482,6 +484,23 @@ def _console(*, stderr: bool) -> Console:
     # NO_COLOR (no-color.org) asks for no ANSI styling at all, not only no colours.
     plain = bool(os.environ.get("NO_COLOR"))
     return _Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")
+
+
+def _layout_fields(layout: Layout | None) -> dict[str, object]:
+    """What `db check` says of an Airflow database's state store tables: their layout; and for a
+    revision this tool does not know, or tables it cannot use, what it found and what each command can do."""
+    if layout is None:
+        return {}
+    fields: dict[str, object] = {"layout": layout.name, "revision_known": layout.revision_known}
+    if layout.revision_known and not layout.problems:
+        return fields
+    fields["found_columns"] = layout.found.get("columns", [])
+    fields["found_unique_keys"] = [", ".join(key) for key in layout.found.get("unique_keys", [])]
+    fields["dag_run_store"] = layout.dag_run_store is not None
+    fields["problems"] = [problem for _kind, problem in layout.problems]
+    fields["commands_working"] = [name for name, works in layout.commands().items() if works]
+    fields["commands_not_working"] = [name for name, works in layout.commands().items() if not works]
+    return fields
 
 
 _PLAIN_COLUMNS = {"task": TASK_KEY_COLUMNS, "dag_run": DAG_RUN_KEY_COLUMNS, "asset": ASSET_KEY_COLUMNS}
