@@ -348,7 +348,7 @@ class Output:
             verbs, made = ("inserted", "updated"), "created"
         stores = (("task", summary.task), ("dag-run", summary.dag_run), ("asset", summary.asset))
         for store, counts in stores:
-            if store != "dag-run" or sum(counts):  # dag-run keys: only where there were some (Airflow 3.4)
+            if store != "dag-run" or counts.inserted or counts.updated:  # only where there were some (Airflow 3.4)
                 lines.append(f"  {store} keys: {counts.inserted:,} {verbs[0]}, {counts.updated:,} {verbs[1]}")
         if summary.dag_runs_created or summary.assets_created:
             runs, assets = _count(summary.dag_runs_created, "dag run"), _count(summary.assets_created, "asset")
