@@ -310,8 +310,9 @@ class Output:
     # -- export and import --------------------------------------------------------------------------
     def export_summary(self, summary: ExportSummary, target: str) -> None:
         """One line for people on stderr: stdout may be the export itself."""
+        runs = f"{summary.dag_run:,} dag-run, " if summary.dag_run else ""  # only Airflow 3.4 has them
         self._message(
-            f"exported {_count(summary.keys, 'key')} ({summary.task:,} task, {summary.asset:,} asset) "
+            f"exported {_count(summary.keys, 'key')} ({summary.task:,} task, {runs}{summary.asset:,} asset) "
             f"to {safe_text(target)} in {summary.elapsed:.1f}s",
             stderr=True,
         )
@@ -328,6 +329,7 @@ class Output:
                     "batches": summary.batches,
                     "batch_size": summary.batch_size,
                     "task": summary.task._asdict(),
+                    "dag_run": summary.dag_run._asdict(),
                     "asset": summary.asset._asdict(),
                     "created": {"dag_runs": summary.dag_runs_created, "assets": summary.assets_created},
                     "elapsed_seconds": round(summary.elapsed, 3),
@@ -345,8 +347,10 @@ class Output:
                 f"imported {_count(summary.keys, 'key')} from {safe_text(source)} in {batches} ({summary.elapsed:.1f}s)"
             ]
             verbs, made = ("inserted", "updated"), "created"
-        for store, counts in (("task", summary.task), ("asset", summary.asset)):
-            lines.append(f"  {store} keys: {counts.inserted:,} {verbs[0]}, {counts.updated:,} {verbs[1]}")
+        stores = (("task", summary.task), ("dag-run", summary.dag_run), ("asset", summary.asset))
+        for store, counts in stores:
+            if store != "dag-run" or counts.inserted or counts.updated:  # only where there were some (Airflow 3.4)
+                lines.append(f"  {store} keys: {counts.inserted:,} {verbs[0]}, {counts.updated:,} {verbs[1]}")
         if summary.dag_runs_created or summary.assets_created:
             runs, assets = _count(summary.dag_runs_created, "dag run"), _count(summary.assets_created, "asset")
             lines.append(f"  {made} {runs} and {assets}")
