@@ -157,7 +157,6 @@ def server_database(request) -> Iterator[tuple[str, str]]:
         yield request.param, url
 
 
-
 @pytest.mark.parametrize("server_database", ["postgresql", "mariadb"], indirect=True)
 @pytest.mark.parametrize("revision", [HEAD_332, BETWEEN, HEAD_34])
 def test_server_fixture_layout(server_database, revision):
