@@ -243,5 +243,7 @@ class CleanRecorder:
     def _by_store(self) -> dict[str, int]:
         """The rows deleted from each store the clean reached, from where its walk began to the next's."""
         starts = list(self.store_started.items())
+        if not starts:
+            return {}  # it failed before it reached a store
         ends = [start for _store, start in starts[1:]] + [self.rows_deleted]
         return {store: end - start for (store, start), end in zip(starts, ends, strict=True)}
