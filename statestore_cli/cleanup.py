@@ -67,6 +67,8 @@ class CleanReport:
     elapsed: float = 0.0
     stopped: StopReason | None = None  # why the clean stopped before it was done
     older_than: timedelta = timedelta(0)  # the grace window: ``cutoff`` is this long before the clean started
+    # rows deleted per store cleaned, in order: "task", then "dag_run" where the layout has it (0: not reached)
+    deleted_by_store: dict[str, int] = field(default_factory=dict)
 
     @property
     def rows_per_second(self) -> float:
@@ -85,7 +87,8 @@ class CleanControl:
     ``should_stop`` is asked before every batch after the first and returns a reason to stop (or None);
     ``deadline`` (a ``time.monotonic()`` value) stops the clean once passed; ``on_progress`` hears the
     number of rows deleted so far after every batch; ``on_connected`` hears that the clean's session
-    is open and prepared (the CLI stops honouring signals at once from then on, and stops between batches).
+    is open and prepared (the CLI stops honouring signals at once from then on, and stops between batches);
+    ``on_store`` hears each store's name before its first batch (what ``on_progress`` hears counts on).
     """
 
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -94,6 +97,7 @@ class CleanControl:
     should_stop: Callable[[], StopReason | None] | None = None
     on_progress: Callable[[int], None] | None = None
     on_connected: Callable[[], None] | None = None  # the session is ready: deleting starts now
+    on_store: Callable[[str], None] | None = None  # a store's walk starts ("task", "dag_run"): its rows follow
 
     def stop_reason(self) -> StopReason | None:
         reason = self.should_stop() if self.should_stop else None
@@ -292,7 +296,11 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
         tables = expiring_tables(conn)
         conn.commit()  # reading the layout may have begun a transaction; every batch is one of its own
-        for _store, table in tables:
+        by_store = dict.fromkeys((store for store, _ in tables), 0)
+        for store, table in tables:
+            if control.on_store:
+                control.on_store(store)
+            store_started = deleted
             run = _batch_runner(conn, table, now, batch_size)
             after: int | None = 0  # the id the next batch starts after; None once the walk is done
 
@@ -308,6 +316,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
                 except BackendError as exc:
                     raise failed_midway(exc, "clean", deleted, batches, kind="expired ") from None
                 deleted += batch.deleted
+                by_store[store] = deleted - store_started
                 batches += 1 if batch.deleted else 0
                 after = batch.after
                 if control.on_progress:
@@ -325,7 +334,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
             if stopped:
                 break
     elapsed = time.monotonic() - started
-    return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped)
+    return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped, deleted_by_store=by_store)
 
 
 @contextmanager

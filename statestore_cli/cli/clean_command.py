@@ -221,7 +221,10 @@ def _clean_run(
         with out.progress("deleting expired keys", total) as advance:
             on_progress = advance if recorder is None else _both(advance, recorder.on_progress)
             # Until the clean is connected a signal stops it at once; from then on, after the current batch.
-            control = CleanControl(timeouts, exclusive, deadline, stop.reason, on_progress, on_connected=stop.defer)
+            on_store = None if recorder is None else recorder.on_store
+            control = CleanControl(
+                timeouts, exclusive, deadline, stop.reason, on_progress, on_connected=stop.defer, on_store=on_store
+            )
             result = commands.clean(settings, batch_size, now=now, control=control, older_than=grace)
         if recorder is None or isinstance(result, str):
             return result, None
@@ -252,7 +255,13 @@ def _record(
         if isinstance(result, str):
             recorder.finish(skip_code)
         else:
-            recorder.finish(result.exit_code, rows_deleted=result.deleted, batches=result.batches, remaining=remaining)
+            recorder.finish(
+                result.exit_code,
+                rows_deleted=result.deleted,
+                batches=result.batches,
+                remaining=remaining,
+                deleted_by_store=result.deleted_by_store,
+            )
     except StateStoreError as exc:
         return exc
     return None
