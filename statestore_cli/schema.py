@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from statestore_cli.mysql_text import MYSQL_ENGINES, ExactComparator
+from statestore_cli.mysql_text import MYSQL_ENGINES, BytesComparator, ExactComparator
 
 # Ids and keys are case-sensitive everywhere; MySQL needs a binary collation for that. utf8mb4 (not
 # Airflow's utf8mb3) so keys outside the Basic Multilingual Plane fit; the widest index,
@@ -66,6 +66,18 @@ class MySqlCollated(TypeDecorator[str]):
 
 def _id(length: int) -> Any:
     return MySqlCollated(length, "VARCHAR", "utf8mb4", "utf8mb4_bin")
+
+
+class _RunKey(MySqlCollated):
+    """The dag-run store's key: compared byte for byte on MySQL/MariaDB, since Airflow 3.4 creates the
+    column without a collation of its own (``mysql_text.BytesComparator``)."""
+
+    cache_ok = True
+    comparator_factory = BytesComparator
+
+
+def _run_key() -> Any:
+    return _RunKey(512, "VARCHAR", "utf8mb4", "utf8mb4_bin")
 
 
 def _asset_text() -> Any:
@@ -202,7 +214,7 @@ def dag_run_state_table(target: MetaData) -> Table:
             ForeignKey("dag_run.id", name="dag_run_state_store_dag_run_fkey", ondelete="CASCADE"),
             nullable=False,
         ),
-        Column("key", _id(512), nullable=False),
+        Column("key", _run_key(), nullable=False),
         Column("dag_id", _id(250), nullable=False),
         Column("run_id", _id(250), nullable=False),
         Column("value", _value_text(), nullable=False),

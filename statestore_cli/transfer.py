@@ -509,7 +509,7 @@ class _Importer:
         present, upsert = self._dag_run_statements(conn)
         stored = _stored(conn, present, list(wanted))
         if self.dialect in _MYSQL:
-            _refuse_stored_twins(stored, wanted, ("dag_run", "key"), _dag_run_key)
+            _refuse_stored_twins(stored, wanted, ("dag_run", "key"), _dag_run_key, fold=_casefold)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
             moment = _binder(self.dialect)
@@ -732,18 +732,35 @@ def _twin_lines(
 
 
 def _refuse_stored_twins(
-    stored: Iterable[tuple[Any, ...]], wanted: dict[Any, Any], names: Sequence[str], what: Callable[[Any], str]
+    stored: Iterable[tuple[Any, ...]],
+    wanted: dict[Any, Any],
+    names: Sequence[str],
+    what: Callable[[Any], str],
+    fold: Callable[[tuple[Any, ...]], tuple[Any, ...]] = padless,
 ) -> None:
     """MySQL/MariaDB: refuse a line (``wanted``: identity -> its row) whose identity differs from a stored
-    one only in trailing spaces; its ``IN`` lookup, compared as the unique index compares, returned that one."""
+    one only in trailing spaces (``fold``: or in what else the column's collation ignores); its ``IN``
+    lookup, compared as the unique index compares, returned that one."""
     extra = [identity for identity in stored if identity not in wanted]
     if not extra:
         return
-    by_padless = {padless(identity): (identity, row) for identity, row in wanted.items()}
+    by_folded = {fold(identity): (identity, row) for identity, row in wanted.items()}
     for identity in extra:
-        hit = by_padless.get(padless(identity))
-        if hit is not None:
+        hit = by_folded.get(fold(identity))
+        if hit is not None and padless(hit[0]) == padless(identity):
             raise BadRecord(hit[1].line, twin_problem(what(hit[1]), names, hit[0], identity))
+        if hit is not None:
+            raise BadRecord(
+                hit[1].line,
+                f"cannot write {what(hit[1])}: it and the stored key {identity[-1]!r} are one in the database's "
+                "unique index (its collation ignores letter case), so they cannot be stored apart",
+            )
+
+
+def _casefold(identity: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An identity as a case-insensitive PAD SPACE index sees it, near enough: texts folded, spaces gone
+    from their ends (Airflow 3.4's ``dag_run_state_store.key`` may have such a collation on MySQL)."""
+    return tuple(v.casefold() if isinstance(v, str) else v for v in padless(identity))
 
 
 def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:

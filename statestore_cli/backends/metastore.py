@@ -500,15 +500,24 @@ def _refuse_twin_row(
     conn: Connection, what: str, table: Any, texts: dict[str, Any], within: dict[str, Any] | None = None
 ) -> None:
     """On MySQL/MariaDB, refuse a write of ``texts`` (and ``within``, compared as they are) that the
-    table's unique index would land on a stored row differing from it only in trailing spaces."""
+    table's unique index would land on a stored row that differs from it: in trailing spaces (every
+    collation there ignores them), or in what a column's own collation ignores besides (letter case,
+    accents: Airflow 3.4's ``dag_run_state_store.key`` takes the database's default collation)."""
     if conn.dialect.name not in MYSQL_ENGINES:
         return
     columns = [table.c[name] for name in texts]
     conds = [index_equal(table.c[name], value) for name, value in texts.items()]
     conds += [table.c[name] == value for name, value in (within or {}).items()]
+    given = tuple(texts.values())
     for stored in conn.execute(select(*columns).where(*conds).limit(2)):
-        if twins(tuple(texts.values()), tuple(stored)):
-            raise InvalidInputError(twin_problem(what, tuple(texts), tuple(texts.values()), tuple(stored)))
+        if twins(given, tuple(stored)):
+            raise InvalidInputError(twin_problem(what, tuple(texts), given, tuple(stored)))
+        if tuple(stored) != given:  # the index holds them for one: its collation ignores more than spaces
+            pairs = [f"{n} {g!r} and the stored {o!r}" for n, g, o in zip(texts, given, stored, strict=True) if g != o]
+            raise InvalidInputError(
+                f"cannot write {what}: {', '.join(pairs)} are one in the database's unique index (its "
+                "collation ignores letter case or accents), so they cannot be stored apart"
+            )
 
 
 def _stores_of(layout: Layout, filt: KeyFilter) -> list[str]:
