@@ -112,10 +112,10 @@ def clean(
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> Optional[Outcome]:
-    """Delete expired task keys.
+    """Delete expired task keys (and Airflow 3.4's dag-run keys).
 
-    Deletes task keys whose expires_at is before now (minus --older-than);
-    asset keys and keys that never expire stay.
+    Deletes task and dag-run keys that have expired (at least --older-than ago,
+    when given); asset keys and keys that never expire stay.
     Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
     skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
