@@ -55,6 +55,7 @@ class ExpiredRow(NamedTuple):
     key: str
     expires_at: str  # ISO 8601 in UTC, as datetime.isoformat() writes it
     store: str = "task"
+    region_id: str | None = None  # a task key's region where the table has regions and it is not the nil one
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,15 @@ def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
             cols = [table.c.dag_id, table.c.run_id, *scope, table.c.key]
             # The raw column value (SQLite text, or the driver's datetime) skips SQLAlchemy's per-row parsing.
             raw_expiry = type_coerce(table.c.expires_at, String)
-            order = cols if task else [table.c.dag_id, table.c.run_id, table.c.key]
-            query = select(*cols, raw_expiry).where(expired(table, now)).order_by(*order)
+            regions = task and "region_id" in table.c
+            region = [table.c.region_id] if regions else []
+            order = [*cols[:3], *region, *cols[3:]] if task else [table.c.dag_id, table.c.run_id, table.c.key]
+            query = select(*cols, raw_expiry, *region).where(expired(table, now)).order_by(*order)
             # 1000 rows a fetch: as fast as 5000 on a million-row dry run, with 4 MB less held at its peak.
             for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
                 for row in chunk:
-                    yield ExpiredRow(*row[:5], iso_utc(row[5]), store)
+                    where = str(row[6]) if regions and row[6].int else None
+                    yield ExpiredRow(*row[:5], iso_utc(row[5]), store, where)
 
 
 def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[Note, ...]:

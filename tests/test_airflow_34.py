@@ -350,12 +350,13 @@ def test_keys_in_a_region_are_never_merged_with_keys_outside_it(af, tmp_path):
     assert out.startswith("deleted 2 keys of ")
     assert af.task_rows() == regional
 
-    # export leaves it out, and importing the same task's key outside the region leaves it alone
+    # export names its region, and importing the same task's key outside the region leaves it alone
     af.ok("set", *TASK, "job_id", '"outside"')
     dump = tmp_path / "keys.jsonl"
     af.ok("export", "--file", str(dump))
     lines = [json.loads(line) for line in dump.read_text().splitlines()]
-    assert [(line["map_index"], line["value"]) for line in lines] == [(-1, "outside")]
+    shown = [(line["map_index"], line.get("region_id"), line["value"]) for line in lines]
+    assert shown == [(-1, None, "outside"), (-1, str(REGION), "regional"), (2, str(REGION), "regional-2")]
     lines[0]["value"] = "imported"
     dump.write_text(json.dumps(lines[0]) + "\n")
     summary = af.json("import", str(dump), "-o", "json")
@@ -370,7 +371,8 @@ def test_keys_in_a_region_are_never_merged_with_keys_outside_it(af, tmp_path):
         region=af.stored_region(REGION),
     )
     plan = af.json("clean", "--dry-run", "-o", "json")
-    assert [(r["task_id"], r["map_index"], r["key"]) for r in plan["rows"]] == [("load", 2, "job_id")]
+    listed = [(r["task_id"], r["map_index"], r["key"], r.get("region_id")) for r in plan["rows"]]
+    assert listed == [("load", 2, "job_id", str(REGION))]
     assert af.json("clean", "-o", "json")["deleted"] == 1
     assert af.region_rows() == regional[:1]
     assert af.json("get", *TASK, "job_id") == "imported"

@@ -91,7 +91,7 @@ class DryRunView:
     def _add(self, row: ExpiredRow) -> None:
         prev = self.previous
         # Most rows continue the current task instance: keep that path short (dry runs stream millions).
-        if prev is not None and row[:4] == prev[:4]:
+        if prev is not None and row[:4] == prev[:4] and row.region_id == prev.region_id:
             self.dags[-1].keys += 1
         else:
             new_dag = prev is None or prev.dag_id != row.dag_id
@@ -125,6 +125,8 @@ class DryRunView:
             parts: tuple[str, ...] = ("dag-run keys", _plural(self.group_size, "key"))
         else:
             task_id, map_index = safe_text(first.task_id), str(first.map_index)
+            if first.region_id is not None:  # the same task id and map index in a region (Airflow 3.4)
+                task_id += f" region {first.region_id}"
             parts = (f"task_id {task_id}", f"map_index {map_index}", _plural(self.group_size, "key"))
         self.table.group((task_id, map_index, keys), parts)
         for row in self.group:

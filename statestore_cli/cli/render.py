@@ -63,11 +63,13 @@ def expired_row_document(row: ExpiredRow) -> dict[str, object]:
     document: dict[str, object] = {name: getattr(row, name) for name in EXPIRED_ROW_COLUMNS}
     if row.store != "task":
         document["store"] = row.store
+    if row.region_id is not None:  # a key in a region (Airflow 3.4); outside any, no field
+        document["region_id"] = row.region_id
     return document
 
 
 def _expired_row_json(row: ExpiredRow) -> str:
-    if row.task_id is None:  # a dag-run key (row.store "dag_run")
+    if row.task_id is None or row.region_id is not None:  # a dag-run key, or a key in a region
         return safe_json(expired_row_document(row))
     # Hand-built for speed, byte for byte what safe_json() of the same dict gives (a test holds it to that).
     line = (
