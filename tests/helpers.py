@@ -262,6 +262,29 @@ def load_airflow_schema(engine_name: str, url: str, revision: str) -> None:
         engine.dispose()
 
 
+SQLITE_FIXTURES = {
+    HEAD_332: "airflow-3.3.2.sqlite",
+    BETWEEN: "airflow-3.4-between.sqlite",
+    HEAD_34: "airflow-3.4.sqlite",
+}
+
+
+@contextmanager
+def airflow_database(engine_name: str, revision: str, tmp_path: Path) -> Iterator[str]:
+    """The URL of an Airflow metadata database of its own at ``revision`` (``HEAD_332``, ``BETWEEN`` or
+    ``HEAD_34``), empty but for its schema: a copy of the SQLite fixture in ``tmp_path``, or a throwaway
+    PostgreSQL/MariaDB database with the dump and the 3.4 steps loaded (``load_airflow_schema``)."""
+    if engine_name == "sqlite":
+        path = tmp_path / f"airflow-{uuid.uuid4().hex[:8]}.db"
+        shutil.copyfile(FIXTURES / SQLITE_FIXTURES[revision], path)
+        path.chmod(0o644)
+        yield f"sqlite:///{path}"
+        return
+    with throwaway_airflow_database(engine_name) as url:
+        load_airflow_schema(engine_name, url, revision)
+        yield url
+
+
 # -- custom backends --------------------------------------------------------------------------------------
 # The module the ``backends`` fixture makes importable as ``ss_test_backends``.
 BACKENDS_MODULE = '''

@@ -8,17 +8,19 @@ MariaDB the 3.3.2 dump with the 3.4 DDL steps loaded into a throwaway database (
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-from helpers import ENGINES, require_server, run_cli, sql
-from sqlalchemy import create_engine, make_url
-from test_schema_fixtures import BETWEEN, FIXTURES, HEAD_34, HEAD_332, SQLITE_FILES, load
+from helpers import (
+    BETWEEN,
+    ENGINES,
+    HEAD_34,
+    HEAD_332,
+    airflow_database,
+    run_cli,
+    sql,
+)
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.database import make_engine
@@ -29,31 +31,6 @@ REGION = uuid.UUID("6f1c1c64-2b0e-4d43-9a55-3b1b0c7e2a10")
 OTHER_REGION = uuid.UUID("0b9e7d52-81a4-4f0c-b3c6-5d2e9a1f7c33")
 UPDATED = datetime(2026, 11, 29, 10, 15, 30, tzinfo=UTC)
 EXPIRES = datetime(2026, 12, 29, 10, 15, 30, 250000, tzinfo=UTC)
-
-
-@contextmanager
-def airflow_database(engine: str, revision: str, tmp_path: Path) -> Iterator[str]:
-    """A URL to an Airflow database at ``revision``, empty but for its schema, of its own."""
-    if engine == "sqlite":
-        path = tmp_path / f"airflow-{uuid.uuid4().hex[:8]}.db"
-        shutil.copyfile(FIXTURES / SQLITE_FILES[revision], path)
-        path.chmod(0o644)
-        yield f"sqlite:///{path}"
-        return
-    admin_url = require_server(engine)
-    name = f"afx_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    charset = "" if engine == "postgresql" else " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}{charset}")
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        load(engine, url, revision)
-        yield url
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE {name}" + (" WITH (FORCE)" if engine == "postgresql" else ""))
-        admin.dispose()
 
 
 def add_run(url: str, dag_id: str, run_id: str = RUN) -> None:
