@@ -20,13 +20,14 @@ from helpers import (
     FIXTURES,
     HEAD_34,
     HEAD_332,
+    SQLITE_FIXTURES,
     STEP_FILE,
     load_airflow_schema,
     throwaway_airflow_database,
 )
 from sqlalchemy import create_engine, inspect
 
-SQLITE_FILES = {HEAD_332: "airflow-3.3.2.sqlite", BETWEEN: "airflow-3.4-between.sqlite", HEAD_34: "airflow-3.4.sqlite"}
+SQLITE_FILES = SQLITE_FIXTURES
 STEPS = AIRFLOW_STEPS  # the DDL files applied on the 3.3.2 schema
 ZERO_HEX = "0" * 32
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
