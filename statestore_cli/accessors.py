@@ -15,7 +15,7 @@ from typing import Any
 from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, JsonValue, stored_ref
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError
 from statestore_cli.retention import Retention, compute_expires_at, utcnow
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope, check_key, missing_key
+from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
 
 
 class StateValueTooLargeWarning(UserWarning):
@@ -212,3 +212,30 @@ class AssetStateStoreAccessor(_Accessor):
         self.backend.clear(self.scope, session=self.session)
         if self.worker_backend is not None:
             self.worker_backend.clear(self.scope)
+
+
+class DagRunStateStoreAccessor(TaskStateStoreAccessor):
+    """Keys of one dag run (Airflow 3.4's dag-run state store); they expire as task keys do, by default
+    after ``[state_store] dag_run_default_retention_days``. Their values are stored as they are: the
+    worker-side hooks are defined for task and asset keys only."""
+
+    scope: DagRunScope  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        scope: DagRunScope,
+        backend: BaseStoreBackend,
+        *,
+        default_retention_days: int = 30,
+        clock: Callable[[], datetime] = utcnow,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(scope, DagRunScope):
+            raise InvalidInputError("DagRunStateStoreAccessor needs a DagRunScope")
+        kwargs["worker_backend"] = None
+        _Accessor.__init__(self, scope, backend, **kwargs)
+        self.default_retention_days = default_retention_days
+        self.clock = clock
+
+    def clear(self, all_map_indices: bool = False) -> None:
+        self.backend.clear(self.scope, session=self.session)

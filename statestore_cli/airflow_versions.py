@@ -2,8 +2,11 @@
 
 Data only: the revision ids of Airflow's migrations from 3.0.0 to 3.3.2, oldest first, each under the
 release that added it (3.3.1 and 3.3.2 added none: their databases are at 3.3.0's last revision), and
-the last revision of each 2.x release. The state store tables came in revision ``fde9ed84d07b``
-(Airflow 3.3.0); a database at an earlier revision has no state store.
+the last revision of each 2.x release. Under 3.4.0, not yet released: the migrations of Airflow's main
+branch that change the state store (the dag-run store, regions, ``region_index``, the asset writer's
+region), in the order they were found to run; a 3.4 database at another revision is read by its tables.
+The state store tables came in revision ``fde9ed84d07b`` (Airflow 3.3.0); a database at an earlier
+revision has no state store.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ _AIRFLOW_3_MIGRATIONS = """
        f8c9d7e6b5a4 e42d9fcd10d9 134de42d3cb0 6222ce48e289 888b59e02a5b 1d6611b6ab7c
 3.3.0: a4c2d171ae18 9fabad868fdb fde9ed84d07b b8f3e4a1d2c9 a7f3b2c1d4e5 a1b2c3d4e5f6 acc215baed80 8812eb67b63c
        a7e6d4c3b2f1 c9d4e5f6a7b8 c20871fbf23a dd5f3a8e2b91 9ff64e1c35d3 d2f4e1b3c5a7
+3.4.0: 8a1d6c4f0b53 54a27b6f9d01 7f8c9a2d410e c3e7a9182f64 a5d7b9c13e40
 """
 
 

@@ -1,6 +1,7 @@
-"""Garbage collection of expired task keys: task rows whose ``expires_at`` is set and has passed.
+"""Garbage collection of expired keys: task rows (and, on Airflow 3.4's layout, dag-run rows) whose
+``expires_at`` is set and has passed.
 
-Asset rows and task rows without an expiry (``NEVER_EXPIRE``, or written with
+Asset rows and rows without an expiry (``NEVER_EXPIRE``, or written with
 ``default_retention_days = 0``) are never touched.
 
 The dry run and the real run share ``expired()``, evaluated against one cutoff fixed when the run
@@ -19,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, String, and_, any_, bindparam, delete, func, select, text, type_coerce
+from sqlalchemy import Integer, String, Table, and_, any_, bindparam, delete, func, null, select, text, type_coerce
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Executable, Select
@@ -38,20 +39,23 @@ from statestore_cli.errors import (
     StopReason,
     failed_midway,
 )
+from statestore_cli.layout import layout_of
 from statestore_cli.schema import qualified, store_schema
-from statestore_cli.schema import task_state_store as _task
 from statestore_cli.timestamps import iso_utc
 
 
 class ExpiredRow(NamedTuple):
-    """One row a clean deletes. A tuple, not a dataclass: dry runs stream hundreds of thousands."""
+    """One row a clean deletes. A tuple, not a dataclass: dry runs stream hundreds of thousands.
+    A dag-run key (``store`` "dag_run") has no task: ``task_id`` and ``map_index`` are None."""
 
     dag_id: str
     run_id: str
-    task_id: str
-    map_index: int
+    task_id: str | None
+    map_index: int | None
     key: str
     expires_at: str  # ISO 8601 in UTC, as datetime.isoformat() writes it
+    store: str = "task"
+    region_id: str | None = None  # a task key's region where the table has regions and it is not the nil one
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class CleanReport:
     elapsed: float = 0.0
     stopped: StopReason | None = None  # why the clean stopped before it was done
     older_than: timedelta = timedelta(0)  # the grace window: ``cutoff`` is this long before the clean started
+    # rows deleted per store cleaned, in order: "task", then "dag_run" where the layout has it (0: not reached)
+    deleted_by_store: dict[str, int] = field(default_factory=dict)
 
     @property
     def rows_per_second(self) -> float:
@@ -82,7 +88,8 @@ class CleanControl:
     ``should_stop`` is asked before every batch after the first and returns a reason to stop (or None);
     ``deadline`` (a ``time.monotonic()`` value) stops the clean once passed; ``on_progress`` hears the
     number of rows deleted so far after every batch; ``on_connected`` hears that the clean's session
-    is open and prepared (the CLI stops honouring signals at once from then on, and stops between batches).
+    is open and prepared (the CLI stops honouring signals at once from then on, and stops between batches);
+    ``on_store`` hears each store's name before its first batch (what ``on_progress`` hears counts on).
     """
 
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -91,6 +98,7 @@ class CleanControl:
     should_stop: Callable[[], StopReason | None] | None = None
     on_progress: Callable[[int], None] | None = None
     on_connected: Callable[[], None] | None = None  # the session is ready: deleting starts now
+    on_store: Callable[[str], None] | None = None  # a store's walk starts ("task", "dag_run"): its rows follow
 
     def stop_reason(self) -> StopReason | None:
         reason = self.should_stop() if self.should_stop else None
@@ -99,22 +107,37 @@ class CleanControl:
         return reason
 
 
-def expired(now: datetime) -> ColumnElement[bool]:
-    """The one selection both runs use: task rows with a non-NULL expiry before ``now``."""
-    return and_(_task.c.expires_at.is_not(None), _task.c.expires_at < now)
+def expired(table: Table, now: datetime) -> ColumnElement[bool]:
+    """The one selection both runs use: rows of ``table`` with a non-NULL expiry before ``now``."""
+    return and_(table.c.expires_at.is_not(None), table.c.expires_at < now)
+
+
+def expiring_tables(conn: Connection) -> tuple[tuple[str, Table], ...]:
+    """The stores a clean cleans, as (store, table): task keys, and dag-run keys where the layout has them."""
+    layout = layout_of(conn)
+    runs = (("dag_run", layout.dag_run_store),) if layout.dag_run_store is not None else ()
+    return (("task", layout.task), *runs)
 
 
 def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
-    """What a clean at ``now`` deletes, ordered by dag, run, task, map index and key; streamed."""
-    cols = (_task.c.dag_id, _task.c.run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
-    # The raw column value (SQLite text, or the driver's datetime) skips SQLAlchemy's per-row parsing.
-    raw_expiry = type_coerce(_task.c.expires_at, String)
-    query = select(*cols, raw_expiry).where(expired(now)).order_by(*cols)
+    """What a clean at ``now`` deletes, ordered by dag, run, task, map index and key (task keys first,
+    then dag-run keys); streamed."""
     with translate_errors(engine), engine.connect() as conn:
-        # 1000 rows a fetch: as fast as 5000 on a million-row dry run, with 4 MB less held at its peak.
-        for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
-            for dag_id, run_id, task_id, map_index, key, expires_at in chunk:
-                yield ExpiredRow(dag_id, run_id, task_id, map_index, key, iso_utc(expires_at))
+        for store, table in expiring_tables(conn):
+            task = store == "task"
+            scope: list[Any] = [table.c.task_id, table.c.map_index.label("map_index")] if task else [null(), null()]
+            cols = [table.c.dag_id, table.c.run_id, *scope, table.c.key]
+            # The raw column value (SQLite text, or the driver's datetime) skips SQLAlchemy's per-row parsing.
+            raw_expiry = type_coerce(table.c.expires_at, String)
+            regions = task and "region_id" in table.c
+            region = [table.c.region_id] if regions else []
+            order = [*cols[:3], *region, *cols[3:]] if task else [table.c.dag_id, table.c.run_id, table.c.key]
+            query = select(*cols, raw_expiry, *region).where(expired(table, now)).order_by(*order)
+            # 1000 rows a fetch: as fast as 5000 on a million-row dry run, with 4 MB less held at its peak.
+            for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
+                for row in chunk:
+                    where = str(row[6]) if regions and row[6].int else None
+                    yield ExpiredRow(*row[:5], iso_utc(row[5]), store, where)
 
 
 def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[Note, ...]:
@@ -164,23 +187,23 @@ def _checked_rowcount(count: int | None) -> int:
     return int(count)
 
 
-def _keyset_statement(dialect: str, now: datetime, batch_size: int) -> Executable:
+def _keyset_statement(dialect: str, table: Table, now: datetime, batch_size: int) -> Executable:
     """One batch on SQLite or PostgreSQL, walking the primary key (``id > :after``; ``RETURNING id``
     says where the next batch starts): each batch reads the next stretch of the table, instead of
     re-scanning the expiry index past everything the earlier batches deleted, and the ids of one
     batch at most are ever held."""
     after = bindparam("after", type_=Integer)
-    ids = select(_task.c.id).where(_task.c.id > after, expired(now)).order_by(_task.c.id).limit(batch_size)
+    ids = select(table.c.id).where(table.c.id > after, expired(table, now)).order_by(table.c.id).limit(batch_size)
     if dialect == "postgresql":
         # Rows another cleaner holds are skipped, not waited for: two cleans share the work. The ids
         # go in as an array so the delete looks them up by primary key instead of joining, and only
         # the count and the last id come back, not every deleted id.
         ids = ids.with_for_update(skip_locked=True)
-        chosen = _task.c.id == any_(func.array(ids.scalar_subquery()))
-        gone = delete(_task).where(chosen, expired(now)).returning(_task.c.id).cte("gone")
+        chosen = table.c.id == any_(func.array(ids.scalar_subquery()))
+        gone = delete(table).where(chosen, expired(table, now)).returning(table.c.id).cte("gone")
         return select(func.count(), func.max(gone.c.id))
-    chosen = _task.c.id.in_(ids.scalar_subquery())
-    return delete(_task).where(chosen, expired(now)).returning(_task.c.id)
+    chosen = table.c.id.in_(ids.scalar_subquery())
+    return delete(table).where(chosen, expired(table, now)).returning(table.c.id)
 
 
 def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
@@ -202,31 +225,37 @@ def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
 # any long read transaction, so each batch got slower than the one before. FORCE INDEX keeps both
 # statements on the primary key even where the optimizer's estimate for the expiry index is low;
 # MySQL accepts an index hint in a DELETE only in its multi-table form.
-# {table} is task_state_store, qualified with [database] sql_alchemy_schema when that is set.
-_MYSQL_RANGE_DELETE = (
-    "DELETE {table} FROM {table} FORCE INDEX (PRIMARY) "
-    "WHERE {table}.id > :after {upper}AND {table}.expires_at IS NOT NULL "
-    "AND {table}.expires_at < :now"
-)
+def _mysql_range_delete(conn: Connection, table: Table, upper: bool) -> str:
+    """``DELETE t FROM t FORCE INDEX (PRIMARY) WHERE`` the expired rows after ``:after`` (up to
+    ``:upper``): the same condition as ``expired()``, written out, since SQLAlchemy renders no
+    multi-table DELETE with a hint. Names come from ``table``, as the layout has them, the table's
+    qualified with ``[database] sql_alchemy_schema`` when that is set."""
+    quote = conn.dialect.identifier_preparer
+    name = qualified(conn, table.name)
+    pk, expiry = (f"{name}.{quote.quote(table.c[c].name)}" for c in ("id", "expires_at"))
+    bound = f"AND {pk} <= :upper " if upper else ""
+    return (
+        f"DELETE {name} FROM {name} FORCE INDEX (PRIMARY) "
+        f"WHERE {pk} > :after {bound}AND {expiry} IS NOT NULL AND {expiry} < :now"
+    )
 
 
-def _mysql_statements(now: datetime, batch_size: int, table: str) -> tuple[Executable, Executable, Executable]:
+def _mysql_statements(
+    conn: Connection, table: Table, now: datetime, batch_size: int
+) -> tuple[Executable, Executable, Executable]:
     """The batch end, the bounded delete, and the delete of the rest (when fewer than a batch remain)."""
     after = bindparam("after", type_=Integer)
     end = (
-        select(_task.c.id)
-        .with_hint(_task, "FORCE INDEX (PRIMARY)")
-        .where(_task.c.id > after, expired(now))
-        .order_by(_task.c.id)
+        select(table.c.id)
+        .with_hint(table, "FORCE INDEX (PRIMARY)")
+        .where(table.c.id > after, expired(table, now))
+        .order_by(table.c.id)
         .limit(1)
         .offset(batch_size - 1)
     )
-    # The same condition as expired(now), written out: SQLAlchemy renders no multi-table DELETE with a hint.
-    now_param = bindparam("now", now, type_=_task.c.expires_at.type)
-    upto = text(_MYSQL_RANGE_DELETE.format(table=table, upper=f"AND {table}.id <= :upper ")).bindparams(
-        now_param, bindparam("upper", type_=Integer)
-    )
-    rest = text(_MYSQL_RANGE_DELETE.format(table=table, upper="")).bindparams(now_param)
+    now_param = bindparam("now", now, type_=table.c.expires_at.type)
+    upto = text(_mysql_range_delete(conn, table, upper=True)).bindparams(now_param, bindparam("upper", type_=Integer))
+    rest = text(_mysql_range_delete(conn, table, upper=False)).bindparams(now_param)
     return end, upto, rest
 
 
@@ -241,20 +270,22 @@ def _mysql_batch(conn: Connection, statements: tuple[Executable, Executable, Exe
 
 
 def count_expired(engine: Engine, now: datetime) -> int:
+    """How many rows a clean at ``now`` deletes, every store it cleans together."""
     with translate_errors(engine), engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(_task).where(expired(now))).scalar_one())
+        counts = [select(func.count()).select_from(t).where(expired(t, now)) for _, t in expiring_tables(conn)]
+        return sum(int(conn.execute(count).scalar_one()) for count in counts)
 
 
-def _batch_runner(conn: Connection, now: datetime, batch_size: int) -> Callable[[int], _Batch]:
-    """The function that runs one batch (its own transaction) starting after a given id."""
+def _batch_runner(conn: Connection, table: Table, now: datetime, batch_size: int) -> Callable[[int], _Batch]:
+    """The function that runs one batch (its own transaction) of ``table`` starting after a given id."""
     dialect = conn.dialect.name
     if batch_size == 0:
-        everything = delete(_task).where(expired(now))
+        everything = delete(table).where(expired(table, now))
         return lambda _after: _Batch(_checked_rowcount(conn.execute(everything).rowcount), None)
     if dialect in ("mysql", "mariadb"):
-        statements = _mysql_statements(now, batch_size, qualified(conn, _task.name))
+        statements = _mysql_statements(conn, table, now, batch_size)
         return lambda after: _mysql_batch(conn, statements, after)
-    stmt = _keyset_statement(dialect, now, batch_size)
+    stmt = _keyset_statement(dialect, table, now, batch_size)
     return lambda after: _keyset_batch(conn, stmt, after)
 
 
@@ -267,37 +298,47 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     deleted = batches = 0
     stopped: StopReason | None = None
     with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
-        run = _batch_runner(conn, now, batch_size)
-        after: int | None = 0  # the id the next batch starts after; None once the walk is done
+        tables = expiring_tables(conn)
+        conn.commit()  # reading the layout may have begun a transaction; every batch is one of its own
+        by_store = dict.fromkeys((store for store, _ in tables), 0)
+        for store, table in tables:
+            if control.on_store:
+                control.on_store(store)
+            store_started = deleted
+            run = _batch_runner(conn, table, now, batch_size)
+            after: int | None = 0  # the id the next batch starts after; None once the walk is done
 
-        def one_batch(start: int) -> _Batch:
-            with conn.begin():
-                return run(start)
+            def one_batch(start: int, run: Callable[[int], _Batch] = run) -> _Batch:
+                with conn.begin():
+                    return run(start)
 
-        while after is not None:
-            batch_started = time.monotonic()
-            try:
-                with translate_errors(engine):
-                    batch = retry_deadlocks(partial(one_batch, after))
-            except BackendError as exc:
-                raise failed_midway(exc, "clean", deleted, batches, kind="expired ") from None
-            deleted += batch.deleted
-            batches += 1 if batch.deleted else 0
-            after = batch.after
-            if control.on_progress:
-                control.on_progress(deleted)
-            if after is None:
-                break
-            stopped = control.stop_reason()
+            while after is not None:
+                batch_started = time.monotonic()
+                try:
+                    with translate_errors(engine):
+                        batch = retry_deadlocks(partial(one_batch, after))
+                except BackendError as exc:
+                    raise failed_midway(exc, "clean", deleted, batches, kind="expired ") from None
+                deleted += batch.deleted
+                by_store[store] = deleted - store_started
+                batches += 1 if batch.deleted else 0
+                after = batch.after
+                if control.on_progress:
+                    control.on_progress(deleted)
+                if after is None:
+                    break
+                stopped = control.stop_reason()
+                if stopped:
+                    break
+                if engine.dialect.name == "sqlite":
+                    # SQLite has one write lock and no queue: a writer waiting on it retries every 100 ms
+                    # at most, and would almost never find it free between two batches. A pause of a
+                    # quarter of the batch's time (100 ms at most) lets waiting writers in.
+                    time.sleep(min(0.1, (time.monotonic() - batch_started) / 4))
             if stopped:
                 break
-            if engine.dialect.name == "sqlite":
-                # SQLite has one write lock and no queue: a writer waiting on it retries every 100 ms
-                # at most, and would almost never find it free between two batches. A pause of a
-                # quarter of the batch's time (100 ms at most) lets waiting writers in.
-                time.sleep(min(0.1, (time.monotonic() - batch_started) / 4))
     elapsed = time.monotonic() - started
-    return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped)
+    return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped, deleted_by_store=by_store)
 
 
 @contextmanager

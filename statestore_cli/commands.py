@@ -31,9 +31,10 @@ from statestore_cli.errors import (
     StateStoreError,
     first_line,
 )
+from statestore_cli.layout import Layout, layout_of
 from statestore_cli.retention import Retention, clean_cutoff, utcnow
 from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
-from statestore_cli.scopes import StoreScope, TaskScope, check_key, missing_key
+from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
 from statestore_cli.stores import accessor, open_backend, open_metastore
 
 if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` need them, and they cost start-up
@@ -60,15 +61,21 @@ class DbReport(NamedTuple):
     error: str | None = None
     airflow_version: str | None = None  # an Airflow database: the release its alembic revision belongs to
     counts: StoreCounts | None = None  # an Airflow database with the state store: its rows
+    layout: Layout | None = None  # an Airflow database with the state store: the layout of its tables
 
     @property
     def usable(self) -> bool:
-        return self.error is None and self.schema.usable
+        return self.error is None and self.schema.usable and not (self.layout is not None and self.layout.problems)
 
     def problem(self) -> StateStoreError | None:
         """Why the store is not usable, as the error to raise; None when it is usable."""
         if self.error is not None:
             return DatabaseError(self.error)
+        if self.layout is not None and self.layout.problems:
+            try:
+                self.layout.require("write")
+            except DatabaseError as exc:
+                return exc
         if not self.schema.usable and self.schema.mode == "airflow":
             from statestore_cli.airflow_versions import STATE_STORE_SINCE
 
@@ -109,20 +116,27 @@ def db_check(settings: Settings) -> DbReport:
         return report
     from statestore_cli.airflow_versions import airflow_version
 
-    counts = _store_counts(store, utcnow()) if state.usable else None
-    return report._replace(airflow_version=airflow_version(state.alembic_revision), counts=counts)
+    layout = None
+    if state.usable:
+        with translate_errors(store.engine), store.engine.connect() as conn:
+            layout = layout_of(conn, needs=None)
+    counts = _store_counts(store, utcnow()) if state.usable and not (layout and layout.problems) else None
+    version = airflow_version(state.alembic_revision)
+    return report._replace(airflow_version=version, counts=counts, layout=layout)
 
 
 def _store_counts(store: MetastoreBackend, now: datetime) -> StoreCounts:
     from sqlalchemy import func, select
 
     from statestore_cli.cleanup import expired
-    from statestore_cli.schema import asset_state_store, task_state_store
+    from statestore_cli.layout import layout_of
+    from statestore_cli.schema import asset_state_store
 
     with store.connection() as conn:
-        count = select(func.count()).select_from(task_state_store)
+        task = layout_of(conn).task
+        count = select(func.count()).select_from(task)
         tasks = int(conn.execute(count).scalar_one())
-        stale = int(conn.execute(count.where(expired(now))).scalar_one())
+        stale = int(conn.execute(count.where(expired(task, now))).scalar_one())
         assets = int(conn.execute(select(func.count()).select_from(asset_state_store)).scalar_one())
     return StoreCounts(tasks, stale, assets, now)
 
@@ -153,7 +167,7 @@ def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Call
         entry = backend.describe(scope, key)
         if entry is not None:
             return entry._replace(value=decode(entry.value))
-        if isinstance(scope, TaskScope):  # one more query, on the not-found path only
+        if isinstance(scope, TaskScope | DagRunScope):  # one more query, on the not-found path only
             raise missing_key(scope, key, run_exists=backend.has_run(scope))
     else:
         stored = backend.get(scope, key)
@@ -165,6 +179,8 @@ def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Call
 def _bare_entry(scope: StoreScope, key: str, value: JsonValue) -> Entry:
     if isinstance(scope, TaskScope):
         return Entry("task", key, None, None, scope.dag_id, scope.run_id, scope.task_id, scope.map_index, value=value)
+    if isinstance(scope, DagRunScope):
+        return Entry("dag_run", key, None, None, scope.dag_id, scope.run_id, value=value)
     return Entry("asset", key, None, None, asset_id=scope.asset_id, name=scope.name, uri=scope.uri, value=value)
 
 
@@ -173,11 +189,11 @@ def set_value(
 ) -> datetime | None:
     """Write through the accessor (refusing oversized values); returns the stored ``expires_at``."""
     acc = accessor(settings, scope, oversize="error")
-    if isinstance(acc, TaskStateStoreAccessor):
+    if isinstance(acc, TaskStateStoreAccessor):  # a dag-run accessor too: its keys expire as well
         return acc.set(key, value, retention)
     if retention is not None:
         raise InvalidInputError(
-            f"{PARAMETER} applies to task keys only; asset keys never expire", parameter="retention"
+            f"{PARAMETER} applies to task and dag-run keys only; asset keys never expire", parameter="retention"
         )
     acc.set(key, value)
     return None
@@ -188,9 +204,9 @@ def set_value_until(
 ) -> datetime:
     """Write a task key that expires at ``expires_at`` (timezone-aware); an instant already past is
     refused unless ``force`` (the next clean deletes such a key). Returns the stored expiry, in UTC."""
-    if not isinstance(scope, TaskScope):
+    if isinstance(scope, AssetScope):
         raise InvalidInputError(
-            f"{PARAMETER} applies to task keys only; asset keys never expire", parameter="expires_at"
+            f"{PARAMETER} applies to task and dag-run keys only; asset keys never expire", parameter="expires_at"
         )
     acc = accessor(settings, scope, oversize="error")
     assert isinstance(acc, TaskStateStoreAccessor)

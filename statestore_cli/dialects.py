@@ -12,7 +12,8 @@ from sqlalchemy.engine import Connection, CursorResult
 def upsert(
     conn: Connection, table: Table, values: Mapping[str, Any], conflict: Sequence[str], update: Sequence[str]
 ) -> CursorResult[Any]:
-    """Insert ``values``, or update the ``update`` columns of the row that clashes on ``conflict``."""
+    """Insert ``values``, or update the ``update`` columns of the row that clashes on ``conflict``
+    (column keys, which may differ from the database's names: see ``layout``)."""
     name = conn.dialect.name
     if name in ("mysql", "mariadb"):
         from sqlalchemy.dialects import mysql
@@ -21,7 +22,9 @@ def upsert(
         return conn.execute(stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in update}))
     ins = _insert(name, table).values(**values)
     return conn.execute(
-        ins.on_conflict_do_update(index_elements=list(conflict), set_={c: ins.excluded[c] for c in update})
+        ins.on_conflict_do_update(
+            index_elements=[table.c[k] for k in conflict], set_={c: ins.excluded[c] for c in update}
+        )
     )
 
 

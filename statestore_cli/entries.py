@@ -6,6 +6,7 @@ a frozen dataclass costs at every command's start, and ``list`` builds an ``Entr
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -25,6 +26,7 @@ class Entry(NamedTuple):
     name: str | None = None
     uri: str | None = None
     value: Any = None
+    region_id: uuid.UUID | None = None  # a task key's region, where the table has regions and it is not the nil one
 
 
 class KeyFilter(NamedTuple):
@@ -39,6 +41,7 @@ class KeyFilter(NamedTuple):
     name: str | None = None
     uri: str | None = None
     key: str | None = None
+    region_id: uuid.UUID | None = None  # a task's region (the nil UUID: outside any region); None: any region
 
     @property
     def has_task_fields(self) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, exists, func, select
+from sqlalchemy import Table, and_, delete, exists, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement
 
@@ -31,13 +31,13 @@ from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, failed_midway
+from statestore_cli.layout import layout_of
 from statestore_cli.mysql_text import check_asset_text
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
 from statestore_cli.schema_state import alembic_version_table
 from statestore_cli.scopes import AssetScope, TaskScope
 from statestore_cli.stores import open_backend, open_worker_backend
 
-_task = task_state_store
 _akv = asset_state_store
 
 
@@ -267,11 +267,12 @@ def _checked(rowcount: int) -> int:
 
 
 # -- a whole run or dag -----------------------------------------------------------------------------------
-def _task_selection(dag_id: str, run_id: str | None, *, walking: str = "") -> ColumnElement[bool]:
-    """The task keys of a dag or run. ``walking`` names the engine of a batched delete walking the
-    primary key: on SQLite the columns are wrapped (``dag_id || ''``) so that the index on them is not
-    used, since SQLite would otherwise read every remaining row of the dag from it for each batch."""
-    dag, run = _task.c.dag_id, _task.c.run_id
+def _task_selection(table: Table, dag_id: str, run_id: str | None, *, walking: str = "") -> ColumnElement[bool]:
+    """The keys of a dag or run in ``table`` (the task or the dag-run store). ``walking`` names the engine
+    of a batched delete walking the primary key: on SQLite the columns are wrapped (``dag_id || ''``) so
+    that the index on them is not used, since SQLite would otherwise read every remaining row of the dag
+    from it for each batch."""
+    dag, run = table.c.dag_id, table.c.run_id
     if walking == "sqlite":
         dag, run = dag.concat(""), run.concat("")  # type: ignore[assignment]
     parts = [dag == dag_id] + ([run == run_id] if run_id is not None else [])
@@ -289,20 +290,29 @@ def _metastore_only(settings: Settings, what: str) -> MetastoreBackend:
     return backend
 
 
+def _run_tables(conn: Connection) -> tuple[Table, ...]:
+    """The tables holding keys of a run: the task store, and the dag-run store where the layout has one."""
+    layout = layout_of(conn)
+    return (layout.task, *((layout.dag_run_store,) if layout.dag_run_store is not None else ()))
+
+
 def count_task_keys(settings: Settings, dag_id: str, run_id: str | None = None) -> int:
-    """How many task keys a dag (or one of its runs) holds."""
+    """How many keys a dag (or one of its runs) holds: its task keys, and its dag-run keys (Airflow 3.4)."""
     store = _metastore_only(settings, "counting the keys of a run or dag")
     with store.connection() as conn:
-        query = select(func.count()).select_from(_task).where(_task_selection(dag_id, run_id))
-        return int(conn.execute(query).scalar_one())
+        counts = [
+            select(func.count()).select_from(t).where(_task_selection(t, dag_id, run_id)) for t in _run_tables(conn)
+        ]
+        return sum(int(conn.execute(count).scalar_one()) for count in counts)
 
 
 def _tasks_of(conn: Connection, where: ColumnElement[bool]) -> list[TaskScope]:
     """The task instances (all map indices) whose rows ``where`` selects: what a worker backend clears."""
     # With the task id's length, MySQL's DISTINCT keeps `t` and `t ` apart (its collation ignores trailing
     # spaces); a dag run there is unique by dag and run id, so those cannot have such twins.
-    task_id = _task.c.task_id
-    query = select(_task.c.dag_id, _task.c.run_id, task_id, func.length(task_id)).where(where).distinct()
+    task = layout_of(conn).task
+    task_id = task.c.task_id
+    query = select(task.c.dag_id, task.c.run_id, task_id, func.length(task_id)).where(where).distinct()
     return [TaskScope(d, r, t) for d, r, t, _ in conn.execute(query)]
 
 
@@ -314,27 +324,30 @@ def _clear_worker(worker: BaseStoreBackend | None, tasks: list[TaskScope]) -> No
 def clear_task_keys(
     settings: Settings, dag_id: str, run_id: str | None = None, batch_size: int | None = None
 ) -> tuple[int, int]:
-    """Delete every task key of a dag (or one of its runs), ``batch_size`` per commit (default
-    ``state_cleanup_batch_size``; 0: one statement); returns (keys deleted, batches)."""
+    """Delete every key of a dag (or one of its runs): its task keys, then its dag-run keys (Airflow
+    3.4), ``batch_size`` per commit (default ``state_cleanup_batch_size``; 0: one statement); returns
+    (keys deleted, batches)."""
     store = _metastore_only(settings, "clearing a whole run or dag")
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
     if size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {size}")
-    where = _task_selection(dag_id, run_id)
     worker = open_worker_backend(settings)
-    tasks: list[TaskScope] = []
-    if worker is not None:
-        with store.connection() as conn:
-            tasks = _tasks_of(conn, where)
+    with store.connection() as conn:
+        tables = _run_tables(conn)
+        tasks = _tasks_of(conn, _task_selection(tables[0], dag_id, run_id)) if worker is not None else []
     tally = _Tally()
+    deleted = batches = 0
     try:
         with translate_errors(store.engine):
-            walk = _task_selection(dag_id, run_id, walking=store.engine.dialect.name)
-            result = _delete_batched(store.engine, _task.c.id, where, size, time.sleep, walk, tally)
+            for table in tables:
+                where = _task_selection(table, dag_id, run_id)
+                walk = _task_selection(table, dag_id, run_id, walking=store.engine.dialect.name)
+                done = _delete_batched(store.engine, table.c.id, where, size, time.sleep, walk, tally)
+                deleted, batches = deleted + done[0], batches + done[1]
     except BackendError as exc:
         raise failed_midway(exc, "clear", tally.deleted, tally.batches) from None
     _clear_worker(worker, tasks)
-    return result
+    return deleted, batches
 
 
 # -- deleting runs and assets of a standalone store ---------------------------------------------------------
@@ -357,9 +370,10 @@ def delete_run(settings: Settings, dag_id: str, run_id: str) -> int:
     store = _metastore_only(settings, "deleting a run")
     _standalone_only(store, "delete dag runs")
     worker = open_worker_backend(settings)
-    where = _task_selection(dag_id, run_id)
     with store.connection() as conn:
-        keys = int(conn.execute(select(func.count()).select_from(_task).where(where)).scalar_one())
+        task = layout_of(conn).task
+        where = _task_selection(task, dag_id, run_id)
+        keys = int(conn.execute(select(func.count()).select_from(task).where(where)).scalar_one())
         tasks = _tasks_of(conn, where) if worker is not None else []
         gone = conn.execute(delete(dag_run).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)).rowcount
         if gone == 0:
@@ -375,8 +389,9 @@ def count_run_keys(settings: Settings, dag_id: str, run_id: str) -> int | None:
         found = conn.execute(select(dag_run.c.id).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)).first()
         if found is None:
             return None
+        task = layout_of(conn).task
         return int(
-            conn.execute(select(func.count()).select_from(_task).where(_task.c.dag_run_id == found.id)).scalar_one()
+            conn.execute(select(func.count()).select_from(task).where(task.c.dag_run_id == found.id)).scalar_one()
         )
 
 

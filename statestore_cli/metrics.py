@@ -6,7 +6,10 @@ its argument checks writes it, whether it finished, stopped early or failed, wit
 time of the last success is carried over from the previous file when this run did not succeed, so an
 alert can ask how long cleans have been failing.
 
-No labels: one file describes the cleans of one database. Kept free of SQLAlchemy, typer and rich.
+One file describes the cleans of one database, so no family has labels but one: on a database with a
+dag-run state store (Airflow 3.4), ``rows_deleted_by_store`` splits ``rows_deleted`` by a ``store`` label
+(``task``, ``dag_run``); elsewhere it is not written, and the file is as before. Kept free of
+SQLAlchemy, typer and rich.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ LAST_SUCCESS = f"{PREFIX}last_success_timestamp_seconds"
 # describes the last run, not a running total (the textfile collector has no memory between runs).
 _FAMILIES = (
     ("rows_deleted", "Expired task keys the last clean deleted (committed batches, also when it stopped or failed)."),
+    (
+        "rows_deleted_by_store",
+        "Expired keys the last clean deleted per store (task, dag_run), which rows_deleted adds up; "
+        "only where the database has a dag-run state store.",
+    ),
     ("expired_rows_remaining", "Expired task keys past the last clean's cutoff still in the store after it ran."),
     ("batches", "Batches the last clean committed."),
     ("duration_seconds", "How long the last clean ran, in seconds."),
@@ -60,6 +68,8 @@ class CleanMetrics:
     batches: int = 0
     expired_rows_remaining: int | None = None
     last_success_timestamp_seconds: float | None = None
+    # store -> rows deleted; None where the clean is not known to clean a dag-run store (the family is left out)
+    rows_deleted_by_store: dict[str, int] | None = None
 
     def render(self) -> str:
         """The exposition text: HELP and TYPE for every family, then its sample unless unknown."""
@@ -72,8 +82,15 @@ class CleanMetrics:
             "last_run_timestamp_seconds": self.finished_at,
             "last_success_timestamp_seconds": self.last_success_timestamp_seconds,
         }
+        by_store = self.rows_deleted_by_store
         lines = []
         for name, help_text in _FAMILIES:
+            if name == "rows_deleted_by_store":
+                if by_store is None:
+                    continue  # a database without a dag-run store: the file stays as it always was
+                lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} gauge"]
+                lines += [f'{PREFIX}{name}{{store="{store}"}} {_number(n)}' for store, n in by_store.items()]
+                continue
             lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} gauge"]
             value = values[name]
             if value is not None:
@@ -169,7 +186,8 @@ class CleanRecorder:
 
     Created before the clean starts (it checks that the file can be written, so a bad path fails before
     anything is deleted); ``on_progress`` follows the committed batches, so a clean that fails midway
-    still reports what it deleted; ``finish`` writes the file.
+    still reports what it deleted, and ``on_store`` which store they were deleted from; ``finish``
+    writes the file.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -178,6 +196,11 @@ class CleanRecorder:
         self.started = time.monotonic()
         self.rows_deleted = 0
         self.batches = 0
+        self.store_started: dict[str, int] = {}  # store -> rows_deleted when its walk began, in order
+
+    def on_store(self, store: str) -> None:
+        """Called when the clean starts on a store: the rows deleted from now on are that store's."""
+        self.store_started[store] = self.rows_deleted
 
     def on_progress(self, deleted: int) -> None:
         """Called after every batch with the rows deleted so far; a batch that deleted rows counts."""
@@ -192,11 +215,13 @@ class CleanRecorder:
         rows_deleted: int | None = None,
         batches: int | None = None,
         remaining: int | None = None,
+        deleted_by_store: dict[str, int] | None = None,
     ) -> CleanMetrics:
         """Write the file for a run that ended with ``exit_status``; the counts default to what
-        ``on_progress`` saw."""
+        ``on_progress`` and ``on_store`` saw."""
         finished_at = time.time()
         succeeded = exit_status == EXIT_OK
+        by_store = self._by_store() if deleted_by_store is None else dict(deleted_by_store)
         metrics = CleanMetrics(
             exit_status=exit_status,
             duration_seconds=time.monotonic() - self.started,
@@ -204,6 +229,7 @@ class CleanRecorder:
             rows_deleted=self.rows_deleted if rows_deleted is None else rows_deleted,
             batches=self.batches if batches is None else batches,
             expired_rows_remaining=remaining,
+            rows_deleted_by_store=by_store if "dag_run" in by_store else None,
             last_success_timestamp_seconds=finished_at if succeeded else read_last_success(self.path),
         )
         try:
@@ -213,3 +239,11 @@ class CleanRecorder:
                 f"cannot write {PARAMETER} {self.path}: {exc.strerror or exc}", parameter="metrics_file"
             ) from None
         return metrics
+
+    def _by_store(self) -> dict[str, int]:
+        """The rows deleted from each store the clean reached, from where its walk began to the next's."""
+        starts = list(self.store_started.items())
+        if not starts:
+            return {}  # it failed before it reached a store
+        ends = [start for _store, start in starts[1:]] + [self.rows_deleted]
+        return {store: end - start for (store, start), end in zip(starts, ends, strict=True)}

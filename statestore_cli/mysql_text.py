@@ -52,14 +52,37 @@ def _compile_exact(element: ExactEqual, compiler: SQLCompiler, **kw: Any) -> str
     return compiler.process(element.plain, **kw)
 
 
+class BytesEqual(ExactEqual):
+    """``left = right``, and on MySQL/MariaDB also byte for byte: for a UTF-8 column whose collation the
+    database chose (Airflow 3.4 creates ``dag_run_state_store.key`` with none, so the database's default,
+    often case- and accent-insensitive, applies), where equal lengths do not make two texts equal."""
+
+    __visit_name__ = "bytes_equal"
+    inherit_cache = True
+
+
+@compiles(BytesEqual)
+def _compile_bytes(element: BytesEqual, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.plain, **kw)
+
+
 @compiles(ExactEqual, "mysql")
 @compiles(ExactEqual, "mariadb")
 def _compile_exact_mysql(element: ExactEqual, compiler: SQLCompiler, **kw: Any) -> str:
     # The comparison itself as usual (a join's ON links its tables for SQLAlchemy's cartesian-product
-    # check), then its sides again: one bound parameter rendered twice holds one value.
+    # check, and the index finds the row), then its sides again: one bound parameter rendered twice holds
+    # one value. UTF-8 text (utf8mb3 or utf8mb4, the connection's) has the same bytes on both sides.
     plain = compiler.process(element.plain, **kw)
     left, right = (compiler.process(side, **kw) for side in (element.plain.left, element.plain.right))
+    if isinstance(element, BytesEqual):
+        return f"({plain} AND BINARY {left} = BINARY {right})"
     return f"({plain} AND CHAR_LENGTH({left}) = CHAR_LENGTH({right}))"
+
+
+@compiles(BytesEqual, "mysql")
+@compiles(BytesEqual, "mariadb")
+def _compile_bytes_mysql(element: BytesEqual, compiler: SQLCompiler, **kw: Any) -> str:
+    return _compile_exact_mysql(element, compiler, **kw)
 
 
 class ExactComparator(TypeDecorator.Comparator[str], Concatenable.Comparator[str]):
@@ -70,6 +93,14 @@ class ExactComparator(TypeDecorator.Comparator[str], Concatenable.Comparator[str
         if isinstance(plain, BinaryExpression) and plain.operator is operators.eq:
             return ExactEqual(plain)
         return plain
+
+
+class BytesComparator(ExactComparator):
+    """``column == value`` byte for byte on MySQL/MariaDB, whatever the column's collation (``BytesEqual``)."""
+
+    def __eq__(self, other: Any) -> Any:
+        exact = super().__eq__(other)
+        return BytesEqual(exact.plain) if isinstance(exact, ExactEqual) else exact
 
 
 def index_equal(column: Any, value: Any) -> ColumnElement[bool]:

@@ -8,25 +8,41 @@ A task key's line::
 An asset key's line names its asset by ``name`` and ``uri`` (its id differs from one database to the next),
 has ``"expires_at": null`` (asset keys never expire) and ``updated_by``: who last wrote it (``kind`` ``task``,
 ``watcher`` or ``api``, and for a task its ``dag_id``, ``run_id``, ``task_id``, ``map_index``), or null when
-that was never recorded. Every field is required and no other is accepted, so a typo is an error, not a
-silently dropped field. Timestamps are ISO 8601 with a UTC offset; exported ones are always in UTC.
+that was never recorded.
+
+On Airflow 3.4's layout a task key may be in a region: its line has ``"region_id": "<uuid>"`` as well
+(after ``task_id``). A line without it, or with the nil UUID, is a key outside any region; a region's keys
+are never merged with those outside it, so a database without regions refuses a line in one. A dag-run
+key (Airflow 3.4's ``dag_run_state_store``; a database without that table refuses the line)::
+
+    {"store": "dag_run", "dag_id": ..., "run_id": ..., "key": ...,
+     "updated_at": "2026-11-30T00:00:00+00:00", "expires_at": null, "value": <the JSON value>}
+
+Every field is required (but a task key's ``region_id``) and no other is accepted, so a typo is an error,
+not a silently dropped field. Timestamps are ISO 8601 with a UTC offset; exported ones are always in UTC.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from statestore_cli.mysql_text import outside_latin1
-from statestore_cli.scopes import ID_MAX_LENGTH, KEY_MAX_LENGTH
+from statestore_cli.scopes import ID_MAX_LENGTH, KEY_MAX_LENGTH, NIL_REGION
 
 TASK_FIELDS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at", "value")
+TASK_OPTIONAL = ("region_id",)  # a task line may have it; absent: outside any region
+DAG_RUN_FIELDS = ("store", "dag_id", "run_id", "key", "updated_at", "expires_at", "value")
 ASSET_FIELDS = ("store", "name", "uri", "key", "updated_at", "expires_at", "updated_by", "value")
 UPDATED_BY_FIELDS = ("kind", "dag_id", "run_id", "task_id", "map_index")
 WRITER_KINDS = ("task", "watcher", "api")
 ASSET_TEXT_MAX_LENGTH = 1500  # the asset table's name and uri columns
 _TASK_SET, _ASSET_SET, _BY_SET = frozenset(TASK_FIELDS), frozenset(ASSET_FIELDS), frozenset(UPDATED_BY_FIELDS)
+_TASK_REGION_SET, _DAG_RUN_SET = _TASK_SET | frozenset(TASK_OPTIONAL), frozenset(DAG_RUN_FIELDS)
+# A task line's fields in the export's order, for an error.
+_TASK_SHOWN = (*TASK_FIELDS[:4], *(f"{name} (optional)" for name in TASK_OPTIONAL), *TASK_FIELDS[4:])
 
 # A MySQL/MariaDB TIMESTAMP holds 1970-01-01 00:00:01 to 2038-01-19 03:14:07 UTC, nothing else.
 MYSQL_FIRST = datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
@@ -65,6 +81,19 @@ class TaskRow(NamedTuple):
     updated_at: datetime
     expires_at: datetime | None
     value: str
+    region_id: uuid.UUID = NIL_REGION  # the nil UUID: outside any region
+
+
+class DagRunRow(NamedTuple):
+    """A dag-run key ready to write (Airflow 3.4's dag-run state store)."""
+
+    line: int
+    dag_id: str
+    run_id: str
+    key: str
+    updated_at: datetime
+    expires_at: datetime | None
+    value: str
 
 
 class AssetRow(NamedTuple):
@@ -90,7 +119,7 @@ def load_strict(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=_no_constant)
 
 
-def parse_line(number: int, text: str | bytes, max_value_bytes: int) -> TaskRow | AssetRow | None:
+def parse_line(number: int, text: str | bytes, max_value_bytes: int) -> TaskRow | DagRunRow | AssetRow | None:
     """The key on line ``number``, checked; None for a blank line. Raises ``BadRecord``."""
     if not text.strip():
         return None
@@ -102,26 +131,38 @@ def parse_line(number: int, text: str | bytes, max_value_bytes: int) -> TaskRow 
         raise BadRecord(number, f"expected a JSON object, got {_kind(record)}")
     store = record.get("store")
     if store == "task":
-        _check_fields(number, record, _TASK_SET, TASK_FIELDS, "a task key")
+        fields = _TASK_REGION_SET if "region_id" in record else _TASK_SET
+        _check_fields(number, record, fields, TASK_FIELDS, "a task key", _TASK_SHOWN)
         return _task_row(number, record, max_value_bytes)
+    if store == "dag_run":
+        _check_fields(number, record, _DAG_RUN_SET, DAG_RUN_FIELDS, "a dag-run key")
+        return _dag_run_row(number, record, max_value_bytes)
     if store == "asset":
         _check_fields(number, record, _ASSET_SET, ASSET_FIELDS, "an asset key")
         return _asset_row(number, record, max_value_bytes)
     if "store" not in record:
-        raise BadRecord(number, 'a key needs store ("task" or "asset"): missing')
-    raise BadRecord(number, f'store must be "task" or "asset", got {_shown(store)}')
+        raise BadRecord(number, 'a key needs store ("task", "dag_run" or "asset"): missing')
+    raise BadRecord(number, f'store must be "task", "dag_run" or "asset", got {_shown(store)}')
 
 
 def _check_fields(
-    number: int, record: dict[str, Any], wanted: frozenset[str], order: tuple[str, ...], what: str
+    number: int,
+    record: dict[str, Any],
+    wanted: frozenset[str],
+    order: tuple[str, ...],
+    what: str,
+    shown: tuple[str, ...] | None = None,
 ) -> None:
+    """``record`` has exactly the fields ``wanted``: those of ``order`` (all required) and the optional
+    ones it has; ``shown`` is every field it may have, for the error."""
     if record.keys() == wanted:
         return
     missing = [name for name in order if name not in record]
     if missing:
         raise BadRecord(number, f"{what} needs {', '.join(missing)}: missing")
     unknown = sorted(set(record) - wanted)
-    raise BadRecord(number, f"unknown field {', '.join(map(repr, unknown))} in {what} (its fields: {', '.join(order)})")
+    fields = ", ".join(shown or order)
+    raise BadRecord(number, f"unknown field {', '.join(map(repr, unknown))} in {what} (its fields: {fields})")
 
 
 def _task_row(number: int, record: dict[str, Any], max_value_bytes: int) -> TaskRow:
@@ -135,6 +176,33 @@ def _task_row(number: int, record: dict[str, Any], max_value_bytes: int) -> Task
         _text(number, record, "run_id", ID_MAX_LENGTH),
         _text(number, record, "task_id", ID_MAX_LENGTH),
         map_index,
+        _text(number, record, "key", KEY_MAX_LENGTH),
+        _moment(number, "updated_at", record["updated_at"]),
+        None if expires is None else _moment(number, "expires_at", expires),
+        _value(number, record["value"], max_value_bytes),
+        _region(number, record),
+    )
+
+
+def _region(number: int, record: dict[str, Any]) -> uuid.UUID:
+    """A task line's ``region_id``: a UUID string; absent, the nil UUID: outside any region."""
+    if "region_id" not in record:
+        return NIL_REGION
+    text = record["region_id"]
+    if type(text) is not str:
+        raise BadRecord(number, f"region_id must be a UUID string, got {_shown(text)}")
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise BadRecord(number, f"region_id {_shown(text)} is not a UUID") from None
+
+
+def _dag_run_row(number: int, record: dict[str, Any], max_value_bytes: int) -> DagRunRow:
+    expires = record["expires_at"]
+    return DagRunRow(
+        number,
+        _text(number, record, "dag_id", ID_MAX_LENGTH),
+        _text(number, record, "run_id", ID_MAX_LENGTH),
         _text(number, record, "key", KEY_MAX_LENGTH),
         _moment(number, "updated_at", record["updated_at"]),
         None if expires is None else _moment(number, "expires_at", expires),
@@ -220,11 +288,11 @@ def _value(number: int, value: Any, max_value_bytes: int) -> str:
     return stored
 
 
-def check_mysql(row: TaskRow | AssetRow) -> None:
+def check_mysql(row: TaskRow | DagRunRow | AssetRow) -> None:
     """What only a MySQL/MariaDB store cannot hold: timestamps outside TIMESTAMP's range, and asset
     names or uris outside latin1 (the character set Airflow gives those columns there)."""
     moments: tuple[tuple[str, datetime], ...] = (("updated_at", row.updated_at),)
-    if isinstance(row, TaskRow):
+    if isinstance(row, TaskRow | DagRunRow):
         moments += (("expires_at", row.expires_at),) if row.expires_at is not None else ()
     else:
         for name in ("name", "uri"):

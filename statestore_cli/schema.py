@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from statestore_cli.mysql_text import MYSQL_ENGINES, ExactComparator
+from statestore_cli.mysql_text import MYSQL_ENGINES, BytesComparator, ExactComparator
 
 # Ids and keys are case-sensitive everywhere; MySQL needs a binary collation for that. utf8mb4 (not
 # Airflow's utf8mb3) so keys outside the Basic Multilingual Plane fit; the widest index,
@@ -66,6 +66,18 @@ class MySqlCollated(TypeDecorator[str]):
 
 def _id(length: int) -> Any:
     return MySqlCollated(length, "VARCHAR", "utf8mb4", "utf8mb4_bin")
+
+
+class _RunKey(MySqlCollated):
+    """The dag-run store's key: compared byte for byte on MySQL/MariaDB, since Airflow 3.4 creates the
+    column without a collation of its own (``mysql_text.BytesComparator``)."""
+
+    cache_ok = True
+    comparator_factory = BytesComparator
+
+
+def _run_key() -> Any:
+    return _RunKey(512, "VARCHAR", "utf8mb4", "utf8mb4_bin")
 
 
 def _asset_text() -> Any:
@@ -148,29 +160,75 @@ asset_active = Table(
     Index("idx_asset_active_uri_unique", "uri", unique=True),
 )
 
-task_state_store = Table(
-    "task_state_store",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column(
-        "dag_run_id",
-        Integer,
-        ForeignKey("dag_run.id", name="task_state_store_dag_run_fkey", ondelete="CASCADE"),
-        nullable=False,
-    ),
-    Column("task_id", _id(250), nullable=False),
-    Column("map_index", Integer, nullable=False, server_default="-1"),
-    Column("key", _id(512), nullable=False),
-    Column("dag_id", _id(250), nullable=False),
-    Column("run_id", _id(250), nullable=False),
-    Column("value", _value_text(), nullable=False),
-    Column("updated_at", UtcTimestamp(), nullable=False),
-    Column("expires_at", UtcTimestamp(), nullable=True),
-    UniqueConstraint("dag_run_id", "task_id", "map_index", "key", name="task_state_store_uq"),
-    Index("idx_task_state_store_lookup", "dag_id", "run_id", "task_id", "map_index"),
-    Index("idx_task_state_store_expires_at", "expires_at"),
-)
-task_state_store.primary_key.name = "task_state_store_pkey"
+# Airflow 3.4 renames the map index column and adds a region to the task table's identity; the
+# column's key stays "map_index" in every layout, so statements read `table.c.map_index` whatever the
+# database calls it (results are labelled by the database's name: select it `.label("map_index")`).
+MAP_INDEX_COLUMNS = ("map_index", "region_index")
+
+
+def task_table(target: MetaData, *, index_column: str = "map_index", region: TypeEngine[Any] | None = None) -> Table:
+    """``task_state_store`` as a layout has it: Airflow 3.3's by default; ``index_column`` is the
+    database's name of the map index, ``region`` the type of its ``region_id`` (None: no such column)."""
+    index = Column(index_column, Integer, key="map_index", nullable=False, server_default="-1")
+    identity: tuple[str, ...] = ("dag_run_id", "task_id", "map_index", "key")
+    columns: list[Any] = []
+    if region is not None:
+        columns.append(Column("region_id", region, nullable=False))
+        identity = ("dag_run_id", "task_id", "region_id", "map_index", "key")
+    table = Table(
+        "task_state_store",
+        target,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column(
+            "dag_run_id",
+            Integer,
+            ForeignKey("dag_run.id", name="task_state_store_dag_run_fkey", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("task_id", _id(250), nullable=False),
+        index,
+        *columns,
+        Column("key", _id(512), nullable=False),
+        Column("dag_id", _id(250), nullable=False),
+        Column("run_id", _id(250), nullable=False),
+        Column("value", _value_text(), nullable=False),
+        Column("updated_at", UtcTimestamp(), nullable=False),
+        Column("expires_at", UtcTimestamp(), nullable=True),
+        UniqueConstraint(*identity, name="task_state_store_uq"),  # names are column keys
+        Index("idx_task_state_store_lookup", "dag_id", "run_id", "task_id", "map_index"),
+        Index("idx_task_state_store_expires_at", "expires_at"),
+    )
+    table.primary_key.name = "task_state_store_pkey"
+    return table
+
+
+def dag_run_state_table(target: MetaData) -> Table:
+    """Airflow 3.4's ``dag_run_state_store``: keys of one dag run, expiring like task keys."""
+    table = Table(
+        "dag_run_state_store",
+        target,
+        Column("id", Integer, primary_key=True, autoincrement=True),
+        Column(
+            "dag_run_id",
+            Integer,
+            ForeignKey("dag_run.id", name="dag_run_state_store_dag_run_fkey", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("key", _run_key(), nullable=False),
+        Column("dag_id", _id(250), nullable=False),
+        Column("run_id", _id(250), nullable=False),
+        Column("value", _value_text(), nullable=False),
+        Column("updated_at", UtcTimestamp(), nullable=False),
+        Column("expires_at", UtcTimestamp(), nullable=True),
+        UniqueConstraint("dag_run_id", "key", name="dag_run_state_store_uq"),
+        Index("idx_dag_run_state_store_lookup", "dag_id", "run_id"),
+        Index("idx_dag_run_state_store_expires_at", "expires_at"),
+    )
+    table.primary_key.name = "dag_run_state_store_pkey"
+    return table
+
+
+task_state_store = task_table(metadata)
 
 asset_state_store = Table(
     "asset_state_store",

@@ -94,7 +94,23 @@ class AssetScope:
         return " ".join(parts)
 
 
-StoreScope = Union[TaskScope, AssetScope]
+@dataclass(frozen=True)
+class DagRunScope:
+    """One dag run: ``(dag_id, run_id)``. Its keys live in Airflow 3.4's dag-run state store
+    (``dag_run_state_store``): shared by every task of the run, expiring like task keys."""
+
+    dag_id: str
+    run_id: str
+
+    def __post_init__(self) -> None:
+        for name in ("dag_id", "run_id"):
+            _check_text(name, getattr(self, name), ID_MAX_LENGTH)
+
+    def describe(self) -> str:
+        return f"dag run dag_id={self.dag_id} run_id={self.run_id}"
+
+
+StoreScope = Union[TaskScope, AssetScope, DagRunScope]
 
 
 def describe_keys_of(scope: StoreScope, *, all_map_indices: bool = False) -> str:
@@ -109,6 +125,6 @@ def missing_key(scope: StoreScope, key: str, *, run_exists: bool = True) -> NotF
     """The error of a `get` that found nothing (the CLI and its fast path say it the same way);
     ``run_exists=False`` adds that the task's dag run itself does not exist (a mistyped run id)."""
     message = f"no key {key!r} for {scope.describe()}"
-    if isinstance(scope, TaskScope) and not run_exists:
+    if isinstance(scope, TaskScope | DagRunScope) and not run_exists:
         message += f"; the dag run dag_id={scope.dag_id} run_id={scope.run_id} does not exist"
     return NotFoundError(message)

@@ -5,7 +5,9 @@ Every figure is an aggregate computed by SQL (``GROUP BY``, ``SUM(CASE ...)``, `
 holds; Python only ever sees one row per dag (and part, below), per asset or per day. On a large store the
 one pass that reads every value (the figures per dag) is split into parts read at once on connections of
 their own (one per core; two per core on MySQL/MariaDB, whose parts also wait on page reads), since
-reading the values is what a stats run spends its time on.
+reading the values is what a stats run spends its time on. Airflow 3.4's dag-run state store
+(``dag_run_state_store``, where the database has one) is counted by one grouped statement of its own:
+it holds a few keys per run, far fewer than the task store.
 
 All moments are bound as parameters computed from one ``now`` (SQLite stores timestamps as text
 ``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, PostgreSQL as ``timestamptz``, MySQL as naive UTC; each compares a
@@ -30,17 +32,17 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, LargeBinary, and_, case, cast, func, null, select
+from sqlalchemy import Integer, LargeBinary, Table, and_, case, cast, func, null, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ColumnElement, Select
 
 from statestore_cli.database import sqlite_path, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import InvalidInputError
+from statestore_cli.layout import layout_of
 from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
 
-_task = task_state_store
 _asset_kv = asset_state_store
 _MYSQL = MYSQL_ENGINES
 
@@ -105,12 +107,28 @@ class AssetStats:
 
 
 @dataclass(frozen=True)
+class DagRunStats:
+    """The keys of Airflow 3.4's dag-run state store (``dag_run_state_store``)."""
+
+    rows: int
+    value_bytes: int
+    dags: int  # dags with at least one dag-run key
+    runs: int  # dag runs with at least one key
+    oldest_updated_at: datetime | None
+    newest_updated_at: datetime | None
+    over_limit: int | None
+    expiry: dict[str, int]  # EXPIRY_BUCKETS -> rows, as for task keys
+
+
+@dataclass(frozen=True)
 class StoreStats:
     now: datetime
     max_value_storage_bytes: int  # 0 = no limit
     filter: KeyFilter
     task: TaskStats | None  # None when the filter leaves out the task store
     asset: AssetStats | None  # likewise for the asset store
+    dag_run: DagRunStats | None = None  # None where the database has no dag-run store, or the filter leaves it out
+    has_dag_run_store: bool = False  # whether the database has one (Airflow 3.4's layout)
 
 
 def expiry_bounds(now: datetime) -> dict[str, datetime]:
@@ -148,11 +166,22 @@ def store_stats(
     wants_asset = filt.store in (None, "asset") and not filt.has_task_fields
     limit = max_value_storage_bytes
     with translate_errors(engine), engine.connect() as conn:
+        layout = layout_of(conn)
+        if filt.store == "dag_run" and layout.dag_run_store is None:
+            raise InvalidInputError(_NO_DAG_RUN_STORE.format(layout=layout.name))
+        runs_table = layout.dag_run_store if filt.store in (None, "dag_run") else None
         vlen = _value_bytes(engine.dialect.name)
         split = Split(parallel_min_rows, workers or _default_parts(engine.dialect.name))
         task = _task_stats(conn, filt, now, limit, top, days, vlen, split) if wants_task else None
+        runs = _dag_run_stats(conn, runs_table, filt, now, limit, vlen) if runs_table is not None else None
         assets = _asset_stats(conn, filt, limit, top, vlen) if wants_asset else None
-    return StoreStats(now, limit, filt, task, assets)
+    return StoreStats(now, limit, filt, task, assets, runs, layout.dag_run_store is not None)
+
+
+_NO_DAG_RUN_STORE = (
+    "this database has no dag-run state store (Airflow {layout} layout): --store dag_run needs "
+    "Airflow 3.4's dag_run_state_store"
+)
 
 
 def _default_parts(dialect: str) -> int:
@@ -176,11 +205,11 @@ def _count_if(condition: ColumnElement[bool]) -> Any:
     return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
 
 
-def _task_where(query: Select[Any], filt: KeyFilter) -> Select[Any]:
+def _task_where(task: Table, query: Select[Any], filt: KeyFilter) -> Select[Any]:
     for name in ("dag_id", "run_id", "task_id", "map_index", "key"):
         wanted = getattr(filt, name)
         if wanted is not None:
-            query = query.where(_task.c[name] == wanted)
+            query = query.where(task.c[name] == wanted)
     return query
 
 
@@ -195,8 +224,9 @@ def _task_stats(
     # one of those buckets is derived instead (_likely_largest_bucket).
     dialect = conn.dialect.name
     in_pass = dialect == "postgresql"
+    task = layout_of(conn).task
     parts = _partitions(conn, filt, split)
-    queries = [_dag_pass(dialect, filt, now, limit, vlen, part) for part in parts.conditions]
+    queries = [_dag_pass(task, dialect, filt, now, limit, vlen, part) for part in parts.conditions]
     dags = _DagTotals(len(EXPIRY_BUCKETS) if in_pass else 0, limit > 0)
     if len(queries) == 1:
         dags.add(conn.execution_options(yield_per=1000).execute(queries[0]))
@@ -221,41 +251,41 @@ def _task_stats(
 
 
 def _dag_pass(
-    dialect: str, filt: KeyFilter, now: datetime, limit: int, vlen: Any, part: ColumnElement[bool] | None
+    task: Table, dialect: str, filt: KeyFilter, now: datetime, limit: int, vlen: Any, part: ColumnElement[bool] | None
 ) -> Select[Any]:
     """Per dag: rows, value bytes, oldest and newest updated_at, then the expiry buckets (PostgreSQL) and
     the values over ``limit`` (when there is one), of the rows ``filt`` and ``part`` select."""
-    size = vlen(_task.c.value)
-    buckets = [_count_if(c) for c in _bucket_conditions(now)] if dialect == "postgresql" else []
+    size = vlen(task.c.value)
+    buckets = [_count_if(c) for c in _bucket_conditions(task, now)] if dialect == "postgresql" else []
     # MySQL adds up a comparison as 0 or 1, a tenth of the pass cheaper than a CASE.
     over_limit = func.sum(size > limit, type_=Integer) if dialect in _MYSQL else _count_if(size > limit)
     over = [over_limit] if limit > 0 else []
     query = select(
-        _task.c.dag_id,
+        task.c.dag_id,
         func.count(),
         func.coalesce(func.sum(size), 0),
-        func.min(_task.c.updated_at),
-        func.max(_task.c.updated_at),
+        func.min(task.c.updated_at),
+        func.max(task.c.updated_at),
         *buckets,
         *over,
-    ).group_by(*_exactly(_task.c.dag_id, dialect))
+    ).group_by(*_exactly(task.c.dag_id, dialect))
     if part is not None:
         query = query.where(part)
-    query = _task_where(query, filt)
+    query = _task_where(task, query, filt)
     if dialect in _MYSQL and not filt.has_task_fields:
-        return _mysql_store_pass(query, dialect)
+        return _mysql_store_pass(task, query, dialect)
     return query
 
 
-def _mysql_store_pass(per_dag: Select[Any], dialect: str) -> Select[Any]:
+def _mysql_store_pass(task: Table, per_dag: Select[Any], dialect: str) -> Select[Any]:
     """The per-dag pass over a whole MySQL/MariaDB store (or a range of its primary key), read as the table
     lies: by the (dag_id, ...) index it would fetch every row through that index, twice as slow. It groups
     by the integer dag_run_id, and the few groups are then added up per dag through dag_run's primary key:
     a temporary table keyed by a 250-character id costs MariaDB a fifth of the pass more."""
-    per_run = per_dag.with_only_columns(_task.c.dag_run_id, *list(per_dag.selected_columns)[1:])
+    per_run = per_dag.with_only_columns(task.c.dag_run_id, *list(per_dag.selected_columns)[1:])
     # ORDER BY NULL: MariaDB would sort the groups, which nothing needs.
-    per_run = per_run.group_by(None).group_by(_task.c.dag_run_id).order_by(null())
-    runs = per_run.with_hint(_task, "FORCE INDEX (PRIMARY)", dialect).subquery()
+    per_run = per_run.group_by(None).group_by(task.c.dag_run_id).order_by(null())
+    runs = per_run.with_hint(task, "FORCE INDEX (PRIMARY)", dialect).subquery()
     n, nbytes, first, last, *rest = list(runs.c)[1:]
     return (
         select(dag_run.c.dag_id, func.sum(n), func.sum(nbytes), func.min(first), func.max(last), *map(func.sum, rest))
@@ -363,18 +393,19 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> _Parts:
         return _Parts([None])
     if dialect == "sqlite" and sqlite_path(conn.engine.url) is None:
         return _Parts([None])  # an in-memory database is private to its connection
+    task = layout_of(conn).task
     # Two scalar subqueries: SQLite answers a lone min() or max() of the primary key with one seek, but
     # both in one SELECT with a scan of the whole table.
-    ends = [select(agg(_task.c.id)).scalar_subquery() for agg in (func.min, func.max)]
+    ends = [select(agg(task.c.id)).scalar_subquery() for agg in (func.min, func.max)]
     low, high = conn.execute(select(*ends)).one()
     if low is None or high - low + 1 < max(split.min_rows, workers):
         return _Parts([None])
     span = high - low + 1
     if dialect == "sqlite":
-        column: Any = _task.c.dag_id
-        bounds: list[Any] = _dag_quantiles(conn, low, span, workers)
+        column: Any = task.c.dag_id
+        bounds: list[Any] = _dag_quantiles(conn, task, low, span, workers)
     else:
-        column = _task.c.id
+        column = task.c.id
         bounds = [low + span * i // workers for i in range(1, workers)]
     if not bounds:
         return _Parts([None])
@@ -384,25 +415,28 @@ def _partitions(conn: Any, filt: KeyFilter, split: Split) -> _Parts:
 
 
 _SAMPLES = 64  # rows sampled to place SQLite's dag_id bounds, or to guess MySQL's largest expiry bucket
-# Written out for SQLite's driver (qmark parameters): SQLAlchemy takes 20 ms to compile 64 subqueries,
-# and the parts wait for the bounds. SQLite only, so never under a [database] sql_alchemy_schema.
-_SAMPLE_SQL = "SELECT " + ", ".join(
-    [f"(SELECT dag_id FROM {task_state_store.name} WHERE id >= ? ORDER BY id LIMIT 1)"] * _SAMPLES
-)
 
 
-def _dag_quantiles(conn: Any, low: int, span: int, workers: int) -> list[str]:
+def _sample_sql(task: Table) -> str:
+    """Written out for SQLite's driver (qmark parameters): SQLAlchemy takes 20 ms to compile 64 subqueries,
+    and the parts wait for the bounds. Names from ``task``, as the layout has them."""
+    dag_id, pk = task.c.dag_id.name, task.c.id.name
+    one = f"(SELECT {dag_id} FROM {task.name} WHERE {pk} >= ? ORDER BY {pk} LIMIT 1)"
+    return "SELECT " + ", ".join([one] * _SAMPLES)
+
+
+def _dag_quantiles(conn: Any, task: Table, low: int, span: int, workers: int) -> list[str]:
     """dag_ids that split the rows into ``workers`` parts of about equal size, from the dag_ids of rows
     sampled at evenly spaced ids: each sample is one seek of the primary key, where an exact quantile
     (``ORDER BY dag_id OFFSET n``) would walk half the index, a third of what the split saves."""
     at = tuple(low + span * i // _SAMPLES for i in range(_SAMPLES))
-    sample = sorted(d for d in conn.exec_driver_sql(_SAMPLE_SQL, at).one() if d is not None)
+    sample = sorted(d for d in conn.exec_driver_sql(_sample_sql(task), at).one() if d is not None)
     return sorted({sample[len(sample) * i // workers] for i in range(1, workers)}) if sample else []
 
 
-def _bucket_conditions(now: datetime) -> list[ColumnElement[bool]]:
+def _bucket_conditions(task: Table, now: datetime) -> list[ColumnElement[bool]]:
     """Which task rows each of EXPIRY_BUCKETS holds: half-open ranges of expires_at, then NULL."""
-    expires = _task.c.expires_at
+    expires = task.c.expires_at
     bounds = list(expiry_bounds(now).values())
     conditions = [expires < now]
     conditions += [and_(expires >= low, expires < high) for low, high in pairwise(bounds)]
@@ -412,9 +446,10 @@ def _bucket_conditions(now: datetime) -> list[ColumnElement[bool]]:
 def _expiry(conn: Any, filt: KeyFilter, now: datetime, skip: int | None = None) -> list[int]:
     """Task rows per expiry bucket, one range count of the expires_at index each, in one statement; the
     bucket numbered ``skip`` is not counted (0)."""
-    conditions = _bucket_conditions(now)
+    task = layout_of(conn).task
+    conditions = _bucket_conditions(task, now)
     counted = [i for i in range(len(conditions)) if i != skip]
-    counts = [_task_where(select(func.count()), filt).where(conditions[i]).scalar_subquery() for i in counted]
+    counts = [_task_where(task, select(func.count()), filt).where(conditions[i]).scalar_subquery() for i in counted]
     found = dict(zip(counted, conn.execute(select(*counts)).one(), strict=True))
     return [int(found.get(i, 0)) for i in range(len(conditions))]
 
@@ -426,8 +461,9 @@ def _likely_largest_bucket(conn: Any, now: datetime, ids: tuple[int, int]) -> in
     in all), so on a whole store the likeliest largest bucket is not counted but derived from the rows of
     the per-dag pass; a wrong guess only saves less."""
     low, high = ids
+    task = layout_of(conn).task
     at = sorted({low + (high - low) * i // (_SAMPLES - 1) for i in range(_SAMPLES)})
-    sample = conn.execute(select(_task.c.expires_at).where(_task.c.id.in_(at))).scalars().all()
+    sample = conn.execute(select(task.c.expires_at).where(task.c.id.in_(at))).scalars().all()
     if not sample:
         return None
     bounds = list(expiry_bounds(now).values())
@@ -442,11 +478,14 @@ def _per_day(conn: Any, filt: KeyFilter, now: datetime, days: int) -> list[DayCo
     spans = chart_days(now, days)
     if not spans:
         return []
-    expires = _task.c.expires_at
+    task = layout_of(conn).task
+    expires = task.c.expires_at
     if conn.dialect.name == "postgresql":
         # The day's number as a CASE over bound day ends, grouped: one range scan of the window.
         day = case(*[(expires < end, i) for i, (_day, end) in enumerate(spans)], else_=len(spans))
-        inner = _task_where(select(day.label("day")), filt).where(expires >= now, expires < spans[-1][1]).subquery()
+        inner = (
+            _task_where(task, select(day.label("day")), filt).where(expires >= now, expires < spans[-1][1]).subquery()
+        )
         found = dict(conn.execute(select(inner.c.day, func.count()).group_by(inner.c.day)).all())
         counts = [int(found.get(i, 0)) for i in range(len(spans))]
     else:
@@ -454,11 +493,61 @@ def _per_day(conn: Any, filt: KeyFilter, now: datetime, days: int) -> list[DayCo
         # per row comparing timestamps is several times slower there when the window holds many keys).
         starts = [now] + [end for _day, end in spans[:-1]]
         ranges = [
-            _task_where(select(func.count()), filt).where(expires >= low, expires < high).scalar_subquery()
+            _task_where(task, select(func.count()), filt).where(expires >= low, expires < high).scalar_subquery()
             for low, (_day, high) in zip(starts, spans, strict=True)
         ]
         counts = [int(n) for n in conn.execute(select(*ranges)).one()]
     return [DayCount(day, n) for (day, _end), n in zip(spans, counts, strict=True)]
+
+
+# -- dag-run keys ----------------------------------------------------------------------------------------
+def _dag_run_stats(
+    conn: Any, table: Table, filt: KeyFilter, now: datetime, limit: int, vlen: Any
+) -> DagRunStats | None:
+    """The figures of the dag-run keys ``filt`` selects (None when it selects task keys only): one
+    statement grouped by dag, the buckets counted in it. The table holds a few keys per run, far fewer
+    than the task table, so no index ranges or split passes are needed."""
+    if filt.has_asset_fields or filt.task_id is not None or filt.map_index is not None:
+        return None
+    if filt.region_id is not None and filt.region_id.int:
+        return None  # a region holds task keys only
+    dialect = conn.dialect.name
+    size = vlen(table.c.value)
+    over = [_count_if(size > limit)] if limit > 0 else []
+    query = select(
+        table.c.dag_id,
+        func.count(),
+        func.coalesce(func.sum(size), 0),
+        func.count(func.distinct(table.c.dag_run_id)),
+        func.min(table.c.updated_at),
+        func.max(table.c.updated_at),
+        *[_count_if(c) for c in _bucket_conditions(table, now)],
+        *over,
+    ).group_by(*_exactly(table.c.dag_id, dialect))
+    for name in ("dag_id", "run_id", "key"):
+        wanted = getattr(filt, name)
+        if wanted is not None:
+            query = query.where(table.c[name] == wanted)
+    rows = value_bytes = dags = runs = over_limit = 0
+    expiry = [0] * len(EXPIRY_BUCKETS)
+    oldest: datetime | None = None
+    newest: datetime | None = None
+    for _dag_id, count, nbytes, dag_runs, first, last, *rest in conn.execute(query):
+        dags += 1
+        rows, value_bytes, runs = rows + int(count), value_bytes + int(nbytes), runs + int(dag_runs)
+        oldest, newest = _widen(oldest, newest, first, last)
+        expiry = [n + int(m) for n, m in zip(expiry, rest[: len(expiry)], strict=True)]
+        over_limit += int(rest[-1]) if over else 0
+    return DagRunStats(
+        rows=rows,
+        value_bytes=value_bytes,
+        dags=dags,
+        runs=runs,
+        oldest_updated_at=oldest,
+        newest_updated_at=newest,
+        over_limit=over_limit if over else None,
+        expiry=dict(zip(EXPIRY_BUCKETS, expiry, strict=True)),
+    )
 
 
 # -- asset keys ------------------------------------------------------------------------------------------

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from statestore_cli.accessors import AssetStateStoreAccessor, TaskStateStoreAccessor
+from statestore_cli.accessors import AssetStateStoreAccessor, DagRunStateStoreAccessor, TaskStateStoreAccessor
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
 from statestore_cli.database import make_engine
 from statestore_cli.errors import BackendError, StateStoreError, first_line
-from statestore_cli.scopes import StoreScope, TaskScope
+from statestore_cli.scopes import DagRunScope, StoreScope, TaskScope
 
 
 def open_metastore(settings: Settings, *, create_file: bool = False, writes: bool = True) -> MetastoreBackend:
@@ -57,7 +57,7 @@ def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBack
 
 def accessor(
     settings: Settings, scope: StoreScope, *, oversize: str = "warn", writes: bool = True
-) -> TaskStateStoreAccessor | AssetStateStoreAccessor:
+) -> TaskStateStoreAccessor | AssetStateStoreAccessor | DagRunStateStoreAccessor:
     """An accessor for ``scope`` wired as the settings say (``writes``: see ``open_metastore``)."""
     common: dict[str, Any] = {
         "worker_backend": open_worker_backend(settings),
@@ -65,6 +65,11 @@ def accessor(
         "oversize": oversize,
     }
     backend = open_backend(settings, writes=writes)
+    if isinstance(scope, DagRunScope):
+        if not isinstance(backend, MetastoreBackend):  # Airflow 3.4 keeps dag-run keys in its metadata database
+            raise BackendError(f"dag-run keys need the metastore backend; [state_store] backend is {settings.backend}")
+        days = settings.dag_run_default_retention_days
+        return DagRunStateStoreAccessor(scope, backend, default_retention_days=days, **common)
     if isinstance(scope, TaskScope):
         return TaskStateStoreAccessor(scope, backend, default_retention_days=settings.default_retention_days, **common)
     return AssetStateStoreAccessor(scope, backend, **common)

@@ -21,27 +21,29 @@ from typing import IO, Any, NamedTuple
 from sqlalchemy import String, bindparam, or_, select, type_coerce
 from sqlalchemy.engine import Connection, Engine
 
-from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.backends.metastore import MetastoreBackend, _run_filters, _stores_of
 from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
+from statestore_cli.layout import Layout, layout_of
 from statestore_cli.mysql_text import check_asset_text, index_equal, padless, twin_problem
 from statestore_cli.records import (
-    TASK_FIELDS,
     AssetRow,
     BadRecord,
+    DagRunRow,
     TaskRow,
     check_mysql,
     encode_line,
     load_strict,
     parse_line,
 )
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, qualified, task_state_store
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, qualified
+from statestore_cli.scopes import NIL_REGION
 from statestore_cli.stores import open_backend
 from statestore_cli.timestamps import iso_utc
 
-_task, _asset_kv = task_state_store, asset_state_store
+_asset_kv = asset_state_store
 _MYSQL = ("mysql", "mariadb")
 FETCH = 1000  # rows per fetch of an export: as fast as larger fetches, a few MB at most held
 LOOKUP = 1000  # keys per existence query of an import (SQLite allows 32,766 parameters in one statement)
@@ -63,9 +65,7 @@ _CLASH = select(asset_active.c.name, asset_active.c.uri).where(
     # As the unique indexes compare (on MySQL without trailing spaces), since those are what refuse a row.
     or_(index_equal(asset_active.c.name, bindparam("name")), index_equal(asset_active.c.uri, bindparam("uri")))
 )
-_TASK_IDENTITY = (_task.c.dag_run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
 _ASSET_IDENTITY = (_asset_kv.c.asset_id, _asset_kv.c.key)
-_TASKS_PRESENT = select(*_TASK_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_TASK_IDENTITY)))
 _ASSETS_PRESENT = select(*_ASSET_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_ASSET_IDENTITY)))
 
 
@@ -81,15 +81,17 @@ class ExportSummary(NamedTuple):
     task: int
     asset: int
     elapsed: float
+    dag_run: int = 0
 
     @property
     def keys(self) -> int:
-        return self.task + self.asset
+        return self.task + self.dag_run + self.asset
 
 
 def export_records(settings: Settings, filt: KeyFilter) -> Iterator[dict[str, Any]]:
     """The keys ``filt`` selects as export records (dicts in the line format), in ``list``'s order:
-    task keys by dag, run, task, map index and key, then asset keys by name, uri and key."""
+    task keys by dag, run, task, region, map index and key, then dag-run keys (Airflow 3.4) by dag, run
+    and key, then asset keys by name, uri and key."""
     engine = _metastore(settings, "export", writes=False).engine
     check_asset_text(engine.dialect.name, filt.name, filt.uri)
     return _records(engine, filt)
@@ -99,10 +101,13 @@ def _records(engine: Engine, filt: KeyFilter) -> Iterator[dict[str, Any]]:
     with translate_errors(engine), engine.connect() as conn:
         if engine.dialect.name != "sqlite":  # both stores from one snapshot, however long the export takes
             conn.execution_options(isolation_level="REPEATABLE READ")
-        if filt.store in (None, "task") and not filt.has_asset_fields:
-            yield from _task_records(conn, filt)
-        if filt.store in (None, "asset") and not filt.has_task_fields:
-            yield from _asset_records(conn, filt)
+        for store in _stores_of(layout_of(conn), filt):  # as `list` selects them
+            if store == "task":
+                yield from _task_records(conn, filt)
+            elif store == "dag_run":
+                yield from _dag_run_records(conn, filt)
+            else:
+                yield from _asset_records(conn, filt)
 
 
 def _raw(column: Any) -> Any:
@@ -111,22 +116,46 @@ def _raw(column: Any) -> Any:
 
 
 def _task_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
-    order = (_task.c.dag_id, _task.c.run_id, _task.c.task_id, _task.c.map_index, _task.c.key)
-    names = ("dag_id", "run_id", "task_id", "map_index", "key")
-    wanted = [_task.c[n] == getattr(filt, n) for n in names if getattr(filt, n) is not None]
-    query = select(*order, _raw(_task.c.updated_at), _raw(_task.c.expires_at), _task.c.value)
+    layout = layout_of(conn)
+    task = layout.task
+    # The region (where the table has one) is selected last, so each row unpacks the same way.
+    region = [task.c.region_id] if layout.has_region else []
+    order = (task.c.dag_id, task.c.run_id, task.c.task_id, *region, task.c.map_index, task.c.key)
+    shown = (task.c.dag_id, task.c.run_id, task.c.task_id, task.c.map_index, task.c.key)
+    wanted = MetastoreBackend._task_filters(layout, filt)
+    query = select(*shown, _raw(task.c.updated_at), _raw(task.c.expires_at), task.c.value, *region)
     for chunk in conn.execution_options(yield_per=FETCH).execute(query.where(*wanted).order_by(*order)).partitions():
-        for dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value in chunk:
+        for dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value, *in_region in chunk:
             try:
                 decoded = load_strict(value)
             except ValueError as exc:
                 raise _not_json(key, f"dag_id={dag_id} run_id={run_id} task_id={task_id}", exc) from None
+            record: dict[str, Any] = {"store": "task", "dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+            if in_region and in_region[0] != NIL_REGION:  # a key outside any region has no region_id
+                record["region_id"] = str(in_region[0])
+            record["map_index"] = map_index
+            record["key"] = key
+            record["updated_at"] = iso_utc(updated_at)
+            record["expires_at"] = None if expires_at is None else iso_utc(expires_at)
+            record["value"] = decoded
+            yield record
+
+
+def _dag_run_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
+    table = MetastoreBackend._run_store(conn)  # a database without the store says so
+    order = (table.c.dag_id, table.c.run_id, table.c.key)
+    query = select(*order, _raw(table.c.updated_at), _raw(table.c.expires_at), table.c.value)
+    query = query.where(*_run_filters(table, filt)).order_by(*order)
+    for chunk in conn.execution_options(yield_per=FETCH).execute(query).partitions():
+        for dag_id, run_id, key, updated_at, expires_at, value in chunk:
+            try:
+                decoded = load_strict(value)
+            except ValueError as exc:
+                raise _not_json(key, f"dag run dag_id={dag_id} run_id={run_id}", exc) from None
             yield {
-                "store": "task",
+                "store": "dag_run",
                 "dag_id": dag_id,
                 "run_id": run_id,
-                "task_id": task_id,
-                "map_index": map_index,
                 "key": key,
                 "updated_at": iso_utc(updated_at),
                 "expires_at": None if expires_at is None else iso_utc(expires_at),
@@ -182,7 +211,7 @@ def _not_json(key: str, scope: str, exc: ValueError) -> BackendError:
 def write_export(settings: Settings, filt: KeyFilter, out: IO[str]) -> ExportSummary:
     """Write the selected keys to ``out`` as JSON Lines; returns how many of each store."""
     start = time.monotonic()
-    counts = {"task": 0, "asset": 0}
+    counts = {"task": 0, "dag_run": 0, "asset": 0}
     lines: list[str] = []
     for record in export_records(settings, filt):
         counts[record["store"]] += 1
@@ -192,7 +221,7 @@ def write_export(settings: Settings, filt: KeyFilter, out: IO[str]) -> ExportSum
             lines.clear()
     if lines:
         out.write("\n".join(lines) + "\n")
-    return ExportSummary(counts["task"], counts["asset"], time.monotonic() - start)
+    return ExportSummary(counts["task"], counts["asset"], time.monotonic() - start, counts["dag_run"])
 
 
 def export_file(settings: Settings, filt: KeyFilter, path: Path) -> ExportSummary:
@@ -245,10 +274,11 @@ class ImportSummary(NamedTuple):
     dag_runs_created: int
     assets_created: int
     elapsed: float
+    dag_run: StoreCounts = StoreCounts()  # dag-run keys (Airflow 3.4)
 
     @property
     def keys(self) -> int:
-        return sum(self.task) + sum(self.asset)
+        return sum(self.task) + sum(self.dag_run) + sum(self.asset)
 
 
 class _Batch(NamedTuple):
@@ -258,6 +288,7 @@ class _Batch(NamedTuple):
     asset: StoreCounts
     dag_runs_created: int
     assets_created: int
+    dag_run: StoreCounts = StoreCounts()
 
 
 def import_records(
@@ -296,6 +327,9 @@ class _Importer:
         self.new_names: dict[str, tuple[str, int]] = {}
         self.new_uris: dict[str, tuple[str, int]] = {}
         self.dry_conn: Connection | None = None
+        self.task_statements: tuple[Any, str] | None = None  # (existence query, upsert), for the layout
+        self.dag_run_statements: tuple[Any, str] | None = None
+        self.layout: Layout | None = None
 
     def done(self) -> str:
         """What is in the database after a failure: for the error message."""
@@ -309,7 +343,7 @@ class _Importer:
     def run(self, lines: Iterable[str | bytes], batch_size: int) -> ImportSummary:
         start = time.monotonic()
         mysql = self.dialect in _MYSQL
-        batch: list[TaskRow | AssetRow] = []
+        batch: list[TaskRow | DagRunRow | AssetRow] = []
         number = 0
         with translate_errors(self.engine):
             try:
@@ -319,6 +353,7 @@ class _Importer:
                         continue
                     if mysql:
                         check_mysql(row)
+                    self._check_layout(row)
                     batch.append(row)
                     if len(batch) == batch_size:
                         self._batch(batch, number)
@@ -339,9 +374,36 @@ class _Importer:
             totals.dag_runs_created,
             totals.assets_created,
             time.monotonic() - start,
+            totals.dag_run,
         )
 
-    def _batch(self, rows: list[TaskRow | AssetRow], last_line: int) -> None:
+    def _check_layout(self, row: TaskRow | DagRunRow | AssetRow) -> None:
+        """Refuse a line the database's layout has no place for: a dag-run key without a dag-run state
+        store, a task key in a region without regions (its keys would be merged with those outside it)."""
+        if isinstance(row, DagRunRow):
+            layout = self._layout()
+            if layout.dag_run_store is None:
+                raise BadRecord(
+                    row.line,
+                    f"a dag-run key, but this database has no dag-run state store (the Airflow {layout.name} "
+                    "layout): dag-run keys need Airflow 3.4's dag_run_state_store",
+                )
+        elif isinstance(row, TaskRow) and row.region_id != NIL_REGION:
+            layout = self._layout()
+            if not layout.has_region:
+                raise BadRecord(
+                    row.line,
+                    f"a task key in region_id {row.region_id}, but this database has no regions (the Airflow "
+                    f"{layout.name} layout): its keys would be merged with the keys of other regions",
+                )
+
+    def _layout(self) -> Layout:
+        if self.layout is None:
+            with self.engine.connect() as conn:
+                self.layout = layout_of(conn)
+        return self.layout
+
+    def _batch(self, rows: list[TaskRow | DagRunRow | AssetRow], last_line: int) -> None:
         if self.dry_run:
             if self.dry_conn is None:
                 self.dry_conn = self.engine.connect()
@@ -361,34 +423,49 @@ class _Importer:
             StoreCounts(t.asset.inserted + done.asset.inserted, t.asset.updated + done.asset.updated),
             t.dag_runs_created + done.dag_runs_created,
             t.assets_created + done.assets_created,
+            StoreCounts(t.dag_run.inserted + done.dag_run.inserted, t.dag_run.updated + done.dag_run.updated),
         )
         self.batches += 1
 
-    def _apply(self, conn: Connection, rows: list[TaskRow | AssetRow]) -> _Batch:
-        # A key given twice in one batch is written once, as its later line says.
-        tasks = {(r.dag_id, r.run_id, r.task_id, r.map_index, r.key): r for r in rows if isinstance(r, TaskRow)}
+    def _apply(self, conn: Connection, rows: list[TaskRow | DagRunRow | AssetRow]) -> _Batch:
+        # A key given twice in one batch is written once, as its later line says. A region's keys are
+        # never those outside it: the region is part of a task key's identity.
+        tasks = {
+            (r.dag_id, r.run_id, r.task_id, r.region_id, r.map_index, r.key): r for r in rows if isinstance(r, TaskRow)
+        }
+        dag_runs = {(r.dag_id, r.run_id, r.key): r for r in rows if isinstance(r, DagRunRow)}
         assets = {(r.name, r.uri, r.key): r for r in rows if isinstance(r, AssetRow)}
         if self.dialect in _MYSQL:
-            _refuse_twin_lines(list(tasks.values()), list(assets.values()))
-        task_counts, runs_created = self._tasks(conn, list(tasks.values())) if tasks else (StoreCounts(), 0)
+            _refuse_twin_lines(list(tasks.values()), list(dag_runs.values()), list(assets.values()))
+        keyed: list[TaskRow | DagRunRow] = sorted([*tasks.values(), *dag_runs.values()], key=lambda r: r.line)
+        runs, runs_created = self._run_ids(conn, keyed) if keyed else ({}, 0)
+        task_counts = self._tasks(conn, list(tasks.values()), runs) if tasks else StoreCounts()
+        dag_run_counts = self._dag_runs(conn, list(dag_runs.values()), runs) if dag_runs else StoreCounts()
         asset_counts, assets_created = self._assets(conn, list(assets.values())) if assets else (StoreCounts(), 0)
-        return _Batch(task_counts, asset_counts, runs_created, assets_created)
+        return _Batch(task_counts, asset_counts, runs_created, assets_created, dag_run_counts)
 
     # -- task keys -----------------------------------------------------------------------------------
-    def _tasks(self, conn: Connection, rows: list[TaskRow]) -> tuple[StoreCounts, int]:
-        runs, created = self._run_ids(conn, rows)
-        known = [(runs[(r.dag_id, r.run_id)], r.task_id, r.map_index, r.key) for r in rows]
+    def _tasks(self, conn: Connection, rows: list[TaskRow], runs: dict[tuple[str, str], int | None]) -> StoreCounts:
+        regions = layout_of(conn).has_region
+        known = [
+            (runs[(r.dag_id, r.run_id)], r.task_id, *((r.region_id,) if regions else ()), r.map_index, r.key)
+            for r in rows
+        ]
         wanted = {k: r for k, r in zip(known, rows, strict=True) if k[0] is not None}
-        stored = _stored(conn, _TASKS_PRESENT, list(wanted))
+        present, upsert = self._task_statements(conn)
+        stored = _stored(conn, present, list(wanted))
         if self.dialect in _MYSQL:
-            _refuse_stored_twins(stored, wanted, ("dag_run", "task_id", "map_index", "key"), _task_key)
+            names = ("dag_run", "task_id", *(("region_id",) if regions else ()), "map_index", "key")
+            _refuse_stored_twins(stored, wanted, names, _task_key)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
             moment = _binder(self.dialect)
+            region = self._region_binder(conn)
             params = [
                 (
                     k[0],
                     r.task_id,
+                    *region(r.region_id),
                     r.map_index,
                     r.key,
                     r.dag_id,
@@ -399,10 +476,65 @@ class _Importer:
                 )
                 for k, r in zip(known, rows, strict=True)
             ]
-            self._write(conn, _task_upsert(self.dialect, qualified(conn, _task.name)), params, rows)
-        return StoreCounts(len(rows) - updated, updated), created
+            self._write(conn, upsert, params, rows)
+        return StoreCounts(len(rows) - updated, updated)
 
-    def _run_ids(self, conn: Connection, rows: list[TaskRow]) -> tuple[dict[tuple[str, str], int | None], int]:
+    def _task_statements(self, conn: Connection) -> tuple[Any, str]:
+        """The existence query and the upsert of task rows, built once for the database's layout: both on
+        its whole unique key, the region included where it has regions."""
+        if self.task_statements is None:
+            layout = layout_of(conn, "write")
+            task = layout.task
+            identity = tuple(task.c[k] for k in layout.task_identity)
+            present = select(*identity).where(*(_in(c, f"v{i}") for i, c in enumerate(identity)))
+            self.task_statements = (present, _task_upsert(self.dialect, layout, qualified(conn, task.name)))
+        return self.task_statements
+
+    def _region_binder(self, conn: Connection) -> Callable[[Any], tuple[Any, ...]]:
+        """A row's region as the driver takes it (nothing where the table has no region)."""
+        layout = layout_of(conn)
+        if not layout.has_region:
+            return lambda region: ()
+        processor = layout.task.c.region_id.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+        if processor is None:
+            return lambda region: (region,)
+        return lambda region: (processor(region),)
+
+    # -- dag-run keys --------------------------------------------------------------------------------
+    def _dag_runs(
+        self, conn: Connection, rows: list[DagRunRow], runs: dict[tuple[str, str], int | None]
+    ) -> StoreCounts:
+        known = [(runs[(r.dag_id, r.run_id)], r.key) for r in rows]
+        wanted = {k: r for k, r in zip(known, rows, strict=True) if k[0] is not None}
+        present, upsert = self._dag_run_statements(conn)
+        stored = _stored(conn, present, list(wanted))
+        if self.dialect in _MYSQL:
+            _refuse_stored_twins(stored, wanted, ("dag_run", "key"), _dag_run_key, fold=_casefold)
+        updated = sum(1 for identity in stored if identity in wanted)
+        if not self.dry_run:
+            moment = _binder(self.dialect)
+            params = [
+                (k[0], r.key, r.dag_id, r.run_id, r.value, moment(r.updated_at), moment(r.expires_at))
+                for k, r in zip(known, rows, strict=True)
+            ]
+            self._write(conn, upsert, params, rows)
+        return StoreCounts(len(rows) - updated, updated)
+
+    def _dag_run_statements(self, conn: Connection) -> tuple[Any, str]:
+        """The existence query and the upsert of dag-run rows (``_check_layout`` saw the table exists)."""
+        if self.dag_run_statements is None:
+            table = MetastoreBackend._run_store(conn)
+            identity = (table.c.dag_run_id, table.c.key)
+            present = select(*identity).where(*(_in(c, f"v{i}") for i, c in enumerate(identity)))
+            columns = ("dag_run_id", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
+            upsert = _upsert_sql(self.dialect, qualified(conn, table.name), columns, columns[:2], columns[-3:])
+            self.dag_run_statements = (present, upsert)
+        return self.dag_run_statements
+
+    # -- dag runs ------------------------------------------------------------------------------------
+    def _run_ids(
+        self, conn: Connection, rows: Sequence[TaskRow | DagRunRow]
+    ) -> tuple[dict[tuple[str, str], int | None], int]:
         """Each run's ``dag_run.id`` (None: a dry run would create it) and how many runs were created."""
         first = _first_rows(rows, lambda r: (r.dag_id, r.run_id))
         ids = self._stored_parents(conn, first, _find_runs, ("dag_id", "run_id"), _dag_run)
@@ -411,10 +543,12 @@ class _Importer:
             return ids, 0
         if self.backend.is_airflow_db(conn):
             dag_id, run_id = missing[0]
+            row = first[missing[0]]
             raise BadRecord(
-                first[missing[0]].line,
+                row.line,
                 f"no dag run dag_id={dag_id} run_id={run_id} in this Airflow database; "
-                "task keys can only be imported for runs Airflow created",
+                f"{'task' if isinstance(row, TaskRow) else 'dag-run'} keys can only be imported for runs Airflow "
+                "created",
             )
         if self.dry_run:
             fresh = [run for run in missing if run not in self.new_runs]
@@ -551,14 +685,20 @@ def _first_rows(rows: Sequence[Any], parent: Callable[[Any], tuple[str, str]]) -
 
 
 # What a refused import line was writing, for the error.
-def _dag_run(row: TaskRow) -> str:
+def _dag_run(row: TaskRow | DagRunRow) -> str:
     return f"dag run dag_id={row.dag_id!r} run_id={row.run_id!r}"
 
 
 def _task_key(row: TaskRow) -> str:
+    region = f" region_id={row.region_id}" if row.region_id != NIL_REGION else ""
     return (
         f"key {row.key!r} for dag_id={row.dag_id} run_id={row.run_id} task_id={row.task_id} map_index={row.map_index}"
+        + region
     )
+
+
+def _dag_run_key(row: DagRunRow) -> str:
+    return f"key {row.key!r} for dag run dag_id={row.dag_id} run_id={row.run_id}"
 
 
 def _asset(row: AssetRow) -> str:
@@ -569,11 +709,13 @@ def _asset_key(row: AssetRow) -> str:
     return f"key {row.key!r} for asset name={row.name} uri={row.uri}"
 
 
-def _refuse_twin_lines(tasks: Sequence[TaskRow], assets: Sequence[AssetRow]) -> None:
+def _refuse_twin_lines(tasks: Sequence[TaskRow], dag_runs: Sequence[DagRunRow], assets: Sequence[AssetRow]) -> None:
     """MySQL/MariaDB: refuse a batch with two lines whose runs, assets or keys differ only in trailing
     spaces, which a unique index there takes for one row (the later line would overwrite the earlier)."""
-    _twin_lines(tasks, lambda r: (r.dag_id, r.run_id), ("dag_id", "run_id"), _dag_run)
-    _twin_lines(tasks, lambda r: (r.dag_id, r.run_id, r.task_id, r.map_index, r.key), TASK_FIELDS[1:6], _task_key)
+    _twin_lines([*tasks, *dag_runs], lambda r: (r.dag_id, r.run_id), ("dag_id", "run_id"), _dag_run)
+    names = ("dag_id", "run_id", "task_id", "region_id", "map_index", "key")
+    _twin_lines(tasks, lambda r: (r.dag_id, r.run_id, r.task_id, r.region_id, r.map_index, r.key), names, _task_key)
+    _twin_lines(dag_runs, lambda r: (r.dag_id, r.run_id, r.key), ("dag_id", "run_id", "key"), _dag_run_key)
     _twin_lines(assets, lambda r: (r.name, r.uri), ("name", "uri"), _asset)
     _twin_lines(assets, lambda r: (r.name, r.uri, r.key), ("name", "uri", "key"), _asset_key)
 
@@ -590,18 +732,35 @@ def _twin_lines(
 
 
 def _refuse_stored_twins(
-    stored: Iterable[tuple[Any, ...]], wanted: dict[Any, Any], names: Sequence[str], what: Callable[[Any], str]
+    stored: Iterable[tuple[Any, ...]],
+    wanted: dict[Any, Any],
+    names: Sequence[str],
+    what: Callable[[Any], str],
+    fold: Callable[[tuple[Any, ...]], tuple[Any, ...]] = padless,
 ) -> None:
     """MySQL/MariaDB: refuse a line (``wanted``: identity -> its row) whose identity differs from a stored
-    one only in trailing spaces; its ``IN`` lookup, compared as the unique index compares, returned that one."""
+    one only in trailing spaces (``fold``: or in what else the column's collation ignores); its ``IN``
+    lookup, compared as the unique index compares, returned that one."""
     extra = [identity for identity in stored if identity not in wanted]
     if not extra:
         return
-    by_padless = {padless(identity): (identity, row) for identity, row in wanted.items()}
+    by_folded = {fold(identity): (identity, row) for identity, row in wanted.items()}
     for identity in extra:
-        hit = by_padless.get(padless(identity))
-        if hit is not None:
+        hit = by_folded.get(fold(identity))
+        if hit is not None and padless(hit[0]) == padless(identity):
             raise BadRecord(hit[1].line, twin_problem(what(hit[1]), names, hit[0], identity))
+        if hit is not None:
+            raise BadRecord(
+                hit[1].line,
+                f"cannot write {what(hit[1])}: it and the stored key {identity[-1]!r} are one in the database's "
+                "unique index (its collation ignores letter case), so they cannot be stored apart",
+            )
+
+
+def _casefold(identity: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An identity as a case-insensitive PAD SPACE index sees it, near enough: texts folded, spaces gone
+    from their ends (Airflow 3.4's ``dag_run_state_store.key`` may have such a collation on MySQL)."""
+    return tuple(v.casefold() if isinstance(v, str) else v for v in padless(identity))
 
 
 def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
@@ -667,9 +826,13 @@ def _upsert_sql(
     return head + f" ON CONFLICT ({targets}) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in update)
 
 
-def _task_upsert(dialect: str, table: str) -> str:
-    columns = ("dag_run_id", "task_id", "map_index", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
-    conflict = ("dag_run_id", "task_id", "map_index", "key")
+def _task_upsert(dialect: str, layout: Layout, table: str) -> str:
+    """The task rows' upsert into ``table`` (its name, qualified as it must be), with the layout's names,
+    conflicting on its whole unique key (the region included where it has one)."""
+    task = layout.task
+    keys = (*layout.task_identity[:-2], "map_index", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
+    columns = tuple(task.c[k].name for k in keys)
+    conflict = tuple(task.c[k].name for k in layout.task_identity)
     return _upsert_sql(dialect, table, columns, conflict, ("value", "updated_at", "expires_at"))
 
 

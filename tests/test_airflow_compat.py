@@ -202,7 +202,14 @@ def test_db_check_names_the_airflow_release_and_counts_both_stores(tmp_path):
         1,
     )
     plain = run_cli("db", "check", "-o", "plain", conn=conn).stdout.splitlines()
-    assert plain[-4:] == ["airflow_version\t3.3.0", "task_keys\t3", "task_keys_expired\t2", "asset_keys\t1"]
+    assert plain[-6:] == [
+        "airflow_version\t3.3.0",
+        "task_keys\t3",
+        "task_keys_expired\t2",
+        "asset_keys\t1",
+        "layout\t3.3",
+        "revision_known\tTrue",
+    ]
 
 
 def test_db_check_on_a_standalone_store_has_no_airflow_fields(db_url):

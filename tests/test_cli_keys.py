@@ -162,7 +162,7 @@ def test_bad_retention_is_usage_error(cli, db_url, retention):
 def test_retention_on_an_asset_key_is_refused(cli):
     result = cli("set", *ASSET, "k", "1", "--retention", "1d")
     assert result.exit_code == 2, result.output
-    assert "task keys only" in result.stderr
+    assert "task and dag-run keys only" in result.stderr
 
 
 # -- scopes ---------------------------------------------------------------------------------------------

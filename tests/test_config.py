@@ -68,6 +68,7 @@ def assert_one_line_usage_error(run: Result, message: str | None = None) -> None
 EXPECTED_DEFAULTS = {
     ("state_store", "backend"): BUILTIN_BACKEND,
     ("state_store", "default_retention_days"): 30,
+    ("state_store", "dag_run_default_retention_days"): 30,
     ("state_store", "clear_on_success"): False,
     ("state_store", "state_cleanup_batch_size"): 0,
     ("state_store", "state_cleanup_older_than"): "0",
@@ -250,6 +251,8 @@ VALID = [
     ("state_store", "backend", "mypkg.backends.S3Backend", "mypkg.backends.S3Backend"),
     ("state_store", "default_retention_days", "7", 7),
     ("state_store", "default_retention_days", "0", 0),
+    ("state_store", "dag_run_default_retention_days", "3", 3),
+    ("state_store", "dag_run_default_retention_days", "0", 0),
     ("state_store", "clear_on_success", "true", True),
     ("state_store", "state_cleanup_batch_size", "500", 500),
     ("state_store", "state_cleanup_older_than", "1d12h", "1d12h"),
@@ -329,6 +332,8 @@ INVALID = [
     ("state_store", "default_retention_days", "1.5", INT_EXPECTED),
     ("state_store", "default_retention_days", "7d", INT_EXPECTED),
     ("state_store", "default_retention_days", "", INT_EXPECTED),
+    ("state_store", "dag_run_default_retention_days", "-1", INT_EXPECTED),
+    ("state_store", "dag_run_default_retention_days", "2d", INT_EXPECTED),
     ("state_store", "state_cleanup_batch_size", "ten", INT_EXPECTED),
     ("state_store", "state_cleanup_batch_size", "-5", INT_EXPECTED),
     ("state_store", "max_value_storage_bytes", "64k", INT_EXPECTED),
@@ -708,6 +713,7 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
             "state_store": {
                 "backend": {"value": BUILTIN_BACKEND, "source": "default"},
                 "default_retention_days": {"value": 7, "source": str(cfg)},
+                "dag_run_default_retention_days": {"value": 30, "source": "default"},
                 "clear_on_success": {
                     "value": True,
                     "source": "environment variable AIRFLOW__STATE_STORE__CLEAR_ON_SUCCESS",
@@ -764,6 +770,7 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
     assert run.stdout == (
         f"state_store.backend\t{BUILTIN_BACKEND}\tdefault\n"
         f"state_store.default_retention_days\t0\t{cfg}\n"
+        "state_store.dag_run_default_retention_days\t30\tdefault\n"
         "state_store.clear_on_success\tFalse\tdefault\n"
         f"state_store.state_cleanup_batch_size\t1000\t{cfg}\n"
         "state_store.state_cleanup_older_than\t0\tdefault\n"

@@ -33,11 +33,11 @@ def one_error_line(result) -> str:
 def test_retention_on_an_asset_key(cli, db_url):
     with pytest.raises(InvalidInputError) as caught:
         set_value(load_settings(conn_override=db_url), AssetScope(name="a"), "k", 1, timedelta(days=1))
-    assert str(caught.value) == "retention applies to task keys only; asset keys never expire"
+    assert str(caught.value) == "retention applies to task and dag-run keys only; asset keys never expire"
     assert caught.value.parameter == "retention"
     result = cli("set", "--asset-name", "a", "k", "1", "--retention", "1d")
     assert result.exit_code == 2
-    assert one_error_line(result) == "--retention applies to task keys only; asset keys never expire"
+    assert one_error_line(result) == "--retention applies to task and dag-run keys only; asset keys never expire"
 
 
 def test_missing_config_file(cli, tmp_path):

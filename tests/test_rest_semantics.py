@@ -97,7 +97,10 @@ def test_expiry_options_exclude_each_other_and_asset_keys(cli, db_url):
     assert result.exit_code == 2 and "--force goes with --expires-at" in result.stderr
     result = cli("set", "--asset-name", "orders", "k", "1", "--expires-at", "2030-01-01T00:00:00Z")
     assert result.exit_code == 2
-    assert result.stderr == "statestore: error: --expires-at applies to task keys only; asset keys never expire\n"
+    assert (
+        result.stderr
+        == "statestore: error: --expires-at applies to task and dag-run keys only; asset keys never expire\n"
+    )
     assert sql(db_url, "SELECT count(*) FROM task_state_store UNION ALL SELECT count(*) FROM asset") == [(0,), (0,)]
 
 

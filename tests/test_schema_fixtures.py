@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import importlib.util
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import require_server
-from sqlalchemy import create_engine, inspect, make_url
+from helpers import (
+    AIRFLOW_STEPS,
+    BETWEEN,
+    FILE_ENGINE,
+    FIXTURES,
+    HEAD_34,
+    HEAD_332,
+    SQLITE_FIXTURES,
+    STEP_FILE,
+    load_airflow_schema,
+    throwaway_airflow_database,
+)
+from sqlalchemy import create_engine, inspect
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-HEAD_332, BETWEEN, HEAD_34 = "d2f4e1b3c5a7", "54a27b6f9d01", "a5d7b9c13e40"
-SQLITE_FILES = {HEAD_332: "airflow-3.3.2.sqlite", BETWEEN: "airflow-3.4-between.sqlite", HEAD_34: "airflow-3.4.sqlite"}
-STEPS = {BETWEEN: ("between",), HEAD_34: ("between", "head")}  # the DDL files applied on the 3.3.2 schema
-STEP_FILE = {"between": "airflow-3.4-between-{engine}.sql", "head": "airflow-3.4-{engine}.sql"}
-FILE_ENGINE = {"sqlite": "sqlite", "postgresql": "postgres", "mariadb": "mysql"}  # the DDL files' names
-SERVER_DUMPS = {"postgresql": "airflow-3.3.2-postgres-schema.sql", "mariadb": "airflow-3.3.2-mysql-schema.sql"}
+SQLITE_FILES = SQLITE_FIXTURES
+STEPS = AIRFLOW_STEPS  # the DDL files applied on the 3.3.2 schema
 ZERO_HEX = "0" * 32
 NIL_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -147,56 +152,17 @@ def test_sqlite_rebuilt_tables_keep_their_rows(tmp_path):
 # -- PostgreSQL and MariaDB: the dumps and DDL steps loaded into throwaway databases --------------------------------
 
 
-def statements(text: str) -> list[str]:
-    """The statements of a mariadb-dump file or DDL step (none has a ``;`` inside a string or a routine)."""
-    text = "\n".join(line for line in text.splitlines() if not line.startswith("/*M!"))  # MariaDB's sandbox mark
-    chunks = (chunk.strip() for chunk in text.split(";\n"))
-    return [c for c in chunks if c and not all(line.startswith("--") for line in c.splitlines())]
-
-
 @pytest.fixture
 def server_database(request) -> Iterator[tuple[str, str]]:
-    engine_name = request.param
-    admin_url = require_server(engine_name)
-    name = f"afx_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    charset = "" if engine_name == "postgresql" else " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}{charset}")
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield engine_name, url
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE {name}" + (" WITH (FORCE)" if engine_name == "postgresql" else ""))
-        admin.dispose()
-
-
-def load(engine_name: str, url: str, revision: str) -> None:
-    dump = (FIXTURES / SERVER_DUMPS[engine_name]).read_text()
-    steps = [
-        (FIXTURES / STEP_FILE[s].format(engine=FILE_ENGINE[engine_name])).read_text() for s in STEPS.get(revision, ())
-    ]
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            if engine_name == "postgresql":
-                conn.exec_driver_sql("\n".join(line for line in dump.splitlines() if not line.startswith("\\")))
-                conn.exec_driver_sql("SELECT pg_catalog.set_config('search_path', 'public', false)")
-                for step in steps:
-                    conn.exec_driver_sql(step)
-            else:
-                for statement in statements(dump) + [s for step in steps for s in statements(step)]:
-                    conn.exec_driver_sql(statement)
-    finally:
-        engine.dispose()
+    with throwaway_airflow_database(request.param) as url:
+        yield request.param, url
 
 
 @pytest.mark.parametrize("server_database", ["postgresql", "mariadb"], indirect=True)
 @pytest.mark.parametrize("revision", [HEAD_332, BETWEEN, HEAD_34])
 def test_server_fixture_layout(server_database, revision):
     engine_name, url = server_database
-    load(engine_name, url, revision)
+    load_airflow_schema(engine_name, url, revision)
     check_layout(url, revision, revision_row=revision != HEAD_332)  # the 3.3.2 dumps hold no rows
 
 
@@ -204,7 +170,7 @@ def test_server_fixture_layout(server_database, revision):
 def test_mariadb_dump_is_airflows_own_332_schema(server_database):
     """The dump is a whole 3.3.2 database: the state store tables and their parents, with Airflow's MySQL types."""
     _, url = server_database
-    load("mariadb", url, HEAD_332)
+    load_airflow_schema("mariadb", url, HEAD_332)
     engine = create_engine(url)
     try:
         insp = inspect(engine)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from statestore_cli.backends.base import BaseStoreBackend, JsonValue, StoredRef
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, StateStoreError, first_line
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 if TYPE_CHECKING:
     from typing import Self
@@ -147,6 +147,8 @@ class AirflowBackend(BaseStoreBackend):
                     f"Airflow ({self.scopes.__name__}) has no region_id (Airflow 3.3 has none); leave the region out"
                 )
             return self.scopes.TaskScope(**{k: v for k, v in fields.items() if k in self.task_scope_fields})
+        if isinstance(scope, DagRunScope):  # the accessor keeps dag-run keys on the metastore
+            raise InvalidInputError(f"{self.name} (an Airflow 3.3 backend) holds no dag-run keys")
         return self.scopes.AssetScope(asset_id=scope.asset_id, name=scope.name, uri=scope.uri)
 
     # -- calling user code -----------------------------------------------------------------------

@@ -17,16 +17,16 @@ from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.dialects import insert_if_missing, upsert
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import BackendError, InvalidInputError
+from statestore_cli.layout import Layout, layout_of
 from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
 from statestore_cli.retention import utcnow
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, task_state_store
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
 from statestore_cli.schema_state import alembic_version_table
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 MYSQL_TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
 
-_task = task_state_store
-_asset_kv = asset_state_store
+_asset_kv = asset_state_store  # the same in every layout (3.4's extra writer columns are nullable)
 
 
 class UpdatedBy(NamedTuple):
@@ -40,8 +40,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     """Task and asset state in the ``task_state_store`` and ``asset_state_store`` tables.
 
     ``session`` may be a SQLAlchemy ``Connection`` inside the caller's transaction; without one each
-    call is its own transaction. A task scope's ``region_id`` is not stored: each region keeps its
-    own metadata database, and Airflow 3.3.2's table has no region column.
+    call is its own transaction. The task table is the database's own layout (``layout``): on Airflow
+    3.4's, a task scope's ``region_id`` is part of its identity (the nil UUID outside any region); on
+    3.3's, which has no region column, it is not stored (each region keeps its own metadata database).
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -64,16 +65,40 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             self._airflow_mode = alembic_version_table(conn) is not None
         return self._airflow_mode
 
+    def layout(self, conn: Connection, needs: str = "read") -> Layout:
+        return layout_of(conn, needs)
+
     @staticmethod
-    def _task_where(scope: TaskScope, key: str | None = None, all_map_indices: bool = False) -> ColumnElement[bool]:
-        parts = [_task.c.dag_id == scope.dag_id, _task.c.run_id == scope.run_id, _task.c.task_id == scope.task_id]
+    def _task_where(
+        layout: Layout, scope: TaskScope, key: str | None = None, all_map_indices: bool = False
+    ) -> ColumnElement[bool]:
+        task = layout.task
+        parts = [task.c.dag_id == scope.dag_id, task.c.run_id == scope.run_id, task.c.task_id == scope.task_id]
+        parts += _region_where(layout, scope)
         if not all_map_indices:
-            parts.append(_task.c.map_index == scope.map_index)
+            parts.append(task.c.map_index == scope.map_index)
         if key is not None:
-            parts.append(_task.c.key == key)
+            parts.append(task.c.key == key)
         return and_(*parts)
 
-    def _dag_run_id(self, conn: Connection, scope: TaskScope) -> int:
+    @staticmethod
+    def _run_store(conn: Connection) -> Any:
+        """The dag-run state store table, or an ``InvalidInputError`` where the database has none."""
+        layout = layout_of(conn, needs=None)  # the task table's problems are not the dag-run store's
+        if layout.dag_run_store is None:
+            raise InvalidInputError(
+                f"this database has no dag-run state store (Airflow {layout.name} layout): dag-run keys need "
+                "Airflow 3.4's dag_run_state_store; give --task-id for a task key"
+            )
+        return layout.dag_run_store
+
+    @classmethod
+    def _run_where(cls, conn: Connection, scope: DagRunScope, key: str | None = None) -> tuple[Any, Any]:
+        table = cls._run_store(conn)
+        parts = [table.c.dag_id == scope.dag_id, table.c.run_id == scope.run_id]
+        return table, and_(*parts, *([table.c.key == key] if key is not None else []))
+
+    def _dag_run_id(self, conn: Connection, scope: TaskScope | DagRunScope) -> int:
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
         found = conn.execute(query).scalar()
         if found is None:
@@ -151,6 +176,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             now = utcnow()
             if isinstance(scope, TaskScope):
                 result = self._upsert_task(conn, scope, key, value, now, expires_at)
+            elif isinstance(scope, DagRunScope):
+                result = self._upsert_dag_run(conn, scope, key, value, now, expires_at)
             else:
                 result = self._upsert_asset(conn, scope, key, value, now, updated_by or UpdatedBy(kind="api"))
             if result.rowcount == 0:
@@ -171,18 +198,16 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _upsert_task(
         self, conn: Connection, scope: TaskScope, key: str, value: str, now: datetime, expires_at: datetime | None
     ) -> CursorResult[Any]:
-        if expires_at is not None and conn.dialect.name in ("mysql", "mariadb") and expires_at > MYSQL_TIMESTAMP_MAX:
-            raise InvalidInputError(
-                f"expires_at {expires_at:%Y-%m-%d %H:%M:%S} UTC is past 2038-01-19 03:14:07, the last instant a MySQL "
-                "TIMESTAMP holds; use a shorter retention or never"
-            )
+        _check_mysql_expiry(conn, expires_at)
+        layout = self.layout(conn, "write")
         run_pk = self._dag_run_id(conn, scope)
-        within = {"dag_run_id": run_pk, "map_index": scope.map_index}
+        within = {"dag_run_id": run_pk, "map_index": scope.map_index, **layout.region_values(scope.region_id)}
         what = f"key {key!r} for {scope.describe()}"
-        _refuse_twin_row(conn, what, _task, {"task_id": scope.task_id, "key": key}, within)
+        _refuse_twin_row(conn, what, layout.task, {"task_id": scope.task_id, "key": key}, within)
         row = {
             "dag_run_id": run_pk,
             "task_id": scope.task_id,
+            **layout.region_values(scope.region_id),
             "map_index": scope.map_index,
             "key": key,
             "dag_id": scope.dag_id,
@@ -191,8 +216,25 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             "updated_at": now,
             "expires_at": expires_at,
         }
-        conflict = ("dag_run_id", "task_id", "map_index", "key")
-        return upsert(conn, _task, row, conflict, ("value", "updated_at", "expires_at"))
+        return upsert(conn, layout.task, row, layout.task_identity, ("value", "updated_at", "expires_at"))
+
+    def _upsert_dag_run(
+        self, conn: Connection, scope: DagRunScope, key: str, value: str, now: datetime, expires_at: datetime | None
+    ) -> CursorResult[Any]:
+        _check_mysql_expiry(conn, expires_at)
+        table = self._run_store(conn)
+        run_pk = self._dag_run_id(conn, scope)
+        _refuse_twin_row(conn, f"key {key!r} for {scope.describe()}", table, {"key": key}, {"dag_run_id": run_pk})
+        row = {
+            "dag_run_id": run_pk,
+            "key": key,
+            "dag_id": scope.dag_id,
+            "run_id": scope.run_id,
+            "value": value,
+            "updated_at": now,
+            "expires_at": expires_at,
+        }
+        return upsert(conn, table, row, ("dag_run_id", "key"), ("value", "updated_at", "expires_at"))
 
     def _upsert_asset(
         self, conn: Connection, scope: AssetScope, key: str, value: str, now: datetime, writer: UpdatedBy
@@ -219,8 +261,12 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         now = utcnow()
         with self.connection(session) as conn:
             if isinstance(scope, TaskScope):
-                stmt = update(_task).where(self._task_where(scope, key)).values(value=value, updated_at=now)
-                return int(conn.execute(stmt).rowcount)
+                layout = self.layout(conn)
+                stmt = update(layout.task).where(self._task_where(layout, scope, key))
+                return int(conn.execute(stmt.values(value=value, updated_at=now)).rowcount)
+            if isinstance(scope, DagRunScope):
+                table, where = self._run_where(conn, scope, key)
+                return int(conn.execute(update(table).where(where).values(value=value, updated_at=now)).rowcount)
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -241,7 +287,12 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _delete(self, scope: StoreScope, key: str | None, *, all_map_indices: bool, session: Any) -> int:
         with self.connection(session) as conn:
             if isinstance(scope, TaskScope):
-                return int(conn.execute(delete(_task).where(self._task_where(scope, key, all_map_indices))).rowcount)
+                layout = self.layout(conn)
+                where = self._task_where(layout, scope, key, all_map_indices)
+                return int(conn.execute(delete(layout.task).where(where)).rowcount)
+            if isinstance(scope, DagRunScope):
+                table, where = self._run_where(conn, scope, key)
+                return int(conn.execute(delete(table).where(where)).rowcount)
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -262,7 +313,11 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                     task_id=scope.task_id,
                     map_index=scope.map_index,
                     key=key,
+                    region_id=scope.region_id,
                 )
+            elif isinstance(scope, DagRunScope):
+                self._run_store(conn)  # a database without the store says so, rather than "no key"
+                filt = KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id, key=key)
             else:
                 asset_id = self._asset_id(conn, scope, create=False)
                 if asset_id is None:
@@ -274,7 +329,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             finally:
                 rows.close()  # finish with the cursor before the transaction ends
 
-    def has_run(self, scope: TaskScope) -> bool:
+    def has_run(self, scope: TaskScope | DagRunScope) -> bool:
         """Whether the task's dag run exists (a key of a run that does not cannot exist either)."""
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
         with self.connection() as conn:
@@ -284,7 +339,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         """Every worker-side reference a row of either store holds (``{"__airflow_state_ref__": ref}``)."""
         found: list[str] = []
         with self.connection() as conn:
-            for table in (_task, _asset_kv):
+            for table in (self.layout(conn).task, _asset_kv):
                 # In LIKE each `_` of the marker matches any character: it over-matches, the parse decides.
                 query = select(table.c.value).where(table.c.value.like(f"%{REF_MARKER}%"))
                 for (value,) in conn.execution_options(yield_per=1000).execute(query):
@@ -299,8 +354,12 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int:
         with self.connection() as conn:
             if isinstance(scope, TaskScope):
-                query = select(func.count()).select_from(_task).where(self._task_where(scope, None, all_map_indices))
-                return int(conn.execute(query).scalar_one())
+                layout = self.layout(conn)
+                where = self._task_where(layout, scope, None, all_map_indices)
+                return int(conn.execute(select(func.count()).select_from(layout.task).where(where)).scalar_one())
+            if isinstance(scope, DagRunScope):
+                table, where = self._run_where(conn, scope)
+                return int(conn.execute(select(func.count()).select_from(table).where(where)).scalar_one())
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
@@ -325,38 +384,78 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _entries(
         self, conn: Connection, filt: KeyFilter, *, with_values: bool, limit: int | None = None, offset: int = 0
     ) -> Generator[Entry, None, None]:
-        if limit == 0:
-            return
-        if filt.store in (None, "task") and not filt.has_asset_fields:
+        """The keys of each store ``filt`` selects, task keys first, then dag-run keys, then asset keys."""
+        for store in _stores_of(layout_of(conn), filt):
+            if limit == 0:
+                return
             shown = 0
-            for entry in self._task_entries(conn, filt, with_values, limit, offset):
+            for entry in self._store_entries(store, conn, filt, with_values, limit, offset):
                 shown += 1
                 yield entry
             if limit is not None:
                 limit -= shown
-                if limit == 0:
-                    return
             if shown:
-                offset = 0  # the offset ended among the task keys
-            elif offset:  # it skipped every task key: the asset keys start after the rest of it
-                counted = select(func.count()).select_from(_task).where(*self._task_filters(filt))
-                offset = max(0, offset - int(conn.execute(counted).scalar_one()))
-        if filt.store in (None, "asset") and not filt.has_task_fields:
-            yield from self._asset_entries(conn, filt, with_values, limit, offset)
+                offset = 0  # the offset ended in this store
+            elif offset and store != "asset":  # it skipped every key here: the next store starts after the rest
+                offset = max(0, offset - self._store_count(store, conn, filt))
+
+    def _store_entries(
+        self, store: str, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
+    ) -> Iterator[Entry]:
+        if store == "task":
+            return self._task_entries(conn, filt, with_values, limit, offset)
+        if store == "dag_run":
+            return self._dag_run_entries(conn, filt, with_values, limit, offset)
+        return self._asset_entries(conn, filt, with_values, limit, offset)
+
+    def _store_count(self, store: str, conn: Connection, filt: KeyFilter) -> int:
+        layout = layout_of(conn)
+        if store == "task":
+            table, where = layout.task, self._task_filters(layout, filt)
+        else:
+            table, where = self._run_store(conn), _run_filters(self._run_store(conn), filt)
+        return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
+
+    def _dag_run_entries(
+        self, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
+    ) -> Iterator[Entry]:
+        table = self._run_store(conn)
+        cols = [table.c.dag_id, table.c.run_id, table.c.key]
+        query = select(*cols, table.c.updated_at, table.c.expires_at, *([table.c.value] if with_values else []))
+        query = query.where(*_run_filters(table, filt)).order_by(*cols).limit(limit).offset(offset or None)
+        for row in conn.execution_options(yield_per=1000).execute(query):
+            yield Entry(
+                store="dag_run",
+                key=row.key,
+                updated_at=row.updated_at,
+                expires_at=row.expires_at,
+                dag_id=row.dag_id,
+                run_id=row.run_id,
+                value=row.value if with_values else None,
+            )
 
     @staticmethod
-    def _task_filters(filt: KeyFilter) -> list[ColumnElement[bool]]:
+    def _task_filters(layout: Layout, filt: KeyFilter) -> list[ColumnElement[bool]]:
         names = ("dag_id", "run_id", "task_id", "map_index", "key")
-        return [_task.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
+        task = layout.task
+        found = [task.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
+        if filt.region_id is not None and layout.has_region:
+            found.append(task.c.region_id == filt.region_id)
+        return found
 
     @classmethod
     def _task_entries(
         cls, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
     ) -> Iterator[Entry]:
-        cols = [_task.c.dag_id, _task.c.run_id, _task.c.task_id, _task.c.map_index, _task.c.key]
-        query = select(*cols, _task.c.updated_at, _task.c.expires_at, *([_task.c.value] if with_values else []))
-        query = query.where(*cls._task_filters(filt)).order_by(*cols).limit(limit).offset(offset or None)
+        layout = layout_of(conn)
+        task = layout.task
+        region = [task.c.region_id] if layout.has_region else []
+        cols = [task.c.dag_id, task.c.run_id, task.c.task_id, *region, task.c.map_index, task.c.key]
+        shown = [c.label(c.key) for c in cols]  # by the key: the map index may be region_index in the database
+        query = select(*shown, task.c.updated_at, task.c.expires_at, *([task.c.value] if with_values else []))
+        query = query.where(*cls._task_filters(layout, filt)).order_by(*cols).limit(limit).offset(offset or None)
         for row in conn.execution_options(yield_per=1000).execute(query):
+            region_id = row.region_id if layout.has_region and row.region_id.int else None
             yield Entry(
                 store="task",
                 key=row.key,
@@ -367,6 +466,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 task_id=row.task_id,
                 map_index=row.map_index,
                 value=row.value if with_values else None,
+                region_id=region_id,
             )
 
     @staticmethod
@@ -400,12 +500,56 @@ def _refuse_twin_row(
     conn: Connection, what: str, table: Any, texts: dict[str, Any], within: dict[str, Any] | None = None
 ) -> None:
     """On MySQL/MariaDB, refuse a write of ``texts`` (and ``within``, compared as they are) that the
-    table's unique index would land on a stored row differing from it only in trailing spaces."""
+    table's unique index would land on a stored row that differs from it: in trailing spaces (every
+    collation there ignores them), or in what a column's own collation ignores besides (letter case,
+    accents: Airflow 3.4's ``dag_run_state_store.key`` takes the database's default collation)."""
     if conn.dialect.name not in MYSQL_ENGINES:
         return
     columns = [table.c[name] for name in texts]
     conds = [index_equal(table.c[name], value) for name, value in texts.items()]
     conds += [table.c[name] == value for name, value in (within or {}).items()]
+    given = tuple(texts.values())
     for stored in conn.execute(select(*columns).where(*conds).limit(2)):
-        if twins(tuple(texts.values()), tuple(stored)):
-            raise InvalidInputError(twin_problem(what, tuple(texts), tuple(texts.values()), tuple(stored)))
+        if twins(given, tuple(stored)):
+            raise InvalidInputError(twin_problem(what, tuple(texts), given, tuple(stored)))
+        if tuple(stored) != given:  # the index holds them for one: its collation ignores more than spaces
+            pairs = [f"{n} {g!r} and the stored {o!r}" for n, g, o in zip(texts, given, stored, strict=True) if g != o]
+            raise InvalidInputError(
+                f"cannot write {what}: {', '.join(pairs)} are one in the database's unique index (its "
+                "collation ignores letter case or accents), so they cannot be stored apart"
+            )
+
+
+def _stores_of(layout: Layout, filt: KeyFilter) -> list[str]:
+    """The stores whose keys ``filt`` can select, in the order they are listed."""
+    stores = []
+    if filt.store in (None, "task") and not filt.has_asset_fields:
+        stores.append("task")
+    task_only = filt.task_id is not None or filt.map_index is not None or bool(filt.region_id and filt.region_id.int)
+    # Asked for by name (--store dag_run), a database without the store says so instead of listing nothing.
+    present = layout.dag_run_store is not None or filt.store == "dag_run"
+    if filt.store in (None, "dag_run") and not filt.has_asset_fields and not task_only and present:
+        stores.append("dag_run")
+    if filt.store in (None, "asset") and not filt.has_task_fields:
+        stores.append("asset")
+    return stores
+
+
+def _run_filters(table: Any, filt: KeyFilter) -> list[ColumnElement[bool]]:
+    names = ("dag_id", "run_id", "key")
+    return [table.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
+
+
+def _region_where(layout: Layout, scope: TaskScope) -> list[ColumnElement[bool]]:
+    """The scope's region as a condition where the table has regions: a region's keys are never merged
+    with the keys outside it. Airflow 3.3's table has no region column; there, as before, a region is
+    not stored (each region keeps its own metadata database)."""
+    return layout.region_where(scope.region_id) if layout.has_region else []
+
+
+def _check_mysql_expiry(conn: Connection, expires_at: datetime | None) -> None:
+    if expires_at is not None and conn.dialect.name in MYSQL_ENGINES and expires_at > MYSQL_TIMESTAMP_MAX:
+        raise InvalidInputError(
+            f"expires_at {expires_at:%Y-%m-%d %H:%M:%S} UTC is past 2038-01-19 03:14:07, the last instant a MySQL "
+            "TIMESTAMP holds; use a shorter retention or never"
+        )

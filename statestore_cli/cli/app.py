@@ -116,7 +116,9 @@ class CliState:
 
 # The filters `list` and `stats` take beside the scope options.
 KeyOpt = Annotated[Optional[str], typer.Option("--key", help="Only this key.")]
-StoreOpt = Annotated[Optional[str], typer.Option("--store", help="task or asset (default: both).")]
+StoreOpt = Annotated[
+    Optional[str], typer.Option("--store", help="task, dag_run (Airflow 3.4) or asset (default: all).")
+]
 OutputOpt = Annotated[
     OutputMode,
     typer.Option(

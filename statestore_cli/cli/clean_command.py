@@ -112,10 +112,10 @@ def clean(
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> Optional[Outcome]:
-    """Delete expired task keys.
+    """Delete expired task keys (and Airflow 3.4's dag-run keys).
 
-    Deletes task keys whose expires_at is before now (minus --older-than);
-    asset keys and keys that never expire stay.
+    Deletes task and dag-run keys that have expired (at least --older-than ago,
+    when given); asset keys and keys that never expire stay.
     Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
     skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
@@ -221,7 +221,10 @@ def _clean_run(
         with out.progress("deleting expired keys", total) as advance:
             on_progress = advance if recorder is None else _both(advance, recorder.on_progress)
             # Until the clean is connected a signal stops it at once; from then on, after the current batch.
-            control = CleanControl(timeouts, exclusive, deadline, stop.reason, on_progress, on_connected=stop.defer)
+            on_store = None if recorder is None else recorder.on_store
+            control = CleanControl(
+                timeouts, exclusive, deadline, stop.reason, on_progress, on_connected=stop.defer, on_store=on_store
+            )
             result = commands.clean(settings, batch_size, now=now, control=control, older_than=grace)
         if recorder is None or isinstance(result, str):
             return result, None
@@ -252,7 +255,13 @@ def _record(
         if isinstance(result, str):
             recorder.finish(skip_code)
         else:
-            recorder.finish(result.exit_code, rows_deleted=result.deleted, batches=result.batches, remaining=remaining)
+            recorder.finish(
+                result.exit_code,
+                rows_deleted=result.deleted,
+                batches=result.batches,
+                remaining=remaining,
+                deleted_by_store=result.deleted_by_store,
+            )
     except StateStoreError as exc:
         return exc
     return None

@@ -22,6 +22,10 @@ def entry_json(entry: Entry, with_value: bool = False) -> dict[str, Any]:
     doc: dict[str, Any] = {"store": entry.store}
     if entry.store == "task":
         doc.update(dag_id=entry.dag_id, run_id=entry.run_id, task_id=entry.task_id, map_index=entry.map_index)
+        if entry.region_id is not None:  # a key in a region (Airflow 3.4); outside any, no field
+            doc["region_id"] = str(entry.region_id)
+    elif entry.store == "dag_run":
+        doc.update(dag_id=entry.dag_id, run_id=entry.run_id)
     else:
         doc.update(asset_id=entry.asset_id, name=entry.name, uri=entry.uri)
     doc.update(key=entry.key, updated_at=iso(entry.updated_at), expires_at=iso(entry.expires_at))

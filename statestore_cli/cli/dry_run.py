@@ -91,7 +91,7 @@ class DryRunView:
     def _add(self, row: ExpiredRow) -> None:
         prev = self.previous
         # Most rows continue the current task instance: keep that path short (dry runs stream millions).
-        if prev is not None and row[:4] == prev[:4]:
+        if prev is not None and row[:4] == prev[:4] and row.region_id == prev.region_id:
             self.dags[-1].keys += 1
         else:
             new_dag = prev is None or prev.dag_id != row.dag_id
@@ -119,8 +119,15 @@ class DryRunView:
         if self.table is None:
             heading = (f"dag_id {safe_text(first.dag_id)}", f"run_id {safe_text(first.run_id)}")
             self.table = TableStream(self.out, heading, SCOPE, BODY, outer=1)
-        task_id, map_index, keys = safe_text(first.task_id), str(first.map_index), f"{self.group_size:,}"
-        parts = (f"task_id {task_id}", f"map_index {map_index}", _plural(self.group_size, "key"))
+        keys = f"{self.group_size:,}"
+        if first.task_id is None:  # the run's own keys (Airflow 3.4's dag-run state store)
+            task_id, map_index = "(dag run)", "-"
+            parts: tuple[str, ...] = ("dag-run keys", _plural(self.group_size, "key"))
+        else:
+            task_id, map_index = safe_text(first.task_id), str(first.map_index)
+            if first.region_id is not None:  # the same task id and map index in a region (Airflow 3.4)
+                task_id += f" region {first.region_id}"
+            parts = (f"task_id {task_id}", f"map_index {map_index}", _plural(self.group_size, "key"))
         self.table.group((task_id, map_index, keys), parts)
         for row in self.group:
             self.table.row((safe_text(row.key), human_iso(row.expires_at)))
@@ -138,7 +145,12 @@ class DryRunView:
         self.table = None
 
     def _print_summary(self) -> None:
-        rows = [(safe_text(d.dag_id), f"{d.runs:,}", f"{d.instances:,}", f"{d.keys:,}") for d in self.dags]
+        # Dag-run keys come after every task key: a dag seen again there adds to its first line.
+        merged: dict[str, DagCount] = {}
+        for d in self.dags:
+            seen = merged.setdefault(d.dag_id, DagCount(d.dag_id))
+            seen.runs, seen.instances, seen.keys = seen.runs + d.runs, seen.instances + d.instances, seen.keys + d.keys
+        rows = [(safe_text(d.dag_id), f"{d.runs:,}", f"{d.instances:,}", f"{d.keys:,}") for d in merged.values()]
         draw(self.out, "expired keys per dag", SUMMARY, rows)
 
 

@@ -38,6 +38,11 @@ ROOT_HANDED_OVER = (
 )
 GET_HANDED_OVER = ("--asset-name", "--asset-uri", "--asset-id", "--raw", "--help", "-h")
 
+# Airflow 3.3's layout only, the one a standalone store has: a table with regions (Airflow 3.4) has a
+# region_id column, and this query would read keys of every region; the first query finds that column
+# and hands over to the full CLI, which reads the database's layout (a 3.4 table without map_index
+# fails the second query, and hands over too).
+_REGIONS = "SELECT 1 FROM pragma_table_info('task_state_store') WHERE name = 'region_id'"
 _QUERY = (
     "SELECT value, updated_at, expires_at FROM task_state_store "
     "WHERE dag_id = ? AND run_id = ? AND task_id = ? AND map_index = ? AND key = ?"
@@ -128,6 +133,8 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     # timeout=0: a file another process holds locked goes to the full CLI at once, which waits for it
     # under the lock timeout and words the error: the lock is waited for once, not twice.
     with closing(sqlite3.connect(f"file:{uri_path}?mode=ro", uri=True, timeout=0)) as conn:
+        if conn.execute(_REGIONS).fetchone() is not None:
+            return None
         row = conn.execute(_QUERY, (scope.dag_id, scope.run_id, scope.task_id, scope.map_index, key)).fetchone()
         run_exists = row is not None or conn.execute(_RUN_QUERY, (scope.dag_id, scope.run_id)).fetchone() is not None
     if row is None:

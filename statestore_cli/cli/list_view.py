@@ -38,7 +38,7 @@ class ListView:
         count = 0
         for entry in entries:
             count += 1
-            if entry.store == "task":
+            if entry.store in ("task", "dag_run"):
                 self._task(entry)
             else:
                 self._asset(entry)
@@ -54,11 +54,17 @@ class ListView:
             heading = (f"dag_id {safe_text(entry.dag_id)}", f"run_id {safe_text(entry.run_id)}")
             self.table = TableStream(self.out, heading, TASK_SCOPE, (KEY, *TIMES), outer=1)
         assert self.table is not None
-        group = (entry.task_id, entry.map_index)
+        group = (entry.store, entry.task_id, entry.map_index, entry.region_id)
         if group != self.group:
             self.group = group
-            task_id, map_index = safe_text(entry.task_id), str(entry.map_index)
-            self.table.group((task_id, map_index), (f"task_id {task_id}", f"map_index {map_index}"))
+            if entry.store == "dag_run":  # the run's own keys (Airflow 3.4's dag-run state store)
+                self.table.group(("(dag run)", "-"), ("dag-run keys",))
+            else:
+                task_id, map_index = safe_text(entry.task_id), str(entry.map_index)
+                region = f" region {entry.region_id}" if entry.region_id is not None else ""
+                self.table.group(
+                    (task_id + region, map_index), (f"task_id {task_id}{region}", f"map_index {map_index}")
+                )
         self.table.row((safe_text(entry.key), human(entry.updated_at, "-", ""), human(entry.expires_at, "never", "")))
 
     def _asset(self, entry: Entry) -> None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from statestore_cli.backend_check import CheckReport
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
+    from statestore_cli.layout import Layout
     from statestore_cli.lifecycle import SweepReport, SweptAsset
     from statestore_cli.orphans import OrphanReport
     from statestore_cli.stats import StoreStats
@@ -49,13 +50,27 @@ _STOPPED = {
 }
 # The columns of each kind of plain record, printed as a header line with --header.
 TASK_KEY_COLUMNS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at")
+DAG_RUN_KEY_COLUMNS = ("store", "dag_id", "run_id", "key", "updated_at", "expires_at")
 ASSET_KEY_COLUMNS = ("store", "asset_id", "name", "uri", "key", "updated_at", "expires_at")
 EXPIRED_ROW_COLUMNS = ("dag_id", "run_id", "task_id", "map_index", "key", "expires_at")
 FIELD_COLUMNS = ("field", "value")  # db check/init and a clean's report: one field per line
 CONFIG_COLUMNS = ("option", "value", "source")
 
 
+def expired_row_document(row: ExpiredRow) -> dict[str, object]:
+    """A dry run's row for scripts: a task key's scope and key; a dag-run key has null task_id and
+    map_index and says ``"store": "dag_run"``."""
+    document: dict[str, object] = {name: getattr(row, name) for name in EXPIRED_ROW_COLUMNS}
+    if row.store != "task":
+        document["store"] = row.store
+    if row.region_id is not None:  # a key in a region (Airflow 3.4); outside any, no field
+        document["region_id"] = row.region_id
+    return document
+
+
 def _expired_row_json(row: ExpiredRow) -> str:
+    if row.task_id is None or row.region_id is not None:  # a dag-run key, or a key in a region
+        return safe_json(expired_row_document(row))
     # Hand-built for speed, byte for byte what safe_json() of the same dict gives (a test holds it to that).
     line = (
         f'{{"dag_id": {_quote(row.dag_id)}, "run_id": {_quote(row.run_id)}, "task_id": {_quote(row.task_id)}, '
@@ -152,7 +167,7 @@ class Output:
             count += 1
             if entry.store != store:
                 store = entry.store
-                self.plain_header(TASK_KEY_COLUMNS if store == "task" else ASSET_KEY_COLUMNS)
+                self.plain_header(_PLAIN_COLUMNS[store])
             self.plain_row(*_entry_cells(entry, zone=" UTC"))
         if count == 0:
             only_assets = filt.store == "asset" or (filt.store is None and filt.has_asset_fields)
@@ -185,9 +200,8 @@ class Output:
                 self.plain_header(EXPIRED_ROW_COLUMNS)
                 for row in plan.rows:
                     read[0] += 1
-                    self.plain_row(
-                        row.dag_id, row.run_id, row.task_id, row.map_index, row.key, human_iso(row.expires_at)
-                    )
+                    task_id, map_index = ("", "") if row.task_id is None else (row.task_id, row.map_index)
+                    self.plain_row(row.dag_id, row.run_id, task_id, map_index, row.key, human_iso(row.expires_at))
                 count = read[0]
                 self.line(
                     f"dry run: {count:,} expired task key{'s' if count != 1 else ''} would be deleted "
@@ -298,8 +312,9 @@ class Output:
     # -- export and import --------------------------------------------------------------------------
     def export_summary(self, summary: ExportSummary, target: str) -> None:
         """One line for people on stderr: stdout may be the export itself."""
+        runs = f"{summary.dag_run:,} dag-run, " if summary.dag_run else ""  # only Airflow 3.4 has them
         self._message(
-            f"exported {_count(summary.keys, 'key')} ({summary.task:,} task, {summary.asset:,} asset) "
+            f"exported {_count(summary.keys, 'key')} ({summary.task:,} task, {runs}{summary.asset:,} asset) "
             f"to {safe_text(target)} in {summary.elapsed:.1f}s",
             stderr=True,
         )
@@ -316,6 +331,7 @@ class Output:
                     "batches": summary.batches,
                     "batch_size": summary.batch_size,
                     "task": summary.task._asdict(),
+                    "dag_run": summary.dag_run._asdict(),
                     "asset": summary.asset._asdict(),
                     "created": {"dag_runs": summary.dag_runs_created, "assets": summary.assets_created},
                     "elapsed_seconds": round(summary.elapsed, 3),
@@ -333,8 +349,10 @@ class Output:
                 f"imported {_count(summary.keys, 'key')} from {safe_text(source)} in {batches} ({summary.elapsed:.1f}s)"
             ]
             verbs, made = ("inserted", "updated"), "created"
-        for store, counts in (("task", summary.task), ("asset", summary.asset)):
-            lines.append(f"  {store} keys: {counts.inserted:,} {verbs[0]}, {counts.updated:,} {verbs[1]}")
+        stores = (("task", summary.task), ("dag-run", summary.dag_run), ("asset", summary.asset))
+        for store, counts in stores:
+            if store != "dag-run" or counts.inserted or counts.updated:  # only where there were some (Airflow 3.4)
+                lines.append(f"  {store} keys: {counts.inserted:,} {verbs[0]}, {counts.updated:,} {verbs[1]}")
         if summary.dag_runs_created or summary.assets_created:
             runs, assets = _count(summary.dag_runs_created, "dag run"), _count(summary.assets_created, "asset")
             lines.append(f"  {made} {runs} and {assets}")
@@ -397,6 +415,7 @@ class Output:
             doc["task_keys"] = None if counts is None else counts.task_keys
             doc["task_keys_expired"] = None if counts is None else counts.task_keys_expired
             doc["asset_keys"] = None if counts is None else counts.asset_keys
+            doc.update(_layout_fields(report.layout))
         if created:
             doc["tables_created"] = list(report.created)
         if self.json:
@@ -473,9 +492,31 @@ def _console(*, stderr: bool) -> Console:
     return _Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")
 
 
+def _layout_fields(layout: Layout | None) -> dict[str, object]:
+    """What `db check` says of an Airflow database's state store tables: their layout; and for a
+    revision this tool does not know, or tables it cannot use, what it found and what each command can do."""
+    if layout is None:
+        return {}
+    fields: dict[str, object] = {"layout": layout.name, "revision_known": layout.revision_known}
+    if layout.revision_known and not layout.problems:
+        return fields
+    fields["found_columns"] = layout.found.get("columns", [])
+    fields["found_unique_keys"] = [", ".join(key) for key in layout.found.get("unique_keys", [])]
+    fields["dag_run_store"] = layout.dag_run_store is not None
+    fields["problems"] = [problem for _kind, problem in layout.problems]
+    fields["commands_working"] = [name for name, works in layout.commands().items() if works]
+    fields["commands_not_working"] = [name for name, works in layout.commands().items() if not works]
+    return fields
+
+
+_PLAIN_COLUMNS = {"task": TASK_KEY_COLUMNS, "dag_run": DAG_RUN_KEY_COLUMNS, "asset": ASSET_KEY_COLUMNS}
+
+
 def _entry_cells(entry: Entry, zone: str) -> tuple[object, ...]:
     if entry.store == "task":
         scope: tuple[object, ...] = ("task", entry.dag_id, entry.run_id, entry.task_id, entry.map_index)
+    elif entry.store == "dag_run":
+        scope = ("dag_run", entry.dag_id, entry.run_id)
     else:
         scope = ("asset", entry.asset_id, entry.name, entry.uri)
     times = (human(entry.updated_at, "-", zone), human(entry.expires_at, "never", zone))

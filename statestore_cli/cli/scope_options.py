@@ -9,12 +9,12 @@ import typer
 
 from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import InvalidInputError
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 _PANEL = "Scope"
 _SCOPE_HELP = (
-    "give --dag-id, --run-id and --task-id (and --map-index) for a task, "
-    "or --asset-name, --asset-uri or --asset-id for an asset"
+    "give --dag-id, --run-id and --task-id (and --map-index) for a task, --dag-id and --run-id alone for "
+    "a dag run's keys (Airflow 3.4), or --asset-name, --asset-uri or --asset-id for an asset"
 )
 
 _PARAMS: tuple[tuple[str, Any], ...] = (
@@ -47,6 +47,8 @@ def scope_of(given: KeyFilter) -> StoreScope:
         raise InvalidInputError(f"a task scope and an asset scope were both given; {_SCOPE_HELP}")
     if given.has_asset_fields:
         return AssetScope(asset_id=given.asset_id, name=given.name, uri=given.uri)
+    if given.dag_id is not None and given.run_id is not None and given.task_id is None and given.map_index is None:
+        return DagRunScope(given.dag_id, given.run_id)
     missing = [f"--{n.replace('_', '-')}" for n in ("dag_id", "run_id", "task_id") if getattr(given, n) is None]
     if missing and given.has_task_fields:
         raise InvalidInputError(f"a task scope needs {', '.join(missing)} as well")
@@ -58,8 +60,8 @@ def scope_of(given: KeyFilter) -> StoreScope:
 
 def as_filter(given: KeyFilter, store: str | None, key: str | None) -> KeyFilter:
     """Any subset of the scope options, with ``--store`` and ``--key``, as a filter for ``list`` and ``stats``."""
-    if store not in (None, "task", "asset"):
-        raise InvalidInputError(f"unknown --store {store!r}: use task or asset")
+    if store not in (None, "task", "dag_run", "asset"):
+        raise InvalidInputError(f"unknown --store {store!r}: use task, dag_run or asset")
     if given.has_task_fields and given.has_asset_fields:
         raise InvalidInputError("filter by task options or by asset options, not both")
     return given._replace(store=store, key=key)

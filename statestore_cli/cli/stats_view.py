@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from statestore_cli.cli.render import Output
-    from statestore_cli.stats import AssetStats, DagFigures, DayCount, StoreStats, TaskStats
+    from statestore_cli.stats import AssetStats, DagFigures, DagRunStats, DayCount, StoreStats, TaskStats
 
 # How each expiry bucket is worded for people; every task key is in exactly one of them.
 BUCKET_LABELS = {
@@ -28,6 +28,15 @@ BUCKET_LABELS = {
     "within_7_to_30_days": "in 7-30 days",
     "after_30_days": "in 30 days or more",
     "never": "never",
+}
+# The same buckets as rows of the dag-run keys' table (its rows count keys).
+DAG_RUN_BUCKET_LABELS = {
+    "expired": "already expired",
+    "within_1_day": "expire in less than 1 day",
+    "within_1_to_7_days": "expire in 1-7 days",
+    "within_7_to_30_days": "expire in 7-30 days",
+    "after_30_days": "expire in 30 days or more",
+    "never": "never expire",
 }
 NOT_APPLICABLE = "-"  # plain output's null
 # The header line of plain output (--header); the top-dag and top-asset rows carry more fields after these.
@@ -47,16 +56,20 @@ def show(out: Output, stats: StoreStats) -> None:
 
 # -- JSON ---------------------------------------------------------------------------------------------------
 def stats_document(stats: StoreStats) -> dict[str, Any]:
-    """The ``-o json`` document (its keys are documented in the README and stay stable)."""
+    """The ``-o json`` document (its keys are documented in the README and stay stable). ``dag_run`` is
+    there only where the database has a dag-run store (Airflow 3.4), null when the filter leaves it out."""
     filt = stats.filter
     given = {name: value for name, value in filt._asdict().items() if value is not None}
-    return {
+    document: dict[str, Any] = {
         "now": iso(stats.now),
         "filter": given,
         "max_value_storage_bytes": stats.max_value_storage_bytes,
         "task": None if stats.task is None else _task_document(stats.task),
-        "asset": None if stats.asset is None else _asset_document(stats.asset),
     }
+    if stats.has_dag_run_store:
+        document["dag_run"] = None if stats.dag_run is None else _dag_run_document(stats.dag_run)
+    document["asset"] = None if stats.asset is None else _asset_document(stats.asset)
+    return document
 
 
 def _dag(dag: DagFigures) -> dict[str, Any]:
@@ -75,6 +88,19 @@ def _task_document(task: TaskStats) -> dict[str, Any]:
         "expiring_per_day": [{"date": d.day.isoformat(), "rows": d.rows} for d in task.expiring_per_day],
         "top_dags_by_rows": [_dag(d) for d in task.top_dags_by_rows],
         "top_dags_by_bytes": [_dag(d) for d in task.top_dags_by_bytes],
+    }
+
+
+def _dag_run_document(runs: DagRunStats) -> dict[str, Any]:
+    return {
+        "rows": runs.rows,
+        "value_bytes": runs.value_bytes,
+        "dags": runs.dags,
+        "runs": runs.runs,
+        "oldest_updated_at": iso(runs.oldest_updated_at),
+        "newest_updated_at": iso(runs.newest_updated_at),
+        "over_max_value_storage_bytes": runs.over_limit,
+        "expiry": dict(runs.expiry),
     }
 
 
@@ -123,6 +149,17 @@ def plain_rows(stats: StoreStats) -> Iterator[tuple[object, ...]]:
             yield ("task_top_dag_by_rows", dag.dag_id, dag.rows, dag.value_bytes)
         for dag in task.top_dags_by_bytes:
             yield ("task_top_dag_by_bytes", dag.dag_id, dag.value_bytes, dag.rows)
+    runs = stats.dag_run
+    if runs is not None:
+        yield ("dag_run", "rows", runs.rows)
+        yield ("dag_run", "value_bytes", runs.value_bytes)
+        yield ("dag_run", "dags", runs.dags)
+        yield ("dag_run", "runs", runs.runs)
+        yield ("dag_run", "oldest_updated_at", iso(runs.oldest_updated_at))
+        yield ("dag_run", "newest_updated_at", iso(runs.newest_updated_at))
+        yield ("dag_run", "over_max_value_storage_bytes", runs.over_limit)
+        for bucket, rows in runs.expiry.items():
+            yield ("dag_run_expiry", bucket, rows)
     assets = stats.asset
     if assets is not None:
         yield ("asset", "rows", assets.rows)
@@ -229,10 +266,11 @@ def draw(console: Console, stats: StoreStats) -> None:
 
     width = min(console.width, 120)
     console.print(Text(f"state store statistics as of {human(stats.now)}"), soft_wrap=True)
-    if stats.task is None and stats.asset is None:
+    if stats.task is None and stats.asset is None and stats.dag_run is None:
         console.print(Text("no store selected: task options select task keys only, asset options asset keys only"))
         return
-    console.print(_overview(stats))
+    if stats.task is not None or stats.asset is not None:
+        console.print(_overview(stats))
     task = stats.task
     if task is not None and task.rows:
         console.print()
@@ -242,6 +280,9 @@ def draw(console: Console, stats: StoreStats) -> None:
             _print_chart(console, task.expiring_per_day, width)
         console.print()
         _print_dags(console, task, width)
+    if stats.dag_run is not None:
+        console.print()
+        _print_dag_runs(console, stats.dag_run, stats.max_value_storage_bytes)
     assets = stats.asset
     if assets is not None and assets.top_assets:
         console.print()
@@ -321,6 +362,36 @@ def _expiry_table(task: TaskStats) -> Table:
             bar = _EIGHTHS[1]
         table.add_row(Text(BUCKET_LABELS[bucket]), Text(count(rows)), Text(f"{share:.0%}"), Text(bar))
     return table
+
+
+def _print_dag_runs(console: Console, runs: DagRunStats, limit: int) -> None:
+    """The dag-run keys (Airflow 3.4's dag_run_state_store): their figures, then how many in each expiry bucket."""
+    from rich.text import Text
+
+    if not runs.rows:
+        console.print(Text("dag-run keys: none"))
+        return
+    table = _table("dag-run keys (Airflow 3.4's dag_run_state_store)")
+    table.show_header = False
+    table.add_column("", no_wrap=True)
+    table.add_column("", justify="right", no_wrap=True)
+
+    def row(label: str, cell: str) -> None:
+        table.add_row(Text(label), Text(cell))
+
+    row("keys", count(runs.rows))
+    row("dags / runs", f"{count(runs.dags)} / {count(runs.runs)}")
+    row("value size", size(runs.value_bytes))
+    row("oldest updated_at (UTC)", _moment(runs.oldest_updated_at))
+    row("newest updated_at (UTC)", _moment(runs.newest_updated_at))
+    if limit:
+        row(f"values over {count(limit)} B", count(runs.over_limit or 0))
+    else:
+        row("values over the limit", "no limit set")
+    table.add_section()
+    for bucket, rows in runs.expiry.items():
+        row(DAG_RUN_BUCKET_LABELS[bucket], count(rows))
+    console.print(table)
 
 
 def _print_chart(console: Console, days: list[DayCount], width: int) -> None:

@@ -50,6 +50,7 @@ def export(
     """Write keys as JSON Lines, one key per line.
 
     Each line has the key's scope, value, updated_at and expires_at; assets are named by name and uri.
+    On Airflow 3.4 a task key in a region has its region_id, and dag-run keys are lines of store dag_run.
     Takes the filters of list and keeps its order. Writes to stdout unless --file;
     `statestore import` reads it back."""
     from statestore_cli import transfer
@@ -89,6 +90,7 @@ def import_(
     One transaction per batch. A bad line stops the import before its batch is written;
     earlier batches stay (the error says which lines): run --dry-run first for all or nothing.
     On a standalone store missing dag runs and assets are created; an Airflow database must have them.
+    Keys in a region and dag-run keys need a database with Airflow 3.4's tables.
     The summary goes to stderr (-o json: to stdout)."""
     from statestore_cli import transfer
 

@@ -365,6 +365,10 @@ class Settings:
         return int(self._value("state_store", "default_retention_days"))
 
     @property
+    def dag_run_default_retention_days(self) -> int:
+        return int(self._value("state_store", "dag_run_default_retention_days"))
+
+    @property
     def clear_on_success(self) -> bool:
         return bool(self._value("state_store", "clear_on_success"))
 

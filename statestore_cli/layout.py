@@ -1,0 +1,300 @@
+"""Which state store layout a database holds, and the tables every statement is built from.
+
+Airflow changes the state store tables between releases, so the library never assumes them: it
+reads the layout from the database once per engine and builds its statements from the ``Layout``'s
+tables. Three layouts are known:
+
+- ``3.3``: Airflow 3.3's (migration ``fde9ed84d07b``), and every standalone store ``db init`` makes;
+- ``3.4-between``: after ``54a27b6f9d01`` ("dynamic region storage"): ``task_state_store.region_id``
+  joins the unique key ``(dag_run_id, task_id, region_id, map_index, key)``;
+- ``3.4``: after ``7f8c9a2d410e`` as well: ``map_index`` is called ``region_index`` (rows, keys and
+  indexes unchanged), and ``dag_run_state_store`` holds dag-run keys (``8a1d6c4f0b53``).
+
+A database at a revision of Airflow 3.3 or older (or with no ``alembic_version``: a standalone store)
+has the ``3.3`` layout without a look at its tables. Any other revision is read from the tables
+themselves: the map index column's name, ``region_id`` and how it is stored, the unique key, and
+whether ``dag_run_state_store`` exists. What a layout lacks is in ``problems``, each tagged with what it
+blocks: ``read`` (every command on task keys) or ``write`` (the commands that write task keys); a command
+asks ``layout_of(conn, needs=...)`` and gets a one-line error naming the revision and what is missing.
+"""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import LargeBinary, MetaData, String, Table, inspect
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from statestore_cli import schema
+from statestore_cli.airflow_versions import airflow_version
+from statestore_cli.schema import store_schema
+
+LAYOUT_33, LAYOUT_BETWEEN, LAYOUT_34 = "3.3", "3.4-between", "3.4"
+
+
+class RegionId(TypeDecorator[uuid.UUID]):
+    """A region's UUID in the form the database's ``region_id`` column stores it.
+
+    Airflow 3.4 declares the column with its own ``CompactUUID`` type, whose storage this tool could
+    not read from Airflow's sources; so the form is taken from the column the database has:
+    ``native`` (PostgreSQL's ``uuid``, MariaDB's ``UUID``), ``hex`` (``CHAR(32)``: 32 lower-case hex
+    digits, SQLAlchemy's ``Uuid`` on SQLite and MySQL), ``text`` (``CHAR(36)``, with dashes) or
+    ``bytes`` (``BINARY(16)``). The nil UUID marks a task outside any region.
+    """
+
+    impl = String(36)
+    cache_ok = True
+
+    def __init__(self, form: str) -> None:
+        super().__init__()
+        self.form = form
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if self.form == "native":
+            from sqlalchemy import Uuid
+
+            return dialect.type_descriptor(Uuid(as_uuid=True, native_uuid=True))
+        if self.form == "bytes":
+            return dialect.type_descriptor(LargeBinary(16))
+        return dialect.type_descriptor(String(32 if self.form == "hex" else 36))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        region = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+        if self.form == "native":
+            return region
+        if self.form == "bytes":
+            return region.bytes
+        return region.hex if self.form == "hex" else str(region)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> uuid.UUID | None:
+        if value is None or isinstance(value, uuid.UUID):
+            return value
+        if isinstance(value, bytes | bytearray | memoryview):
+            return uuid.UUID(bytes=bytes(value))
+        return uuid.UUID(str(value))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The state store tables of one database, as statements address them.
+
+    ``task.c.map_index`` is the map index column whatever the database calls it (``region_index`` on
+    3.4), and ``task.c.region_id`` exists only where the database has it. ``dag_run_store`` is None
+    where the database has no dag-run state store.
+    """
+
+    name: str
+    revision: str | None
+    task: Table
+    asset: Table
+    dag_run: Table
+    asset_parent: Table
+    asset_active: Table
+    dag_run_store: Table | None = None
+    problems: tuple[tuple[str, str], ...] = ()  # (what it blocks: "read" | "write", what the tables lack)
+    found: dict[str, Any] = field(default_factory=dict, compare=False)  # columns and keys as read
+
+    @property
+    def has_region(self) -> bool:
+        return "region_id" in self.task.c
+
+    @property
+    def task_identity(self) -> tuple[str, ...]:
+        """The column keys of the task table's unique key: what an upsert conflicts on."""
+        return ("dag_run_id", "task_id", *(("region_id",) if self.has_region else ()), "map_index", "key")
+
+    @property
+    def airflow_version(self) -> str | None:
+        return airflow_version(self.revision)
+
+    @property
+    def revision_known(self) -> bool:
+        """Whether the revision is one of Airflow's this tool knows (a standalone store has none: known)."""
+        return self.revision is None or self.airflow_version is not None
+
+    def blocked(self, needs: str) -> list[str]:
+        """What keeps a command that ``needs`` "read" (or "write", which needs reading too) from working."""
+        kinds = ("read",) if needs == "read" else ("read", "write")
+        return [problem for kind, problem in self.problems if kind in kinds]
+
+    def commands(self) -> dict[str, bool]:
+        """Which commands can work on this layout (for ``db check``)."""
+        reads, writes = not self.blocked("read"), not self.blocked("write")
+        shown = dict.fromkeys(READING_COMMANDS, reads)
+        shown.update(dict.fromkeys(WRITING_COMMANDS, writes))
+        return shown
+
+    def require(self, needs: str) -> None:
+        """Raise a ``DatabaseError`` (exit 3) naming the revision and what is missing when ``needs`` is blocked."""
+        missing = self.blocked(needs)
+        if missing:
+            from statestore_cli.errors import DatabaseError
+
+            known = "" if self.revision_known else ", a revision this tool does not know"
+            raise DatabaseError(
+                f"cannot {'write' if needs == 'write' else 'read'} task keys on this Airflow metadata database "
+                f"(revision {self.revision}{known}): {'; '.join(missing)}; `statestore db check` shows what was found"
+            )
+
+    def region_where(self, region: uuid.UUID) -> list[Any]:
+        """The condition on ``region_id`` that keeps a region's keys apart (none where there is no column)."""
+        return [self.task.c.region_id == region] if self.has_region else []
+
+    def region_values(self, region: uuid.UUID) -> dict[str, Any]:
+        """``region_id`` of a row to write (nothing where there is no column)."""
+        return {"region_id": region} if self.has_region else {}
+
+
+# The commands each kind of access serves, as `db check` lists them.
+READING_COMMANDS = ("get", "list", "stats", "export", "clean", "delete", "clear")
+WRITING_COMMANDS = ("set", "import")
+
+
+def _build(
+    name: str,
+    revision: str | None,
+    *,
+    index_column: str = "map_index",
+    region_form: str | None = None,
+    dag_run_store: bool = False,
+    problems: tuple[tuple[str, str], ...] = (),
+    found: dict[str, Any] | None = None,
+) -> Layout:
+    target = MetaData()
+    parents = [t.to_metadata(target) for t in (schema.dag_run, schema.asset, schema.asset_active)]
+    region = RegionId(region_form) if region_form else None
+    task = schema.task_table(target, index_column=index_column, region=region)
+    asset = schema.asset_state_store.to_metadata(target)
+    runs = schema.dag_run_state_table(target) if dag_run_store else None
+    dag_run, asset_parent, asset_active = parents
+    return Layout(
+        name, revision, task, asset, dag_run, asset_parent, asset_active, runs, problems=problems, found=found or {}
+    )
+
+
+# Airflow 3.3's layout, and every standalone store's: the module-level tables of ``schema``.
+AIRFLOW_33 = Layout(
+    LAYOUT_33,
+    None,
+    schema.task_state_store,
+    schema.asset_state_store,
+    schema.dag_run,
+    schema.asset,
+    schema.asset_active,
+)
+
+_LAYOUTS: weakref.WeakKeyDictionary[Engine, Layout] = weakref.WeakKeyDictionary()
+
+
+def layout_of(conn: Connection, needs: str | None = "read") -> Layout:
+    """The layout of the database behind ``conn``, read once per engine; a layout that lacks what
+    ``needs`` ("read", "write"; None: nothing) raises a ``DatabaseError`` saying what is missing."""
+    engine = conn.engine
+    known = _LAYOUTS.get(engine)
+    if known is None:
+        known = _LAYOUTS[engine] = read_layout(conn)
+    if needs is not None and known.problems:
+        known.require(needs)
+    return known
+
+
+def forget_layout(engine: Engine) -> None:
+    """Read the layout again on next use (after ``db init`` created the tables)."""
+    _LAYOUTS.pop(engine, None)
+
+
+def read_layout(conn: Connection) -> Layout:
+    """Tell the layout from the database: its Airflow revision where that settles it, else its tables."""
+    from statestore_cli.schema_state import alembic_version_table
+
+    version_table = alembic_version_table(conn)
+    if version_table is None:
+        return AIRFLOW_33  # a standalone store: what `db init` makes
+    revision = conn.exec_driver_sql(f"SELECT version_num FROM {version_table}").scalar()
+    if revision is None or _at_most_33(revision):
+        return AIRFLOW_33 if revision is None else _with_revision(AIRFLOW_33, revision)
+    return _read_tables(conn, str(revision))
+
+
+def _at_most_33(revision: str | None) -> bool:
+    """Whether ``revision`` is one of Airflow's up to 3.3.2 (an empty alembic_version counts: a dump)."""
+    if revision is None:
+        return True
+    version = airflow_version(revision)
+    return version is not None and tuple(int(p) for p in version.split(".")) < (3, 4)
+
+
+def _with_revision(layout: Layout, revision: str) -> Layout:
+    from dataclasses import replace
+
+    return replace(layout, revision=revision)
+
+
+def _read_tables(conn: Connection, revision: str) -> Layout:
+    inspector = inspect(conn)
+    where = store_schema(conn)
+    tables = set(inspector.get_table_names(schema=where))
+    if "task_state_store" not in tables:
+        return _with_revision(AIRFLOW_33, revision)  # nothing to read: the missing tables are reported as today
+    columns = {c["name"]: c for c in inspector.get_columns("task_state_store", schema=where)}
+    constraints = inspector.get_unique_constraints("task_state_store", schema=where)
+    uniques = [tuple(map(str, u["column_names"])) for u in constraints]
+    indexes = inspector.get_indexes("task_state_store", schema=where)
+    uniques += [tuple(map(str, i["column_names"])) for i in indexes if i.get("unique")]
+    found: dict[str, Any] = {"columns": sorted(columns), "unique_keys": sorted(set(uniques))}
+    problems: list[tuple[str, str]] = []
+    found_index = next((n for n in schema.MAP_INDEX_COLUMNS if n in columns), None)
+    if found_index is None:
+        problems.append(("read", "task_state_store has neither map_index nor region_index"))
+    index_column = found_index or "map_index"
+    region_form = _region_form(columns["region_id"]["type"]) if "region_id" in columns else None
+    if "region_id" in columns and region_form is None:
+        stored_as = columns["region_id"]["type"]
+        problems.append(("read", f"task_state_store.region_id is stored as {stored_as}, a form not known"))
+        region_form = "text"
+    wanted = ("dag_run_id", "task_id", *(("region_id",) if region_form else ()), index_column, "key")
+    if wanted not in uniques:
+        shown = ", ".join(wanted)
+        problems.append(("write", f"task_state_store has no unique key ({shown}) for writes to land on"))
+    missing = [
+        c
+        for c in ("id", "dag_run_id", "task_id", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
+        if c not in columns
+    ]
+    if missing:
+        problems.append(("read", f"task_state_store lacks the column(s) {', '.join(missing)}"))
+    runs = "dag_run_state_store" in tables
+    if index_column == "region_index":
+        name = LAYOUT_34
+    elif region_form:
+        name = LAYOUT_BETWEEN
+    else:
+        name = LAYOUT_33
+    return _build(
+        name,
+        revision,
+        index_column=index_column,
+        region_form=region_form,
+        dag_run_store=runs,
+        problems=tuple(problems),
+        found=found,
+    )
+
+
+def _region_form(column_type: Any) -> str | None:
+    """How a reflected ``region_id`` column stores a UUID (see ``RegionId``), or None when not known."""
+    from sqlalchemy import types
+
+    if isinstance(column_type, types.Uuid) or "UUID" in type(column_type).__name__.upper():
+        return "native"
+    if isinstance(column_type, types._Binary):
+        return "bytes" if getattr(column_type, "length", None) in (None, 16) else None
+    if isinstance(column_type, types.String):
+        return {32: "hex", 36: "text"}.get(column_type.length or 0)
+    return None
