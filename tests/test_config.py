@@ -916,3 +916,16 @@ def test_a_class_neither_ours_nor_airflows_is_refused_naming_both_bases(
     assert_one_line_usage_error(
         run, f"environment variable {env_var(section, option)}: [{section}] {option} = {name!r}: {name} {NOT_A_BACKEND}"
     )
+
+
+def test_a_backends_option_of_a_dotted_section_reads_airflows_variable(tmp_path, monkeypatch):
+    """A provider's section (``[common.io]``) has Airflow's variable with the dot as an underscore:
+    AIRFLOW__COMMON_IO__..., over the file's value."""
+    cfg = write_cfg(tmp_path / "airflow.cfg", "[common.io]\nstate_store_objectstorage_path = file:///from/file\n")
+    assert load_settings(config_path=cfg).extra_option("common.io", "state_store_objectstorage_path") == (
+        "file:///from/file",
+        str(cfg),
+    )
+    monkeypatch.setenv("AIRFLOW__COMMON_IO__STATE_STORE_OBJECTSTORAGE_PATH", "file:///from/env")
+    found = load_settings(config_path=cfg).extra_option("common.io", "state_store_objectstorage_path")
+    assert found == ("file:///from/env", "environment variable AIRFLOW__COMMON_IO__STATE_STORE_OBJECTSTORAGE_PATH")

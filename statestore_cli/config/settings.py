@@ -68,7 +68,7 @@ class OptionSpec(NamedTuple):
 
     @property
     def env_var(self) -> str:
-        return f"AIRFLOW__{self.section.upper()}__{self.option.upper()}"
+        return env_var_name(self.section, self.option)
 
 
 class Setting(NamedTuple):
@@ -80,6 +80,12 @@ class Setting(NamedTuple):
     # "command AIRFLOW__..._CMD", "command [section] option_cmd in /path/airflow.cfg",
     # "secret AIRFLOW__..._SECRET via pkg.Backend", "secret [section] option_secret in /path via pkg.Backend"
     source: str
+
+
+def env_var_name(section: str, option: str) -> str:
+    """Airflow's environment variable for an option: ``AIRFLOW__{SECTION}__{OPTION}``, a dot in the
+    section (a provider's, such as ``common.io``) written as an underscore, as Airflow spells it."""
+    return f"AIRFLOW__{section.replace('.', '_').upper()}__{option.upper()}"
 
 
 def load_option_specs() -> tuple[OptionSpec, ...]:
@@ -336,7 +342,7 @@ class Settings:
     def extra_option(self, section: str, option: str) -> tuple[str, str] | None:
         """An option outside statestore's own schema (a backend's), looked up like every other one
         (environment variable, then the INI file), as ``(raw value, where it came from)``; None when unset."""
-        env_var = f"AIRFLOW__{section.upper()}__{option.upper()}"
+        env_var = env_var_name(section, option)
         if env_var in self._environ:
             return self._environ[env_var], f"environment variable {env_var}"
         if self._parser is not None and self._parser.has_option(section, option):
