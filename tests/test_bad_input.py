@@ -467,7 +467,8 @@ CASES = [
         ("set", *TASK, "--asset-name", "a", "k", "1"),
         2,
         "a task scope and an asset scope were both given; give --dag-id, --run-id and --task-id "
-        "(and --map-index) for a task, or --asset-name, --asset-uri or --asset-id for an asset",
+        "(and --map-index) for a task, --dag-id and --run-id alone for a dag run's keys (Airflow 3.4), or "
+        "--asset-name, --asset-uri or --asset-id for an asset",
         engines=ALL,
     ),
     Case(
@@ -476,7 +477,8 @@ CASES = [
         ("set", "k", "1"),
         2,
         "no scope given: give --dag-id, --run-id and --task-id (and --map-index) for a task, "
-        "or --asset-name, --asset-uri or --asset-id for an asset",
+        "--dag-id and --run-id alone for a dag run's keys (Airflow 3.4), or --asset-name, --asset-uri or "
+        "--asset-id for an asset",
         engines=ALL,
     ),
     Case(

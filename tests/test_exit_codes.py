@@ -40,7 +40,7 @@ def test_1_get_did_not_find_the_key(cli):
         (("get", "--map-index", "x", *TASK, "k"), "Invalid value for '--map-index'"),
         (("clean", "--output", "yaml"), "'yaml' is not one of"),
         (("set", *TASK, "k", "{"), "VALUE is not valid JSON"),
-        (("set", "--asset-name", "a", "k", "1", "--retention", "1d"), "task keys only"),
+        (("set", "--asset-name", "a", "k", "1", "--retention", "1d"), "task and dag-run keys only"),
         (("clear", *TASK), "pass --yes"),
     ],
 )
