@@ -396,7 +396,8 @@ OPERATOR_DAG = "etl_orders_daily"
 OPERATOR_RUN = "scheduled__2026-11-30T00:00:00+00:00"
 OPERATOR_TASK = "submit_spark_job"
 OPERATOR_REGION_KEYS = tuple(
-    f"last_committed_offset_for_region_{region}_kafka_topic_orders" for region in ("eu_west_1", "us_east_1", "ap_south_1")
+    f"last_committed_offset_for_region_{region}_kafka_topic_orders"  # 60 characters and more
+    for region in ("eu_west_1", "us_east_1", "ap_south_1")
 )
 OPERATOR_KEY = "spark_application_id_of_the_submitted_job"  # 41 characters, one per map index
 OPERATOR_ASSET_URI = "s3://warehouse-prod-eu-west-1/orders/daily_partitions/version_2"

@@ -13,7 +13,7 @@ from helpers import REALISTIC_RUNS, REALISTIC_UPDATED, assert_expected, seed_rea
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cli.render import Output
-from statestore_cli.cli.stats_view import expiry_chart, middle_ellipsis, size
+from statestore_cli.cli.stats_view import expiry_chart, folded, size
 from statestore_cli.database import make_engine
 from statestore_cli.entries import KeyFilter
 from statestore_cli.stats import DayCount, store_stats
@@ -58,12 +58,11 @@ def test_stats_on_a_terminal(db_url, columns, monkeypatch, capsys):
     assert_expected(f"stats-{columns}.txt", shown)
 
 
-def test_long_names_are_shortened_in_the_middle():
+def test_long_names_fold_whole():
     dag_id = "ml_feature_store_refresh_with_a_rather_long_dag_id"
-    assert middle_ellipsis(dag_id, 50) == dag_id
-    assert middle_ellipsis(dag_id, 21) == "ml_feature…ong_dag_id"
-    assert len(middle_ellipsis(dag_id, 21)) == 21
-    assert middle_ellipsis("漢字漢字漢字", 7) == "漢…漢字"  # wide characters count two cells
+    assert folded(dag_id, 50) == dag_id
+    assert folded(dag_id, 21) == "ml_feature_store_refr\nesh_with_a_rather_lon\ng_dag_id"
+    assert folded("漢字漢字漢字", 7) == "漢字漢\n字漢字"  # wide characters count two cells
 
 
 def test_chart_fits_80_columns_and_marks_every_nonzero_day():
