@@ -390,6 +390,47 @@ def seed_realistic(url: str) -> None:
         sql(url, f"UPDATE {table} SET updated_at = :moment", moment=moment)
 
 
+# The store of an operator's report, as seen in tmux at 80x30: one dag run, a task mapped over 21 indexes,
+# keys of 40-60 characters, three of them differing only in their middle (what a shortened key hid).
+OPERATOR_DAG = "etl_orders_daily"
+OPERATOR_RUN = "scheduled__2026-11-30T00:00:00+00:00"
+OPERATOR_TASK = "submit_spark_job"
+OPERATOR_REGION_KEYS = tuple(
+    f"last_committed_offset_for_region_{region}_kafka_topic_orders"  # 60 characters and more
+    for region in ("eu_west_1", "us_east_1", "ap_south_1")
+)
+OPERATOR_KEY = "spark_application_id_of_the_submitted_job"  # 41 characters, one per map index
+OPERATOR_ASSET_URI = "s3://warehouse-prod-eu-west-1/orders/daily_partitions/version_2"
+OPERATOR_ASSET_KEY = "last_processed_partition_of_the_orders_daily_export"
+
+
+def seed_operator_store(url: str) -> None:
+    """The operator's store: ``submit_spark_job`` over map indexes 0-20, each with ``OPERATOR_KEY`` (expired
+    below index 3), index 0 also with the three region keys (expired) and ``job_id``; an active asset and
+    an inactive one (no dag uses it) with a long key each; fixed ``updated_at``."""
+    from statestore_cli import AssetScope, MetastoreBackend, TaskScope
+    from statestore_cli.database import make_engine
+
+    backend = MetastoreBackend(make_engine(url))
+    try:
+        for index in range(21):
+            scope = TaskScope(OPERATOR_DAG, OPERATOR_RUN, OPERATOR_TASK, index)
+            expires = REALISTIC_EXPIRED if index < 3 else REALISTIC_LATER
+            backend.set(scope, OPERATOR_KEY, '"application_1764460800123_0042"', expires_at=expires)
+        first = TaskScope(OPERATOR_DAG, OPERATOR_RUN, OPERATOR_TASK, 0)
+        for key in OPERATOR_REGION_KEYS:
+            backend.set(first, key, "1764460800", expires_at=REALISTIC_EXPIRED)
+        backend.set(first, "job_id", '"j-42"', expires_at=None)
+        for name in ("orders_daily_partitions", "orders_daily_partitions_legacy"):
+            backend.set(AssetScope(name=name, uri=OPERATOR_ASSET_URI + name[23:]), OPERATOR_ASSET_KEY, '"2026-11-29"')
+    finally:
+        backend.engine.dispose()
+    sql(url, "DELETE FROM asset_active WHERE name = 'orders_daily_partitions_legacy'")
+    moment = REALISTIC_UPDATED.strftime("%Y-%m-%d %H:%M:%S.%f")  # SQLite's text
+    for table in ("task_state_store", "asset_state_store"):
+        sql(url, f"UPDATE {table} SET updated_at = :moment", moment=moment)
+
+
 # -- Prometheus metrics files -------------------------------------------------------------------------------
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _SAMPLE_VALUE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|NaN|Inf)")

@@ -9,11 +9,19 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from helpers import REALISTIC_RUNS, REALISTIC_UPDATED, assert_expected, seed_realistic, sql
+from helpers import (
+    OPERATOR_ASSET_URI,
+    REALISTIC_RUNS,
+    REALISTIC_UPDATED,
+    assert_expected,
+    seed_operator_store,
+    seed_realistic,
+    sql,
+)
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cli.render import Output
-from statestore_cli.cli.stats_view import expiry_chart, middle_ellipsis, size
+from statestore_cli.cli.stats_view import expiry_chart, folded, size
 from statestore_cli.database import make_engine
 from statestore_cli.entries import KeyFilter
 from statestore_cli.stats import DayCount, store_stats
@@ -58,12 +66,32 @@ def test_stats_on_a_terminal(db_url, columns, monkeypatch, capsys):
     assert_expected(f"stats-{columns}.txt", shown)
 
 
-def test_long_names_are_shortened_in_the_middle():
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("columns", [80, 120])
+def test_stats_of_the_operators_store_show_ids_and_uris_whole(db_url, columns, monkeypatch, capsys):
+    seed_operator_store(db_url)
+    engine = make_engine(db_url)
+    try:
+        stats = store_stats(engine, KeyFilter(), NOW, max_value_storage_bytes=65535)
+    finally:
+        engine.dispose()
+    monkeypatch.setenv("COLUMNS", str(columns))
+    Output("table").stats(stats)
+    shown = capsys.readouterr().out
+    assert max(len(line) for line in shown.splitlines()) <= columns
+    assert "…" not in shown
+    asset_table = shown.split("asset keys per asset")[1].splitlines()
+    rows = [line.split("│") for line in asset_table if line.startswith("│")]
+    uris = "".join(cells[2].strip() for cells in rows)  # the asset table's uri cells, folded lines joined
+    assert uris == OPERATOR_ASSET_URI + OPERATOR_ASSET_URI + "_legacy"
+    assert_expected(f"operator_stats_{columns}.txt", shown)
+
+
+def test_long_names_fold_whole():
     dag_id = "ml_feature_store_refresh_with_a_rather_long_dag_id"
-    assert middle_ellipsis(dag_id, 50) == dag_id
-    assert middle_ellipsis(dag_id, 21) == "ml_feature…ong_dag_id"
-    assert len(middle_ellipsis(dag_id, 21)) == 21
-    assert middle_ellipsis("漢字漢字漢字", 7) == "漢…漢字"  # wide characters count two cells
+    assert folded(dag_id, 50) == dag_id
+    assert folded(dag_id, 21) == "ml_feature_store_refr\nesh_with_a_rather_lon\ng_dag_id"
+    assert folded("漢字漢字漢字", 7) == "漢字漢\n字漢字"  # wide characters count two cells
 
 
 def test_chart_fits_80_columns_and_marks_every_nonzero_day():

@@ -4,22 +4,31 @@ realistic ids; that the listing streams; and ``list --limit/--offset`` on every 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 
 import pytest
 from helpers import (
+    OPERATOR_ASSET_KEY,
+    OPERATOR_ASSET_URI,
+    OPERATOR_KEY,
+    OPERATOR_REGION_KEYS,
+    OPERATOR_RUN,
     REALISTIC_EXPIRED,
     REALISTIC_KEY,
+    REALISTIC_LATER,
     REALISTIC_RUNS,
     assert_expected,
     run_cli,
+    run_statestore_process,
+    seed_operator_store,
     seed_realistic,
 )
 from sqlalchemy import event
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.cli.grid import CHUNK, cell_width, pack, shorten, wrap
+from statestore_cli.cli.grid import CHUNK, cell_width, fold, pack, wrap
 from statestore_cli.cli.render import Output
 from statestore_cli.commands import list_entries
 from statestore_cli.config import load_settings
@@ -64,7 +73,8 @@ def test_list_table(db_url, width, monkeypatch):
             assert re.search(rf"dag_id {dag_id}\s+run_id {re.escape(run_id)}\n", screen)  # ids whole
     assert "task_id wait_for_emr_cluster_to_finish_processing" in screen
     assert "watermark" in screen and "s3://warehouse/orders/daily_partitions" in screen
-    assert (REALISTIC_KEY in screen) is (width >= 120)  # at 80 columns the key loses its middle, not its end
+    assert screen.count(f" {REALISTIC_KEY} ") == 8 and "…" not in screen  # whole on one line, at 80 columns too
+    assert screen.count(" expired │") == 8  # the keys the next clean deletes
     assert screen.endswith("18 keys\n")
     assert_expected(f"list_{width}.txt", screen)
 
@@ -137,7 +147,7 @@ def test_plain_and_json_listings_are_what_scripts_read(db_url, mode, name):
 def test_flat_layout_when_every_cell_fits(db_url, monkeypatch):
     """Short ids: task_id and map_index are columns of their own, shown on a task instance's first row."""
     backend = MetastoreBackend(make_engine(db_url))
-    backend.set(TaskScope("etl", "r1", "extract"), "job_id", "1", expires_at=REALISTIC_EXPIRED)
+    backend.set(TaskScope("etl", "r1", "extract"), "job_id", "1", expires_at=REALISTIC_LATER)
     backend.set(TaskScope("etl", "r1", "extract"), "offset", "1", expires_at=None)
     backend.engine.dispose()
     monkeypatch.setenv("COLUMNS", "80")
@@ -149,19 +159,111 @@ def test_flat_layout_when_every_cell_fits(db_url, monkeypatch):
 
 
 # -- the pieces of a table --------------------------------------------------------------------------------
-def test_shorten_keeps_both_ends_and_the_width():
-    assert shorten("abcdefghij", 10) == "abcdefghij"
-    assert shorten("abcdefghij", 7) == "abc…hij"
-    assert shorten("abcdefghij", 6) == "abc…ij"
+def test_fold_keeps_every_character():
+    assert fold("abcdefghij", 10) == ["abcdefghij"]
+    assert fold("abcdefghij", 4) == ["abcd", "efgh", "ij"]
+    assert fold("2026-11-01 03:00:00 expired", 19) == ["2026-11-01 03:00:00", "expired"]  # between words
     wide = "漢字漢字漢字漢字"  # two cells each
-    assert cell_width(shorten(wide, 7)) <= 7 and shorten(wide, 7).startswith("漢") and shorten(wide, 7).endswith("字")
+    assert fold(wide, 7) == ["漢字漢", "字漢字", "漢字"]
 
 
 def test_pack_and_wrap_break_only_between_parts():
     assert pack(["dag_id a", "run_id b"], 20) == ["dag_id a  run_id b"]
-    assert pack(["dag_id " + "a" * 20, "run_id b"], 20) == ["dag_id aaa…aaaaaaaaa", "run_id b"]
+    assert pack(["dag_id " + "a" * 20, "run_id b"], 20) == ["dag_id", "a" * 20, "run_id b"]  # between words
+    assert pack(["dag_id" + "a" * 20, "run_id b"], 20) == ["dag_id" + "a" * 14, "a" * 6 + "  run_id b"]  # whole
     stamp = "2026-11-30 14:50:59 UTC)."
     assert wrap(["expired", "before", stamp, "Nothing"], 20) == ["expired before", stamp, "Nothing"]
+
+
+# -- the operator's store: keys of 40-60 characters at 80 and 120 columns -----------------------------------
+def _key_lines(screen: str, key: str) -> list[str]:
+    """The table lines showing ``key``, which must be there whole, on one line."""
+    return [line for line in screen.splitlines() if re.search(rf"[│ ]{re.escape(key)}[ │]", line)]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_operator_list_shows_every_key_whole(db_url, width, monkeypatch):
+    seed_operator_store(db_url)
+    monkeypatch.setenv("COLUMNS", str(width))
+    screen = _screen(run_cli("list", "-o", "table", conn=db_url))
+    _assert_fits(screen, width)
+    assert "…" not in screen
+    for key in OPERATOR_REGION_KEYS:  # they differ only in their middle
+        assert len(_key_lines(screen, key)) == 1
+    assert len(_key_lines(screen, OPERATOR_KEY)) == 21  # one per map index
+    assert len(_key_lines(screen, OPERATOR_ASSET_KEY)) == 2
+    assert f"uri {OPERATOR_ASSET_URI}" in screen
+    assert screen.count("2026-11-01 03:00:00 expired") == 6 and screen.count("expired") == 6
+    assert screen.endswith("27 keys\n")
+    assert_expected(f"operator_list_{width}.txt", screen)
+    plain = _screen(run_cli("list", "-o", "plain", conn=db_url)).splitlines()  # for scripts: fields kept
+    assert len(plain) == 27 and "expired" not in "\n".join(plain)
+    assert {len(line.split("\t")) for line in plain if line.startswith("task")} == {8}
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_operator_dry_run_shows_every_key_whole(db_url, width, monkeypatch):
+    seed_operator_store(db_url)
+    monkeypatch.setenv("COLUMNS", str(width))
+    screen = _with_fixed_cutoff(_screen(run_cli("clean", "--dry-run", "-o", "table", conn=db_url)))
+    _assert_fits(screen, width)
+    assert "…" not in screen
+    for key in OPERATOR_REGION_KEYS:
+        assert len(_key_lines(screen, key)) == 1
+    assert len(_key_lines(screen, OPERATOR_KEY)) == 3  # expired at map indexes 0-2
+    assert f"run_id {OPERATOR_RUN}" in screen
+    assert_expected(f"operator_dry_run_{width}.txt", screen)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("width", WIDTHS)
+def test_operator_sweep_dry_run_shows_every_key_whole(db_url, width, monkeypatch):
+    seed_operator_store(db_url)
+    monkeypatch.setenv("COLUMNS", str(width))
+    screen = _screen(run_cli("assets", "sweep", "--dry-run", "-o", "table", conn=db_url))
+    _assert_fits(screen, width)
+    assert f"\n  {OPERATOR_ASSET_KEY}\n" in screen
+    assert OPERATOR_ASSET_URI + "_legacy" in screen
+    assert_expected(f"operator_sweep_dry_run_{width}.txt", screen)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_key_wider_than_the_table_wraps_whole(db_url, monkeypatch):
+    key = "k" * 70 + "_the_end_of_a_very_long_key"  # 97 characters: more than 80 columns hold
+    backend = MetastoreBackend(make_engine(db_url))
+    backend.set(TaskScope("etl", "r1", "extract"), key, "1", expires_at=None)
+    backend.engine.dispose()
+    monkeypatch.setenv("COLUMNS", "80")
+    screen = _screen(run_cli("list", "-o", "table", conn=db_url))
+    _assert_fits(screen, 80)
+    shown = [line[4:-2].rstrip() for line in screen.splitlines() if "kkk" in line or "long_key" in line]
+    assert "".join(shown) == key and "…" not in screen
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("fast", [True, False])
+def test_get_on_a_terminal_says_the_key_expired(db_url, fast):
+    seed_operator_store(db_url)
+    scope = ["--dag-id", "etl_orders_daily", "--run-id", OPERATOR_RUN, "--task-id", "submit_spark_job"]
+    env = {k: v for k, v in os.environ.items() if k != "STATESTORE_NO_FAST_PATH"}
+    if not fast:
+        env["STATESTORE_NO_FAST_PATH"] = "1"
+    key = OPERATOR_REGION_KEYS[1]
+
+    def get(*args: str):  # type: ignore[no-untyped-def]
+        return run_statestore_process("--conn", db_url, "get", *scope, *args, env=env)
+
+    table = get("--map-index", "0", key, "-o", "table")
+    assert table.exit_code == 0 and table.stdout == "1764460800\n"
+    assert table.stderr == f"note: key {key} expired at 2026-11-01 03:00:00 UTC; the next clean deletes it\n"
+    for mode in ("json", "plain"):  # what scripts read: stdout as before, nothing on stderr
+        result = get("--map-index", "0", key, "-o", mode)
+        assert result.exit_code == 0 and result.stderr == ""
+        assert (json.loads(result.stdout)["value"] if mode == "json" else result.stdout) in (1764460800, "1764460800\n")
+    live = get("--map-index", "5", OPERATOR_KEY, "-o", "table")
+    assert live.exit_code == 0 and live.stderr == ""
 
 
 # -- streaming ----------------------------------------------------------------------------------------------

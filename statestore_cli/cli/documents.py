@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from statestore_cli.cli.modes import OutputMode
-from statestore_cli.cli.safe_text import safe_json
+from statestore_cli.cli.safe_text import safe_json, safe_text
 from statestore_cli.entries import Entry
 
 
@@ -32,6 +32,20 @@ def entry_json(entry: Entry, with_value: bool = False) -> dict[str, Any]:
     if with_value:
         doc["value"] = entry.value
     return doc
+
+
+def expired(entry: Entry, now: datetime) -> bool:
+    """Whether ``clean`` would take ``entry``: a task or dag-run key whose expires_at is before ``now``
+    (asset keys are never cleaned)."""
+    return entry.store != "asset" and entry.expires_at is not None and entry.expires_at < now
+
+
+def expired_notice(entry: Entry, now: datetime) -> str | None:
+    """What ``get`` says on stderr, on a terminal, about the value it prints of an expired key; None for a live one."""
+    if entry.expires_at is None or not expired(entry, now):
+        return None
+    stamp = entry.expires_at.strftime("%Y-%m-%d %H:%M:%S")
+    return f"note: key {safe_text(entry.key)} expired at {stamp} UTC; the next clean deletes it\n"
 
 
 def get_output(entry: Entry, mode: str) -> str:

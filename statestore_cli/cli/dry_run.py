@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 
     from statestore_cli.cleanup import ExpiredRow
 
-SCOPE = (Column("task_id", shrink=True), Column("map_index", right=True), Column("keys", right=True))
-BODY = (Column("key", shrink=True), Column("expires_at", min_width=23))
+SCOPE = (Column("task_id", long=True), Column("map_index", right=True), Column("keys", right=True))
+BODY = (Column("key", long=True), Column("expires_at", min_width=23))
 SUMMARY = (
-    Column("dag_id", shrink=True),
+    Column("dag_id", long=True),
     Column("runs", right=True),
     Column("instances", right=True),
     Column("keys", right=True),

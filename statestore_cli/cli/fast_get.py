@@ -17,8 +17,9 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from contextlib import closing
+from datetime import UTC, datetime
 
-from statestore_cli.cli.documents import get_output
+from statestore_cli.cli.documents import expired_notice, get_output
 from statestore_cli.cli.failure import report_error
 from statestore_cli.cli.modes import MODES, resolve
 from statestore_cli.errors import StateStoreError
@@ -154,5 +155,10 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
         scope.map_index,
         value=decoded,
     )
-    sys.stdout.write(get_output(entry, resolve(output)))
+    mode = resolve(output)
+    sys.stdout.write(get_output(entry, mode))
+    notice = expired_notice(entry, datetime.now(UTC)) if mode == "table" else None
+    if notice:  # as the full CLI: on a terminal only
+        sys.stdout.flush()
+        sys.stderr.write(notice)
     return 0

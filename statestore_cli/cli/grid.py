@@ -2,10 +2,15 @@
 table (heavy head, light body), without holding every row or measuring each cell twice.
 
 A table is laid out once, from the first rows it is given (``TableStream``); every row after that is
-drawn at once, with the same column widths. Timestamps and numbers are never cut. An id or a key that
-does not fit loses its middle to an ellipsis (``shorten``), never a character count off its end and
-never folded mid-word. When the scope columns would not fit beside the keys whole, each group's scope
-(a task instance, an asset) gets a line of its own above its keys instead.
+drawn at once, with the same column widths.
+
+The rule for long values, in every table (``list``, the dry runs, ``stats``): nothing is ever cut. A key,
+an id (dag, run, task, asset) or a uri is what people copy into ``get`` and ``delete``, so it is shown
+whole. Other things give way first: the scope columns move onto a line of their own above their keys
+(a group line), and a key too wide for its column gets a line of its own across the table, its other
+cells on the line below. Only text wider than the whole table wraps: it continues on the next line at
+the table's edge (``fold``), with no ellipsis and no character lost. Timestamps and numbers are never
+broken.
 
 Everything here works on text that already went through ``safe_text``: no control characters. rich is
 imported only inside the functions that need it (cell widths of non-ASCII text, style codes).
@@ -21,7 +26,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-ELLIPSIS = "…"
 CHUNK = 200  # rows a table is laid out from; then drawn and flushed in runs of this many lines
 GAP = "  "  # between the parts of a heading or a group line
 
@@ -35,33 +39,23 @@ def cell_width(text: str) -> int:
     return cell_len(text)
 
 
-def shorten(text: str, width: int) -> str:
-    """``text`` in at most ``width`` cells: whole if it fits, else its start and end around an ellipsis."""
-    if cell_width(text) <= width:
-        return text
-    if width <= 1:
-        return ELLIPSIS if width == 1 else ""
-    keep = width - 1
-    head, tail = keep - keep // 2, keep // 2
-    if text.isascii():
-        return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
-    from rich.cells import get_character_cell_size
-
-    start, used = [], 0
+def fold(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells, every character kept: broken between words when each
+    word fits a line, else at the width (a uri or a key has no spaces)."""
+    if cell_width(text) <= width or width < 1:
+        return [text]
+    words = text.split(" ")
+    if " " in text and all(cell_width(word) <= width for word in words):
+        return wrap(words, width)
+    lines, line, used = [], "", 0
     for char in text:
-        size = get_character_cell_size(char)
-        if used + size > head:
-            break
-        start.append(char)
+        size = cell_width(char)
+        if used + size > width and line:
+            lines.append(line)
+            line, used = "", 0
+        line += char
         used += size
-    end, used = [], 0
-    for char in reversed(text):
-        size = get_character_cell_size(char)
-        if used + size > tail:
-            break
-        end.append(char)
-        used += size
-    return "".join(start) + ELLIPSIS + "".join(reversed(end))
+    return [*lines, line]
 
 
 def pad(text: str, width: int, right: bool = False) -> str:
@@ -71,13 +65,13 @@ def pad(text: str, width: int, right: bool = False) -> str:
 
 def pack(parts: Sequence[str], width: int) -> list[str]:
     """``parts`` on as few lines of ``width`` cells as they fit on whole, in order; a part too wide for
-    a line of its own is shortened."""
+    a line of its own continues on the next (``fold``)."""
     lines: list[str] = []
     for part in parts:
         if lines and cell_width(lines[-1]) + len(GAP) + cell_width(part) <= width:
             lines[-1] += GAP + part
         else:
-            lines.append(shorten(part, width))
+            lines.extend(fold(part, width))
     return lines
 
 
@@ -142,13 +136,13 @@ class Out:
 class Column:
     header: str
     right: bool = False  # numbers
-    shrink: bool = False  # an id or a key: may lose its middle to an ellipsis (timestamps and numbers never do)
+    long: bool = False  # an id, a uri or a key: its column may be narrower than its text, which then folds
     min_width: int = 0
     indent: int = 0  # body cells start this far in (under a group line)
 
     @property
     def least(self) -> int:
-        """The narrowest a shrinkable column gets."""
+        """The narrowest a column of long text gets."""
         return max(cell_width(self.header), 8) + self.indent
 
 
@@ -168,19 +162,19 @@ def natural_widths(columns: Sequence[Column], rows: Iterable[Sequence[str]]) -> 
 
 
 def fit(columns: Sequence[Column], natural: Sequence[int], width: int, span: int = 0) -> list[int]:
-    """Column widths within ``width`` cells: shrinkable columns give up cells, widest first; then the first
-    shrinkable column grows, room allowing, until group lines of ``span`` cells fit whole."""
+    """Column widths within ``width`` cells: columns of long text give up cells, widest first; then the first
+    of them grows, room allowing, until group lines of ``span`` cells fit whole."""
     widths = list(natural)
     over = sum(widths) + frame(len(widths)) - width
     while over > 0:
-        room = [i for i, c in enumerate(columns) if c.shrink and widths[i] > c.least]
+        room = [i for i, c in enumerate(columns) if c.long and widths[i] > c.least]
         if not room:
             break
         widest = max(room, key=lambda i: widths[i])
         widths[widest] -= 1
         over -= 1
     inner = sum(widths) + frame(len(widths)) - 4
-    grow = [i for i, c in enumerate(columns) if c.shrink]
+    grow = [i for i, c in enumerate(columns) if c.long]
     if span > inner and grow:
         widths[grow[0]] += max(0, min(span - inner, width - (inner + 4)))
     return widths
@@ -200,13 +194,26 @@ class Grid:
         titles = [self.ink(pad(c.header, w, c.right), "bold") for c, w in zip(self.columns, self.widths, strict=True)]
         return ["┏" + "┳".join(bars) + "┓", "┃ " + " ┃ ".join(titles) + " ┃", "┡" + "╇".join(bars) + "┩"]
 
-    def row(self, cells: Sequence[str]) -> str:
-        drawn = []
+    def row(self, cells: Sequence[str]) -> list[str]:
+        """The lines of one row. A cell wider than its column folds onto more lines, except a key in the
+        first column (indented under a group line): that one takes a line of its own across the table,
+        and the row's other cells follow on the next line."""
+        lines: list[str] = []
+        first = self.columns[0]
+        if first.indent and cells[0] and cell_width(cells[0]) + first.indent > self.widths[0]:
+            for part in fold(cells[0], self.inner - first.indent):
+                lines.append("│ " + pad(" " * first.indent + part, self.inner) + " │")
+            cells = ["", *cells[1:]]
+        stacks = []
         for text, column, width in zip(cells, self.columns, self.widths, strict=True):
-            if column.shrink:
-                text = " " * column.indent + shorten(text, width - column.indent) if text else ""
-            drawn.append(pad(text, width, column.right))
-        return "│ " + " │ ".join(drawn) + " │"
+            stacks.append([" " * column.indent + part for part in fold(text, width - column.indent)] if text else [""])
+        for n in range(max(map(len, stacks))):
+            drawn = [
+                pad(stack[n] if n < len(stack) else "", width, column.right)
+                for stack, column, width in zip(stacks, self.columns, self.widths, strict=True)
+            ]
+            lines.append("│ " + " │ ".join(drawn) + " │")
+        return lines
 
     def span(self, parts: Sequence[str]) -> list[str]:
         """A group line across every column (more than one when the parts do not fit on one)."""
@@ -219,12 +226,14 @@ class Grid:
 def draw(out: Out, title: str | None, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> None:
     """A whole table at once (its rows are few)."""
     if title:
-        out.add(out.ink(shorten(title, out.width), "bold"))
+        for line in fold(title, out.width):
+            out.add(out.ink(line, "bold"))
     grid = Grid(columns, fit(columns, natural_widths(columns, rows), out.width), out.ink)
     for line in grid.head():
         out.add(line)
     for row in rows:
-        out.add(grid.row(row))
+        for line in grid.row(row):
+            out.add(line)
     out.add(grid.bottom())
 
 
@@ -239,8 +248,8 @@ class TableStream:
       their rows, the rest (its map index) in columns;
     - grouped: each group's whole scope on a line of its own, its keys indented below.
 
-    When none fits whole, keys lose their middle: split when groups hold fewer than two keys on average
-    (one line per key instead of two) and keys keep 24 cells that way, else grouped.
+    When none fits whole: grouped, where a key too wide for its column has a line of its own across the
+    table (``Grid.row``); no key is ever shortened.
     """
 
     def __init__(
@@ -290,7 +299,7 @@ class TableStream:
     def _columns(self, split: int) -> list[Column]:
         key, *rest = self.body
         if split == len(self.scope):
-            key = Column(key.header, key.right, key.shrink, key.min_width, indent=2)
+            key = Column(key.header, key.right, key.long, key.min_width, indent=2)
         return [*self.scope[split:], key, *rest]
 
     def _widths(self, split: int) -> tuple[list[int], bool]:
@@ -313,13 +322,7 @@ class TableStream:
         choices = [0, *([self.outer] if self.outer else []), len(self.scope)]
         laid = {split: self._widths(split) for split in choices}
         fitting = [split for split in choices if laid[split][1]]
-        if fitting:
-            self.split = fitting[0]
-        else:
-            groups = sum(1 for is_group, _, _ in self.pending if is_group)
-            outer = self.outer
-            sparse = outer is not None and self.rows < 2 * groups and laid[outer][0][len(self.scope) - outer] >= 24
-            self.split = outer if sparse and outer else len(self.scope)
+        self.split = fitting[0] if fitting else len(self.scope)
         self.grid = Grid(self._columns(self.split), laid[self.split][0], self.out.ink)
         for line in pack(self.heading, self.out.width):
             self.out.add(self.out.ink(line, "bold"))
@@ -342,6 +345,7 @@ class TableStream:
 
     def _draw_row(self, cells: Sequence[str]) -> None:
         assert self.grid is not None
-        self.out.add(self.grid.row([*self.inner, *cells]))
+        for line in self.grid.row([*self.inner, *cells]):
+            self.out.add(line)
         if self.inner:
             self.inner = [""] * len(self.inner)

@@ -8,8 +8,10 @@ while the rest is still being read, and memory stays flat however many keys ther
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from statestore_cli.cli.documents import expired
 from statestore_cli.cli.grid import Column, Out, TableStream
 from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.entries import Entry
@@ -22,14 +24,16 @@ TIMES = (
     Column("updated_at (UTC)", min_width=19),  # a timestamp's width, kept whole when a later row has one
     Column("expires_at (UTC)", min_width=19),
 )
-KEY = Column("key", shrink=True)
-TASK_SCOPE = (Column("task_id", shrink=True), Column("map_index", right=True))
-ASSET_SCOPE = (Column("asset_id", right=True), Column("name", shrink=True), Column("uri", shrink=True))
+EXPIRED = "expired"  # after an expires_at in the past: the next clean deletes the key (plain and JSON unchanged)
+KEY = Column("key", long=True)
+TASK_SCOPE = (Column("task_id", long=True), Column("map_index", right=True))
+ASSET_SCOPE = (Column("asset_id", right=True), Column("name", long=True), Column("uri", long=True))
 
 
 class ListView:
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, now: datetime | None = None) -> None:
         self.out = Out(console)
+        self.now = now or datetime.now(UTC)
         self.table: TableStream | None = None
         self.scope: tuple[object, ...] | None = None  # the table's: (dag_id, run_id), or ("asset",)
         self.group: object = None  # the task instance (task_id, map_index) or the asset_id of the last row
@@ -65,7 +69,7 @@ class ListView:
                 self.table.group(
                     (task_id + region, map_index), (f"task_id {task_id}{region}", f"map_index {map_index}")
                 )
-        self.table.row((safe_text(entry.key), human(entry.updated_at, "-", ""), human(entry.expires_at, "never", "")))
+        self.table.row(self._cells(entry))
 
     def _asset(self, entry: Entry) -> None:
         if self.scope != ("asset",):
@@ -80,7 +84,13 @@ class ListView:
             self.table.group(
                 (str(entry.asset_id), name, uri), (f"asset_id {entry.asset_id}", f"name {name}", f"uri {uri}")
             )
-        self.table.row((safe_text(entry.key), human(entry.updated_at, "-", ""), human(entry.expires_at, "never", "")))
+        self.table.row(self._cells(entry))
+
+    def _cells(self, entry: Entry) -> tuple[str, str, str]:
+        expires = human(entry.expires_at, "never", "")
+        if expired(entry, self.now):
+            expires += " " + EXPIRED
+        return safe_text(entry.key), human(entry.updated_at, "-", ""), expires
 
     def _close(self) -> None:
         if self.table is not None:

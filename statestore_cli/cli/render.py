@@ -17,12 +17,12 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
 
-from statestore_cli.cli.documents import entry_json, get_output, iso
+from statestore_cli.cli.documents import entry_json, expired_notice, get_output, iso
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.modes import resolve
 from statestore_cli.cli.safe_text import plain_field, safe_json, safe_json_text, safe_text
@@ -146,6 +146,10 @@ class Output:
     # -- keys ---------------------------------------------------------------------------------------
     def value(self, entry: Entry) -> None:
         sys.stdout.write(get_output(entry, self.mode))
+        notice = expired_notice(entry, datetime.now(UTC)) if self.mode == "table" else None
+        if notice:  # on a terminal only: scripts read stdout and the expires_at of -o json
+            sys.stdout.flush()
+            sys.stderr.write(notice)
 
     def entries(self, entries: Iterable[Entry], filt: KeyFilter | None = None) -> int:
         if self.json:

@@ -204,29 +204,11 @@ def compact(n: int) -> str:
     return f"{n / 1_000_000:.1f}M"
 
 
-def middle_ellipsis(text: str, width: int) -> str:
-    """``text`` cut to ``width`` terminal cells by an ellipsis in the middle, so both ends stay readable."""
-    from rich.cells import cell_len, get_character_cell_size
+def folded(text: str, width: int) -> str:
+    """``text`` in lines of at most ``width`` cells, nothing cut (the tables' rule, ``grid.fold``)."""
+    from statestore_cli.cli.grid import fold
 
-    if cell_len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    room = width - 1
-    head_room = (room + 1) // 2
-    head, used = "", 0
-    for char in text:
-        if used + get_character_cell_size(char) > head_room:
-            break
-        head += char
-        used += get_character_cell_size(char)
-    tail_room, tail, used = room - used, "", 0
-    for char in reversed(text):
-        if used + get_character_cell_size(char) > tail_room:
-            break
-        tail = char + tail
-        used += get_character_cell_size(char)
-    return f"{head}…{tail}"
+    return "\n".join(fold(text, width))
 
 
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
@@ -439,11 +421,12 @@ def _dag_table(title: str, dags: list[DagFigures], width: int) -> Table:
     table.add_column("keys", justify="right", no_wrap=True)
     table.add_column("value size", justify="right", no_wrap=True)
     for name, k, s in zip(names, keys, sizes, strict=True):
-        table.add_row(Text(middle_ellipsis(name, room)), Text(k), Text(s))
+        table.add_row(Text(folded(name, room)), Text(k), Text(s))
     return table
 
 
 def _asset_table(assets: AssetStats, width: int) -> Table:
+    from rich.cells import cell_len
     from rich.text import Text
 
     shown = assets.top_assets
@@ -452,8 +435,9 @@ def _asset_table(assets: AssetStats, width: int) -> Table:
     room = max(16, width - fixed)
     names = [safe_text(a.name) for a in shown]
     uris = [safe_text(a.uri) for a in shown]
-    name_room = min(max(map(len, names)), max(8, room // 2))
-    uri_room = max(8, room - name_room)
+    widest_name, widest_uri = max(map(cell_len, names)), max(map(cell_len, uris))
+    uri_room = min(widest_uri, max(16, room - widest_name))  # names whole when uris keep 16 cells, else both fold
+    name_room = max(8, room - uri_room)
     table = _table("asset keys per asset")
     table.add_column("name", no_wrap=True)
     table.add_column("uri", no_wrap=True)
@@ -461,8 +445,8 @@ def _asset_table(assets: AssetStats, width: int) -> Table:
     table.add_column("active", no_wrap=True)
     for a, name, uri, k in zip(shown, names, uris, keys, strict=True):
         table.add_row(
-            Text(middle_ellipsis(name, name_room)),
-            Text(middle_ellipsis(uri, uri_room)),
+            Text(folded(name, name_room)),
+            Text(folded(uri, uri_room)),
             Text(k),
             Text("yes" if a.active else "no"),
         )

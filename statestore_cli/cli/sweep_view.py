@@ -43,11 +43,17 @@ def show_plan(out: Output, assets: Iterable[SweptAsset]) -> None:
         for a in shown:
             for key in a.keys:
                 out.plain_row(a.asset_id, a.name, a.uri, key)
-    else:  # a heading per asset and its keys below it, one a line: long keys stay whole at 80 columns
+    else:  # a heading per asset and its keys below it, one a line: keys stay whole (the tables' rule, cli.grid)
+        from statestore_cli.cli.grid import fold, wrap
+
+        width = out.console.width
         for a in shown:
-            out.line(f"asset {safe_text(a.name)} (uri {safe_text(a.uri)}, asset_id {a.asset_id}): {_keys(len(a.keys))}")
+            heading = f"asset {safe_text(a.name)} (uri {safe_text(a.uri)}, asset_id {a.asset_id}): {_keys(len(a.keys))}"
+            for line in wrap([part for word in heading.split(" ") for part in fold(word, width)], width):
+                out.line(line)
             for key in a.keys:
-                out.line(f"  {safe_text(key)}")
+                for line in fold(safe_text(key), width - 2):
+                    out.line(f"  {line}")
     out.line(f"dry run: {_keys(total)} of {_assets(len(shown))} would be deleted")
 
 
