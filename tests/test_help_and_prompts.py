@@ -392,9 +392,13 @@ REALISTIC_CFG = """\
 default_retention_days = 14
 state_cleanup_batch_size = 10000
 
+[workers]
+state_store_backend = acme_airflow.state_store.backends.object_storage.ObjectStorageStateBackend
+
 [database]
-sql_alchemy_conn = postgresql+psycopg://airflow:s3cret@airflow-metadata.prod.internal.example.com:5432/airflow
+sql_alchemy_conn = postgresql+psycopg://airflow:s3cret@airflow-metadata.prod.internal:5432/airflow
 """
+MASKED_URL = "postgresql+psycopg://airflow:***@airflow-metadata.prod.internal:5432/airflow"  # 76 characters
 
 
 # Paths relative to the test's own folder: the same on every machine, so the tables wrap the same way.
@@ -412,11 +416,45 @@ def test_config_show_table(monkeypatch, tmp_path, columns):
     result = run_cli("--config", CONFIG, "config", "show", "-o", "table")
     assert result.exit_code == 0, result.output
     screen = result.stdout
-    assert max(len(line) for line in screen.splitlines()) <= columns
+    lines = screen.splitlines()
+    assert max(len(line) for line in lines) <= columns
     for option in ("default_retention_days", "state_cleanup_batch_size", "max_value_storage_bytes"):
-        assert f"│ {option} " in screen, f"{option} was broken"
+        assert any(line.startswith(f"  {option} ") for line in lines), f"{option} was broken"
+    # URLs, import paths and sources are whole, each on one line, whatever the width.
+    for whole in (
+        MASKED_URL,
+        "acme_airflow.state_store.backends.object_storage.ObjectStorageStateBackend",
+        "statestore_cli.backends.metastore.MetastoreBackend",
+        "environment variable AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES",
+    ):
+        assert any(whole in line for line in lines), f"{whole} was broken"
+    assert [line for line in lines if line.startswith("[")] == ["[state_store]", "[workers]", "[database]", "[secrets]"]
     assert "s3cret" not in screen
     assert_expected(f"config_show_{columns}.txt", screen)
+
+
+def test_config_show_leaves_a_value_wider_than_the_terminal_whole():
+    """A value no indentation can fit is written on a line of its own, unbroken: the terminal wraps it,
+    and a copy of it is still the whole URL."""
+    from statestore_cli.cli.render import config_lines
+    from statestore_cli.commands import ConfigRow
+
+    url = "postgresql+psycopg://airflow:***@airflow-metadata.prod.internal.example.com:5432/airflow"
+    rows = [
+        ConfigRow("database", "sql_alchemy_conn", url, "default", ""),
+        ConfigRow("state_store", "clear_on_success", False, "default", ""),
+    ]
+    lines = [line.plain for line in config_lines(rows, None, 80)]
+    assert lines == [
+        "",
+        "[database]",
+        "  sql_alchemy_conn",
+        url,
+        "    default",
+        "",
+        "[state_store]",
+        "  clear_on_success  false  default",
+    ]
 
 
 @pytest.mark.parametrize("columns", (80, 120))

@@ -310,7 +310,7 @@ def test_a_real_clean_in_plain_output_prints_its_report_as_records(db_url):
         "rows_per_second",
     ]
     assert fields["field"] == "value"
-    assert (fields["deleted"], fields["complete"], fields["stopped"]) == (str(expired), "True", "-")
+    assert (fields["deleted"], fields["complete"], fields["stopped"]) == (str(expired), "true", "-")
     assert (fields["batches"], fields["batch_size"]) == (str(-(-expired // 300)), "300")
     assert fields["older_than_seconds"] == "0"
     assert done.stderr.startswith(
@@ -324,7 +324,7 @@ def test_config_show_db_check_and_stats_headers(db_url):
     assert all(line.count("\t") == 2 for line in config)
     assert run_cli("config", "show", conn=db_url).stdout.splitlines() == config[1:]
     check = run_cli("db", "check", "-o", "plain", "--header", conn=db_url).stdout.splitlines()
-    assert check[:3] == ["field\tvalue", "ok\tTrue", f"database\t{db_url}"]
+    assert check[:3] == ["field\tvalue", "ok\ttrue", f"database\t{db_url}"]
     assert run_cli("db", "check", "-o", "plain", conn=db_url).stdout.splitlines() == check[1:]
     stats = run_cli("stats", "--header", conn=db_url).stdout.splitlines()
     assert stats[0] == "section\tname\tvalue"
@@ -341,3 +341,12 @@ def test_messages_for_people_go_to_stderr_when_stdout_is_not_a_terminal(db_url):
     ]
     assert [(r.exit_code, r.stdout) for r in results] == [(0, "")] * 4
     assert [r.stderr.split(" ")[0] for r in results] == ["set", "deleted", "nothing", "dry"]
+
+
+def test_plain_booleans_are_written_as_json_writes_them(db_url):
+    """`ok`, `dry_run`, `clear_on_success`...: `true`/`false` in plain output as in JSON, not Python's True."""
+    plain = dict(line.split("\t", 1) for line in run_cli("db", "check", "-o", "plain", conn=db_url).stdout.splitlines())
+    document = json.loads(run_cli("db", "check", "-o", "json", conn=db_url).stdout)
+    assert (plain["ok"], document["ok"]) == ("true", True)
+    config = run_cli("config", "show", "-o", "plain", conn=db_url).stdout.splitlines()
+    assert "state_store.clear_on_success\tfalse\tdefault" in config
