@@ -1,6 +1,7 @@
 """The root command group: turns a ``StateStoreError`` into one line on stderr and an exit code,
 and a misplaced option into a hint naming where it goes."""
 
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -87,6 +88,9 @@ class StateStoreGroup(TyperGroup):
             placement = _placement_hint(self, exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
             if placement:
                 _fail(f"{exc.format_message()}; {placement}", EXIT_USAGE)
+            negative = _negative_value_hint(exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
+            if negative:
+                _fail(negative, EXIT_USAGE)
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             _fail(f"{exc.format_message()}{hint}", EXIT_USAGE)
         except click_exceptions.ClickException as exc:
@@ -133,6 +137,18 @@ def _placement_hint(root: Any, exc: Any, argv: list[str]) -> str | None:
     if failed_in_root:
         return f"{spelled} goes after the command: statestore {' '.join([*path, *given])}"
     return f"{spelled} goes before the command: statestore {' '.join([*given, *path])}"
+
+
+def _negative_value_hint(exc: Any, argv: list[str]) -> str | None:
+    """A negative number given as a value (``set SCOPE k -1``) reads as an option: after ``--`` it is
+    an argument. Names the word as typed, with the corrected command (the value last, after ``--``)."""
+    if not re.fullmatch(r"-[0-9.]", exc.option_name or ""):
+        return None
+    at = next((i for i, a in enumerate(argv) if a.startswith(exc.option_name)), None)
+    if at is None or "--" in argv[:at]:
+        return None
+    fixed = [*argv[:at], *argv[at + 1 :], "--", argv[at]]
+    return f"No such option: {argv[at]}; a value starting with - goes after --: statestore {' '.join(fixed)}"
 
 
 def _exit_code(result: object) -> int:
