@@ -151,3 +151,12 @@ def test_3_db_check_reports_an_unreachable_database_as_json(cli):
     assert (doc["ok"], doc["engine"], doc["mode"]) == (False, "postgresql", "unknown")
     assert doc["error"].startswith("database error on postgresql+psycopg://nobody@127.0.0.1:1/none")
     assert result.stderr.startswith("statestore: error: database error on ")
+
+
+@pytest.mark.parametrize("group", ["db", "backend", "config", "assets", "runs", ""])
+def test_a_group_without_its_command_prints_its_help_and_exits_2(group):
+    """Like any missing subcommand (click's usage errors): the help, whole lines, on stderr; exit 2."""
+    run = run_statestore_process(*([group] if group else []))
+    assert (run.exit_code, run.stdout) == (2, "")
+    assert run.stderr.startswith(f"Usage: statestore {group + ' ' if group else ''}[OPTIONS] COMMAND [ARGS]...\n")
+    assert run.stderr.endswith("\n") and "Examples:" in run.stderr

@@ -83,7 +83,9 @@ class StateStoreGroup(TyperGroup):
             sys.exit(report_error(exc.error))
         except click_exceptions.UsageError as exc:
             if _NoArgsIsHelp is not None and isinstance(exc, _NoArgsIsHelp):
-                sys.exit(_print(exc.format_message()))  # rich help is printed already; plain help is here
+                # A group without its command: its help (rich help is printed already, on the terminal;
+                # plain help here, to stderr, ending its line) and exit 2, as for any usage error.
+                sys.exit(_usage_help(exc.format_message()))
             argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
             placement = _placement_hint(self, exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
             if placement:
@@ -169,12 +171,15 @@ def decided(ctx: typer.Context, outcome: Outcome | StateStoreError | None) -> No
     ctx.meta[_DECIDED] = outcome
 
 
-def _print(text: str) -> int:
+def _usage_help(text: str) -> int:
+    finish(EXIT_USAGE)  # what rich help printed on stdout comes first
     try:
-        sys.stdout.write(text)
+        if text:
+            sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()
     except BrokenPipeError:
-        return closed_pipe()
-    return finish(EXIT_OK)
+        return closed_pipe(EXIT_USAGE)
+    return EXIT_USAGE
 
 
 class _PipeClosed(Exception):
