@@ -387,6 +387,18 @@ class Output:
         with progress_bar(self.console, label, total) as advance:
             yield advance
 
+    @contextmanager
+    def stderr_progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """A transient bar on stderr, for a command whose stdout is its result (``import -o json``);
+        a no-op unless stderr is a terminal (rich is not even imported then)."""
+        if not sys.stderr.isatty():
+            yield lambda _done: None
+            return
+        from statestore_cli.cli.progress import progress_bar
+
+        with progress_bar(self.stderr, label, total) as advance:
+            yield advance
+
     # -- db and config ------------------------------------------------------------------------------
     def plain_fields(self, doc: dict[str, Any]) -> None:
         """A document as ``field<TAB>value`` records: lists joined by ", ", ``-`` for none."""
