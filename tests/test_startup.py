@@ -76,7 +76,13 @@ def test_version_loads_no_sqlalchemy(tmp_path):
 
 @pytest.mark.parametrize(
     ("words", "cword", "expected"),
-    [("statestore cl", "1", {"clear", "clean"}), ("statestore get --dag", "2", {"--dag-id"})],
+    [
+        ("statestore cl", "1", {"clear", "clean"}),
+        ("statestore get --dag", "2", {"--dag-id"}),
+        ("statestore list --store ''", "3", {"task", "dag_run", "asset"}),  # not file names
+        ("statestore stats --store d", "3", {"dag_run"}),
+        ("statestore export --store a", "3", {"asset"}),
+    ],
 )
 def test_shell_completion_loads_no_sqlalchemy(words, cword, expected, tmp_path):
     code, stdout, loaded = probe([], tmp_path, _STATESTORE_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=cword)

@@ -116,8 +116,19 @@ class CliState:
 
 # The filters `list` and `stats` take beside the scope options.
 KeyOpt = Annotated[Optional[str], typer.Option("--key", help="Only this key.")]
+STORES = ("task", "dag_run", "asset")
+
+
+def _complete_store(incomplete: str) -> list[str]:
+    """What shell completion offers after --store (not file names)."""
+    return [name for name in STORES if name.startswith(incomplete)]
+
+
 StoreOpt = Annotated[
-    Optional[str], typer.Option("--store", help="task, dag_run (Airflow 3.4) or asset (default: all).")
+    Optional[str],
+    typer.Option(
+        "--store", help="task, dag_run (Airflow 3.4) or asset (default: all).", autocompletion=_complete_store
+    ),
 ]
 OutputOpt = Annotated[
     OutputMode,
