@@ -34,13 +34,19 @@ finally:
 
 def probe(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, str, set[str]]:
     """Run the CLI with ``argv`` in a new interpreter, stdout to a pipe: exit code, stdout, top-level modules."""
+    code, stdout, _stderr, loaded = probe_all(argv, tmp_path, **env)
+    return code, stdout, loaded
+
+
+def probe_all(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, str, str, set[str]]:
+    """``probe``, with what the CLI wrote on stderr."""
     script = PROBE.format(argv=argv, watched=WATCHED)
     full_env = {k: v for k, v in os.environ.items() if k != "STATESTORE_NO_FAST_PATH"} | env
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=full_env, cwd=tmp_path)
-    _, _, tail = proc.stderr.rpartition("LOADED=")
+    stderr, _, tail = proc.stderr.rpartition("LOADED=")
     assert tail, proc.stderr
     code, loaded = json.loads(tail)
-    return code or 0, proc.stdout, set(loaded)
+    return code or 0, proc.stdout, stderr, set(loaded)
 
 
 @pytest.mark.parametrize(
@@ -58,9 +64,9 @@ def probe(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, str, set[st
     ids=lambda argv: " ".join(argv) or "no arguments",
 )
 def test_help_loads_no_sqlalchemy(argv, tmp_path):
-    code, stdout, loaded = probe(argv, tmp_path)
-    assert code == 0
-    assert "Usage: statestore" in stdout
+    code, stdout, stderr, loaded = probe_all(argv, tmp_path)
+    # Without a command the help is a usage error's: on stderr, exit 2.
+    assert (code, "Usage: statestore" in (stdout if argv else stderr)) == (0 if argv else 2, True)
     assert "sqlalchemy" not in loaded
     assert "rich" not in loaded, "help into a pipe is plain: typer's rich help layer is not loaded"
     assert "pydantic" not in loaded
