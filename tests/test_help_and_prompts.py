@@ -324,6 +324,29 @@ def test_clean_help_rich_at_80_columns():
     assert_expected("clean_help_rich_80.txt", screen)
 
 
+def test_rich_help_fills_its_lines_and_examples_do_not_wrap_at_80_columns():
+    """A paragraph of a docstring is one paragraph on the terminal, not the source's line breaks; a long
+    example is continued with a backslash between words, its JSON whole on one line."""
+    screen = _rich_help(["set"], 80)
+    lines = screen.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert " it is JSON null, NaN or Infinity, or larger than" in screen, screen
+    assert "statestore set --dag-id etl --run-id manual__1 --task-id submit job_id \\" in screen
+    assert '\'{"id": "j-123"}\' --retention 6h' in screen
+
+
+@pytest.mark.parametrize("command", ["set", "get", "clear", "list", "import", "clean", "db", "assets"])
+def test_plain_help_examples_fit_80_columns(command):
+    shown = run_statestore_process(command, "--help", env={**os.environ, "COLUMNS": "80"}).stdout
+    examples = shown[shown.index("Examples:") :].splitlines()
+    assert max(len(line) for line in examples) <= 80, shown
+
+
+def test_root_help_names_every_root_option():
+    shown = " ".join(run_statestore_process("--help", env={**os.environ, "COLUMNS": "80"}).stdout.split())
+    assert "Root options (--config, --conn, --connect-timeout, --debug, --version) go before the command" in shown
+
+
 def test_config_defaults_are_named_in_help():
     def flat(text: str) -> str:
         return " ".join(text.split())
