@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from helpers import REALISTIC_KEY, REALISTIC_RUNS, run_cli, sql, statestore_argv
@@ -349,3 +351,28 @@ def test_plain_booleans_are_written_as_json_writes_them(db_url):
     assert (plain["ok"], document["ok"]) == ("true", True)
     config = run_cli("config", "show", "-o", "plain", conn=db_url).stdout.splitlines()
     assert "state_store.clear_on_success\tfalse\tdefault" in config
+
+
+def test_the_readme_says_which_plain_records_have_which_timestamps(db_url, tmp_path):
+    """The README's claim, checked against what `list`, `clean --dry-run`, `stats` and `clean` print."""
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8").split())
+    assert (
+        "Timestamps are `YYYY-MM-DD HH:MM:SS UTC` in the records of `list`, `clean --dry-run` and `orphans`, and "
+        "ISO 8601 with microseconds (`2026-11-30T03:17:00.123456+00:00`, as in JSON) in the records of `stats` "
+        "(`now`, `oldest_updated_at`, `newest_updated_at`) and of a `clean`'s report (`cutoff`)"
+    ) in readme
+    human = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00"
+    scope = ("--dag-id", "etl", "--run-id", "r1", "--task-id", "extract")
+    run_cli("set", *scope, "old", "1", "--expires-at", "2020-01-01T00:00:00Z", "--force", conn=db_url)
+    listed = run_cli("list", "-o", "plain", conn=db_url).stdout.splitlines()[0].split("\t")
+    assert re.fullmatch(human, listed[-2]) and re.fullmatch(human, listed[-1]), listed
+    expired = run_cli("clean", "--dry-run", "-o", "plain", conn=db_url).stdout.splitlines()[0].split("\t")
+    assert re.fullmatch(human, expired[-1]), expired
+    stats = {
+        tuple(line.split("\t")[:2]): line.split("\t")[2] for line in run_cli("stats", conn=db_url).stdout.splitlines()
+    }
+    for field in (("stats", "now"), ("task", "oldest_updated_at"), ("task", "newest_updated_at")):
+        assert re.fullmatch(iso, stats[field]), (field, stats[field])
+    report = dict(line.split("\t", 1) for line in run_cli("clean", "-o", "plain", conn=db_url).stdout.splitlines())
+    assert re.fullmatch(iso, report["cutoff"]), report
