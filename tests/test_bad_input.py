@@ -316,7 +316,8 @@ CASES = [
         ("list",),
         2,
         "the database driver for 'mysql+mysqlconnector' is not installed (mysql); "
-        "install it, or use mysql+pymysql:// after pip install 'statestore-cli[mysql]'",
+        "install it, or use mysql+pymysql:// after installing PyMySQL (pip install 'PyMySQL'), "
+        "or reinstall statestore with its mysql extra (pip install '.[mysql]' in its source tree)",
         conn="mysql+mysqlconnector://root:s3cret@127.0.0.1/test",
     ),
     Case(
