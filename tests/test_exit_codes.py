@@ -165,10 +165,25 @@ def test_3_db_check_reports_an_unreachable_database_as_json(cli):
     assert result.stderr.startswith("statestore: error: database error on ")
 
 
-@pytest.mark.parametrize("group", ["db", "backend", "config", "assets", "runs", ""])
-def test_a_group_without_its_command_prints_its_help_and_exits_2(group):
-    """Like any missing subcommand (click's usage errors): the help, whole lines, on stderr; exit 2."""
+@pytest.mark.parametrize(
+    ("group", "commands"),
+    [
+        ("db", "one of init, check"),
+        ("backend", "one of check"),
+        ("config", "one of show"),
+        ("assets", "one of sweep, delete"),
+        ("runs", "one of delete"),
+        ("", "one of the commands its help lists"),
+    ],
+)
+def test_a_group_without_its_command_prints_its_help_and_exits_2(group, commands):
+    """Like any missing subcommand: a usage error (exit 2, one line on stderr), after the group's help,
+    whole lines, on stdout."""
     run = run_statestore_process(*([group] if group else []))
-    assert (run.exit_code, run.stdout) == (2, "")
-    assert run.stderr.startswith(f"Usage: statestore {group + ' ' if group else ''}[OPTIONS] COMMAND [ARGS]...\n")
-    assert run.stderr.endswith("\n") and "Examples:" in run.stderr
+    path = f"statestore {group}".strip()
+    assert run.exit_code == 2
+    assert run.stdout.startswith(f"Usage: {path} [OPTIONS] COMMAND [ARGS]...\n")
+    assert run.stdout.endswith("\n") and "Examples:" in run.stdout
+    assert (
+        run.stderr == f"statestore: error: missing command: {path} takes a command, {commands} (see '{path} --help')\n"
+    )

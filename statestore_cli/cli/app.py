@@ -48,9 +48,13 @@ def _examples(*lines: str) -> str:
 
 def _example(command: str) -> str:
     words = re.findall(r"(?:'[^']*'|\"[^\"]*\"|\S)+", command)  # a quoted word ('{"id": 1}') is one word
+    for at in range(len(words) - 2, -1, -1):  # an option and its value stay on one line (-o json)
+        if words[at].startswith("-") and not words[at + 1].startswith("-") and "=" not in words[at]:
+            words[at : at + 2] = [f"{words[at]} {words[at + 1]}"]
     lines, line = [], "  "
-    for word in words:
-        if line.strip() and len(line) + 1 + len(word) + 2 > _EXAMPLE_WIDTH:
+    for at, word in enumerate(words):
+        continued = 2 if at < len(words) - 1 else 0  # room for " \\" unless it is the last word
+        if line.strip() and len(line) + 1 + len(word) + continued > _EXAMPLE_WIDTH:
             lines.append(line + " \\")
             line = "      "
         line += ("" if not line.strip() else " ") + word

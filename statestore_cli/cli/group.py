@@ -83,9 +83,9 @@ class StateStoreGroup(TyperGroup):
             sys.exit(report_error(exc.error))
         except click_exceptions.UsageError as exc:
             if _NoArgsIsHelp is not None and isinstance(exc, _NoArgsIsHelp):
-                # A group without its command: its help (rich help is printed already, on the terminal;
-                # plain help here, to stderr, ending its line) and exit 2, as for any usage error.
-                sys.exit(_usage_help(exc.format_message()))
+                # A group without its command: its help on stdout (rich help is printed already; plain
+                # help here, ending its line), then one error line naming the commands, exit 2.
+                sys.exit(_missing_command(exc))
             argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
             placement = _placement_hint(self, exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
             if placement:
@@ -171,15 +171,17 @@ def decided(ctx: typer.Context, outcome: Outcome | StateStoreError | None) -> No
     ctx.meta[_DECIDED] = outcome
 
 
-def _usage_help(text: str) -> int:
-    finish(EXIT_USAGE)  # what rich help printed on stdout comes first
+def _missing_command(exc: Any) -> int:
+    text = exc.format_message()
     try:
         if text:
-            sys.stderr.write(text if text.endswith("\n") else text + "\n")
-        sys.stderr.flush()
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
     except BrokenPipeError:
-        return closed_pipe(EXIT_USAGE)
-    return EXIT_USAGE
+        closed_pipe(EXIT_USAGE)
+    names = exc.ctx.command.list_commands(exc.ctx) if exc.ctx is not None else []
+    path = exc.ctx.command_path if exc.ctx is not None else "statestore"
+    which = f"one of {', '.join(names)}" if 0 < len(names) <= 6 else "one of the commands its help lists"
+    return report(f"missing command: {path} takes a command, {which} (see '{path} --help')", EXIT_USAGE)
 
 
 class _PipeClosed(Exception):
