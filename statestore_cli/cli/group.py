@@ -180,8 +180,8 @@ def _missing_command(exc: Any) -> int:
         closed_pipe(EXIT_USAGE)
     names = exc.ctx.command.list_commands(exc.ctx) if exc.ctx is not None else []
     path = exc.ctx.command_path if exc.ctx is not None else "statestore"
-    which = f"one of {', '.join(names)}" if 0 < len(names) <= 6 else "one of the commands its help lists"
-    return report(f"missing command: {path} takes a command, {which} (see '{path} --help')", EXIT_USAGE)
+    which = ", ".join(names) if 0 < len(names) <= 6 else "the commands listed above"
+    return report(f"missing command: {path} takes one of {which}", EXIT_USAGE)
 
 
 class _PipeClosed(Exception):
