@@ -21,16 +21,26 @@ from statestore_cli.errors import PARAMETER, ConfigError, DatabaseError, SchemaM
 
 T = TypeVar("T")
 
-# The driver each optional extra of the package brings.
+# The driver each optional extra of the package brings, and the requirement that installs it alone.
 _EXTRAS = {"postgresql": ("postgres", "psycopg"), "mysql": ("mysql", "pymysql"), "mariadb": ("mysql", "pymysql")}
+DRIVER_REQUIREMENTS = {"postgres": ("psycopg", "psycopg[binary]"), "mysql": ("PyMySQL", "PyMySQL")}
+
+
+def install_hint(extra: str) -> str:
+    """How to get what an extra of statestore brings: the package from PyPI, or statestore reinstalled
+    with the extra from its source tree or wheel (no index serves statestore itself)."""
+    name, requirement = DRIVER_REQUIREMENTS.get(extra, (extra, extra))
+    return (
+        f"{name} (pip install '{requirement}'), or reinstall statestore with its {extra} extra "
+        f"(pip install '.[{extra}]' in its source tree)"
+    )
 
 
 def _driver_hint(url: URL) -> str:
     extra, driver = _EXTRAS[url.get_backend_name()]
-    install = f"pip install 'statestore-cli[{extra}]'"
     if url.get_driver_name() == driver:
-        return f"install it with: {install}"
-    return f"install it, or use {url.get_backend_name()}+{driver}:// after {install}"
+        return f"install {install_hint(extra)}"
+    return f"install it, or use {url.get_backend_name()}+{driver}:// after installing {install_hint(extra)}"
 
 
 def parse_url(conn: str) -> URL:

@@ -292,14 +292,20 @@ class _Batch(NamedTuple):
 
 
 def import_records(
-    settings: Settings, lines: Iterable[str | bytes], batch_size: int = DEFAULT_BATCH_SIZE, dry_run: bool = False
+    settings: Settings,
+    lines: Iterable[str | bytes],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    dry_run: bool = False,
+    on_progress: Callable[[int], None] | None = None,
 ) -> ImportSummary:
     """Upsert the keys of ``lines`` (JSON Lines, as ``export_records`` writes them), ``batch_size`` keys per
     transaction. On a standalone store missing dag runs and assets are created as ``set`` creates them; an
-    Airflow database must have them already. ``dry_run`` checks everything and writes nothing."""
+    Airflow database must have them already. ``dry_run`` checks everything and writes nothing.
+    ``on_progress`` is called after each batch with the number of lines read so far."""
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise InvalidInputError(f"batch_size must be 1 to {MAX_BATCH_SIZE:,}, got {batch_size}", parameter="batch_size")
     importer = _Importer(_metastore(settings, "import", writes=True), settings.max_value_storage_bytes, dry_run)
+    importer.on_progress = on_progress
     try:
         return importer.run(lines, batch_size)
     except BadRecord as exc:
@@ -330,6 +336,7 @@ class _Importer:
         self.task_statements: tuple[Any, str] | None = None  # (existence query, upsert), for the layout
         self.dag_run_statements: tuple[Any, str] | None = None
         self.layout: Layout | None = None
+        self.on_progress: Callable[[int], None] | None = None
 
     def done(self) -> str:
         """What is in the database after a failure: for the error message."""
@@ -358,8 +365,12 @@ class _Importer:
                     if len(batch) == batch_size:
                         self._batch(batch, number)
                         batch = []
+                        if self.on_progress is not None:
+                            self.on_progress(number)
                 if batch:
                     self._batch(batch, number)
+                if self.on_progress is not None:
+                    self.on_progress(number)
             finally:
                 if self.dry_conn is not None:
                     self.dry_conn.close()

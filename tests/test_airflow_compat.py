@@ -208,7 +208,7 @@ def test_db_check_names_the_airflow_release_and_counts_both_stores(tmp_path):
         "task_keys_expired\t2",
         "asset_keys\t1",
         "layout\t3.3",
-        "revision_known\tTrue",
+        "revision_known\ttrue",
     ]
 
 

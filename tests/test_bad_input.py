@@ -316,7 +316,8 @@ CASES = [
         ("list",),
         2,
         "the database driver for 'mysql+mysqlconnector' is not installed (mysql); "
-        "install it, or use mysql+pymysql:// after pip install 'statestore-cli[mysql]'",
+        "install it, or use mysql+pymysql:// after installing PyMySQL (pip install 'PyMySQL'), "
+        "or reinstall statestore with its mysql extra (pip install '.[mysql]' in its source tree)",
         conn="mysql+mysqlconnector://root:s3cret@127.0.0.1/test",
     ),
     Case(
@@ -675,3 +676,20 @@ def test_the_readme_table_lists_every_case():
         row = next((line for line in table.splitlines() if line.startswith(f"| {case.readme} |")), None)
         assert row is not None, f"README's bad input table has no row for: {case.readme}"
         assert row.rstrip().endswith(f"| {case.code} |"), row
+
+
+@pytest.mark.parametrize(
+    ("value", "rest"),
+    [("-1", ()), ("-1.5", ("--retention", "1d")), ("-0.25", ())],
+)
+def test_a_negative_value_says_it_goes_after_double_dash(tmp_path, value, rest):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    assert run_cli("db", "init", conn=url).exit_code == 0
+    run = run_cli("set", *TASK, "k", value, *rest, conn=url)
+    fixed = " ".join(("--conn", url, "set", *TASK, "k", *rest, "--", value))
+    assert (run.exit_code, run.stdout) == (2, "")
+    assert run.stderr == (
+        f"statestore: error: No such option: {value}; a value starting with - goes after --: statestore {fixed}\n"
+    )
+    assert run_cli(*fixed.split()[2:], conn=url).exit_code == 0
+    assert run_cli("get", *TASK, "k", conn=url).stdout == f"{value}\n"

@@ -47,9 +47,9 @@ def test_backend_cleanup_reports_what_cleanup_returned(cli, custom):
     fields = dict(line.split("\t") for line in result.stdout.splitlines())
     assert fields.pop("elapsed_seconds")
     assert fields == {
-        "dry_run": "False",
-        "skipped": "False",
-        "backend_cleanup": "True",
+        "dry_run": "false",
+        "skipped": "false",
+        "backend_cleanup": "true",
         "backend": "sample_backends.DictBackend",
         "result": '{"expired_removed": 1, "remaining": 1}',
     }

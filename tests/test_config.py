@@ -771,7 +771,7 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         f"state_store.backend\t{BUILTIN_BACKEND}\tdefault\n"
         f"state_store.default_retention_days\t0\t{cfg}\n"
         "state_store.dag_run_default_retention_days\t30\tdefault\n"
-        "state_store.clear_on_success\tFalse\tdefault\n"
+        "state_store.clear_on_success\tfalse\tdefault\n"
         f"state_store.state_cleanup_batch_size\t1000\t{cfg}\n"
         "state_store.state_cleanup_older_than\t0\tdefault\n"
         "state_store.max_value_storage_bytes\t1024\t"

@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import tomllib
 
 import pytest
-from helpers import run_statestore_process
+from helpers import REPO, run_statestore_process
 
 TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
 
@@ -66,7 +68,8 @@ def test_2_unknown_driver_says_how_to_get_one(cli):
         result,
         2,
         "the database driver for 'mysql+mysqlconnector' is not installed (mysql); "
-        "install it, or use mysql+pymysql:// after pip install 'statestore-cli[mysql]'",
+        "install it, or use mysql+pymysql:// after installing PyMySQL (pip install 'PyMySQL'), "
+        "or reinstall statestore with its mysql extra (pip install '.[mysql]' in its source tree)",
     )
 
 
@@ -80,7 +83,9 @@ def test_2_unknown_driver_says_how_to_get_one(cli):
     ],
 )
 def test_2_missing_driver_names_the_extra(url, blocked, extra, tmp_path):
-    """In a process where the drivers cannot be imported, as after a plain `pip install statestore-cli`."""
+    """In a process where the drivers cannot be imported, as after a plain `pip install .`: the hint names
+    what can be installed without an index serving statestore (the driver from PyPI, or the extra of a
+    checkout), never `statestore-cli[...]`."""
     script = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None\n"
@@ -91,7 +96,14 @@ def test_2_missing_driver_names_the_extra(url, blocked, extra, tmp_path):
     run = run_statestore_process("--conn", url, "list", code=script, cwd=tmp_path)
     assert run.exit_code == 2, run.stderr
     assert run.stderr.startswith("statestore: error: the database driver for ")
-    assert f"pip install 'statestore-cli[{extra}]'" in run.stderr
+    assert "statestore-cli" not in run.stderr
+    assert f"reinstall statestore with its {extra} extra (pip install '.[{extra}]' in its source tree)" in run.stderr
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirement = re.search(r"pip install '([^'.][^']*)'", run.stderr)
+    assert requirement, run.stderr
+    # The package named is the very one the extra brings (from PyPI), and the extra exists.
+    brought = [re.split(r"[<>=!~ ]", dep)[0] for dep in project["optional-dependencies"][extra]]
+    assert requirement.group(1) in brought, (requirement.group(1), brought)
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
 
 
@@ -151,3 +163,25 @@ def test_3_db_check_reports_an_unreachable_database_as_json(cli):
     assert (doc["ok"], doc["engine"], doc["mode"]) == (False, "postgresql", "unknown")
     assert doc["error"].startswith("database error on postgresql+psycopg://nobody@127.0.0.1:1/none")
     assert result.stderr.startswith("statestore: error: database error on ")
+
+
+@pytest.mark.parametrize(
+    ("group", "commands"),
+    [
+        ("db", "init, check"),
+        ("backend", "check"),
+        ("config", "show"),
+        ("assets", "sweep, delete"),
+        ("runs", "delete"),
+        ("", "the commands listed above"),
+    ],
+)
+def test_a_group_without_its_command_prints_its_help_and_exits_2(group, commands):
+    """Like any missing subcommand: a usage error (exit 2, one line on stderr), after the group's help,
+    whole lines, on stdout."""
+    run = run_statestore_process(*([group] if group else []))
+    path = f"statestore {group}".strip()
+    assert run.exit_code == 2
+    assert run.stdout.startswith(f"Usage: {path} [OPTIONS] COMMAND [ARGS]...\n")
+    assert run.stdout.endswith("\n") and "Examples:" in run.stdout
+    assert run.stderr == f"statestore: error: missing command: {path} takes one of {commands}\n"

@@ -205,7 +205,8 @@ def test_fsspec_urls(tmp_path):
 def test_a_url_root_without_fsspec_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "fsspec", None)
     monkeypatch.setitem(sys.modules, "fsspec.core", None)
-    with pytest.raises(ConfigError, match=r"needs fsspec: pip install 'statestore-cli\[fsspec\]'"):
+    hint = r"needs fsspec: install fsspec \(pip install fsspec\), or reinstall statestore with its fsspec extra"
+    with pytest.raises(ConfigError, match=hint):
         FilesystemBackend("s3://bucket/prefix")
 
 

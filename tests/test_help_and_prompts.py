@@ -324,6 +324,29 @@ def test_clean_help_rich_at_80_columns():
     assert_expected("clean_help_rich_80.txt", screen)
 
 
+def test_rich_help_fills_its_lines_and_examples_do_not_wrap_at_80_columns():
+    """A paragraph of a docstring is one paragraph on the terminal, not the source's line breaks; a long
+    example is continued with a backslash between words, its JSON whole on one line."""
+    screen = _rich_help(["set"], 80)
+    lines = screen.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert " it is JSON null, NaN or Infinity, or larger than" in screen, screen
+    assert "statestore set --dag-id etl --run-id manual__1 --task-id submit job_id \\" in screen
+    assert '\'{"id": "j-123"}\' --retention 6h' in screen
+
+
+@pytest.mark.parametrize("command", ["set", "get", "clear", "list", "import", "clean", "db", "assets"])
+def test_plain_help_examples_fit_80_columns(command):
+    shown = run_statestore_process(command, "--help", env={**os.environ, "COLUMNS": "80"}).stdout
+    examples = shown[shown.index("Examples:") :].splitlines()
+    assert max(len(line) for line in examples) <= 80, shown
+
+
+def test_root_help_names_every_root_option():
+    shown = " ".join(run_statestore_process("--help", env={**os.environ, "COLUMNS": "80"}).stdout.split())
+    assert "Root options (--config, --conn, --connect-timeout, --debug, --version) go before the command" in shown
+
+
 def test_config_defaults_are_named_in_help():
     def flat(text: str) -> str:
         return " ".join(text.split())
@@ -392,9 +415,13 @@ REALISTIC_CFG = """\
 default_retention_days = 14
 state_cleanup_batch_size = 10000
 
+[workers]
+state_store_backend = acme_airflow.state_store.backends.object_storage.ObjectStorageStateBackend
+
 [database]
-sql_alchemy_conn = postgresql+psycopg://airflow:s3cret@airflow-metadata.prod.internal.example.com:5432/airflow
+sql_alchemy_conn = postgresql+psycopg://airflow:s3cret@airflow-metadata.prod.internal:5432/airflow
 """
+MASKED_URL = "postgresql+psycopg://airflow:***@airflow-metadata.prod.internal:5432/airflow"  # 76 characters
 
 
 # Paths relative to the test's own folder: the same on every machine, so the tables wrap the same way.
@@ -412,11 +439,45 @@ def test_config_show_table(monkeypatch, tmp_path, columns):
     result = run_cli("--config", CONFIG, "config", "show", "-o", "table")
     assert result.exit_code == 0, result.output
     screen = result.stdout
-    assert max(len(line) for line in screen.splitlines()) <= columns
+    lines = screen.splitlines()
+    assert max(len(line) for line in lines) <= columns
     for option in ("default_retention_days", "state_cleanup_batch_size", "max_value_storage_bytes"):
-        assert f"│ {option} " in screen, f"{option} was broken"
+        assert any(line.startswith(f"  {option} ") for line in lines), f"{option} was broken"
+    # URLs, import paths and sources are whole, each on one line, whatever the width.
+    for whole in (
+        MASKED_URL,
+        "acme_airflow.state_store.backends.object_storage.ObjectStorageStateBackend",
+        "statestore_cli.backends.metastore.MetastoreBackend",
+        "environment variable AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES",
+    ):
+        assert any(whole in line for line in lines), f"{whole} was broken"
+    assert [line for line in lines if line.startswith("[")] == ["[state_store]", "[workers]", "[database]", "[secrets]"]
     assert "s3cret" not in screen
     assert_expected(f"config_show_{columns}.txt", screen)
+
+
+def test_config_show_leaves_a_value_wider_than_the_terminal_whole():
+    """A value no indentation can fit is written on a line of its own, unbroken: the terminal wraps it,
+    and a copy of it is still the whole URL."""
+    from statestore_cli.cli.render import config_lines
+    from statestore_cli.commands import ConfigRow
+
+    url = "postgresql+psycopg://airflow:***@airflow-metadata.prod.internal.example.com:5432/airflow"
+    rows = [
+        ConfigRow("database", "sql_alchemy_conn", url, "default", ""),
+        ConfigRow("state_store", "clear_on_success", False, "default", ""),
+    ]
+    lines = [line.plain for line in config_lines(rows, None, 80)]
+    assert lines == [
+        "",
+        "[database]",
+        "  sql_alchemy_conn",
+        url,
+        "    default",
+        "",
+        "[state_store]",
+        "  clear_on_success  false  default",
+    ]
 
 
 @pytest.mark.parametrize("columns", (80, 120))

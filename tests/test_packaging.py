@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -85,3 +86,24 @@ def test_sdist_ships_the_deployable_recipes_and_the_wheel_does_not(wheel, tmp_pa
     }
     assert recipes <= shipped and "tests/test_config_recipes.py" in shipped
     assert not any(name.startswith("config/") for name in zipfile.ZipFile(wheel).namelist())
+
+
+def test_the_readme_installs_from_the_source_or_a_wheel_never_from_an_index(wheel):
+    """No index serves statestore: every install line, hint and recipe uses the checkout or its wheel."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Installation") : readme.index("## Quick start")]
+    for command in ("pip install .", "pip install '.[postgres]'", "pipx install", "python -m build", "pip wheel"):
+        assert command in section, command
+    [pattern] = set(re.findall(r"dist/(statestore_cli-\*\.whl)", section))
+    assert wheel.match(pattern), (wheel.name, pattern)  # the name the Dockerfile copies is the name built
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA")))
+    for extra in set(re.findall(r"'\.\[(\w+)\]'", readme)):
+        assert f"Provides-Extra: {extra}" in metadata.decode(), extra
+    shipped = [
+        REPO / "README.md",
+        *sorted((REPO / "config").rglob("*")),
+        *sorted((REPO / "statestore_cli").rglob("*.py")),
+    ]
+    for path in shipped:
+        if path.is_file():
+            assert "statestore-cli[" not in path.read_text(encoding="utf-8"), path

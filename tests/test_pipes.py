@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from helpers import REALISTIC_KEY, REALISTIC_RUNS, run_cli, sql, statestore_argv
@@ -148,7 +150,6 @@ def test_dry_run_ends_quietly_when_the_reader_stops(db_url, mode):
         ("clean", "--dry-run"),
         ("--help",),
         ("list", "--help"),
-        ("db",),  # a group without a command prints its help
         ("--version",),
     ],
     ids=" ".join,
@@ -310,7 +311,7 @@ def test_a_real_clean_in_plain_output_prints_its_report_as_records(db_url):
         "rows_per_second",
     ]
     assert fields["field"] == "value"
-    assert (fields["deleted"], fields["complete"], fields["stopped"]) == (str(expired), "True", "-")
+    assert (fields["deleted"], fields["complete"], fields["stopped"]) == (str(expired), "true", "-")
     assert (fields["batches"], fields["batch_size"]) == (str(-(-expired // 300)), "300")
     assert fields["older_than_seconds"] == "0"
     assert done.stderr.startswith(
@@ -324,7 +325,7 @@ def test_config_show_db_check_and_stats_headers(db_url):
     assert all(line.count("\t") == 2 for line in config)
     assert run_cli("config", "show", conn=db_url).stdout.splitlines() == config[1:]
     check = run_cli("db", "check", "-o", "plain", "--header", conn=db_url).stdout.splitlines()
-    assert check[:3] == ["field\tvalue", "ok\tTrue", f"database\t{db_url}"]
+    assert check[:3] == ["field\tvalue", "ok\ttrue", f"database\t{db_url}"]
     assert run_cli("db", "check", "-o", "plain", conn=db_url).stdout.splitlines() == check[1:]
     stats = run_cli("stats", "--header", conn=db_url).stdout.splitlines()
     assert stats[0] == "section\tname\tvalue"
@@ -341,3 +342,37 @@ def test_messages_for_people_go_to_stderr_when_stdout_is_not_a_terminal(db_url):
     ]
     assert [(r.exit_code, r.stdout) for r in results] == [(0, "")] * 4
     assert [r.stderr.split(" ")[0] for r in results] == ["set", "deleted", "nothing", "dry"]
+
+
+def test_plain_booleans_are_written_as_json_writes_them(db_url):
+    """`ok`, `dry_run`, `clear_on_success`...: `true`/`false` in plain output as in JSON, not Python's True."""
+    plain = dict(line.split("\t", 1) for line in run_cli("db", "check", "-o", "plain", conn=db_url).stdout.splitlines())
+    document = json.loads(run_cli("db", "check", "-o", "json", conn=db_url).stdout)
+    assert (plain["ok"], document["ok"]) == ("true", True)
+    config = run_cli("config", "show", "-o", "plain", conn=db_url).stdout.splitlines()
+    assert "state_store.clear_on_success\tfalse\tdefault" in config
+
+
+def test_the_readme_says_which_plain_records_have_which_timestamps(db_url, tmp_path):
+    """The README's claim, checked against what `list`, `clean --dry-run`, `stats` and `clean` print."""
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8").split())
+    assert (
+        "Timestamps are `YYYY-MM-DD HH:MM:SS UTC` in the records of `list`, `clean --dry-run` and `orphans`, and "
+        "ISO 8601 with microseconds (`2026-11-30T03:17:00.123456+00:00`, as in JSON) in the records of `stats` "
+        "(`now`, `oldest_updated_at`, `newest_updated_at`) and of a `clean`'s report (`cutoff`)"
+    ) in readme
+    human = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00"
+    scope = ("--dag-id", "etl", "--run-id", "r1", "--task-id", "extract")
+    run_cli("set", *scope, "old", "1", "--expires-at", "2020-01-01T00:00:00Z", "--force", conn=db_url)
+    listed = run_cli("list", "-o", "plain", conn=db_url).stdout.splitlines()[0].split("\t")
+    assert re.fullmatch(human, listed[-2]) and re.fullmatch(human, listed[-1]), listed
+    expired = run_cli("clean", "--dry-run", "-o", "plain", conn=db_url).stdout.splitlines()[0].split("\t")
+    assert re.fullmatch(human, expired[-1]), expired
+    stats = {
+        tuple(line.split("\t")[:2]): line.split("\t")[2] for line in run_cli("stats", conn=db_url).stdout.splitlines()
+    }
+    for field in (("stats", "now"), ("task", "oldest_updated_at"), ("task", "newest_updated_at")):
+        assert re.fullmatch(iso, stats[field]), (field, stats[field])
+    report = dict(line.split("\t", 1) for line in run_cli("clean", "-o", "plain", conn=db_url).stdout.splitlines())
+    assert re.fullmatch(iso, report["cutoff"]), report

@@ -71,7 +71,7 @@ def test_any_text_is_a_retention_or_an_invalid_input_error(text):
 
 
 # -- the config reader ---------------------------------------------------------------------------------------
-SPECS = load_option_specs()
+ALL_OPTIONS = load_option_specs()
 LINE = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"), max_size=40)
 
 
@@ -90,7 +90,7 @@ def check_types(loaded) -> None:
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.sampled_from(SPECS), LINE), max_size=4))
+@given(st.lists(st.tuples(st.sampled_from(ALL_OPTIONS), LINE), max_size=4))
 def test_any_option_value_from_the_environment_is_read_or_a_config_error(values):
     environ = {"AIRFLOW_HOME": "/nonexistent-home"}
     environ.update({spec.env_var: raw for spec, raw in values})
@@ -119,7 +119,7 @@ def test_any_config_file_is_read_or_a_config_error(tmp_path_factory, lines):
 
 
 @SETTINGS
-@given(st.integers(0, 2_147_483_647), st.sampled_from([s for s in SPECS if s.type == "int"]))
+@given(st.integers(0, 2_147_483_647), st.sampled_from([s for s in ALL_OPTIONS if s.type == "int"]))
 def test_every_integer_in_range_is_read_back(number, spec):
     environ = {"AIRFLOW_HOME": "/nonexistent-home", spec.env_var: f" {number} "}
     assert load_settings(environ=environ).setting(spec.section, spec.option).value == number

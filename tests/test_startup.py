@@ -34,13 +34,19 @@ finally:
 
 def probe(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, str, set[str]]:
     """Run the CLI with ``argv`` in a new interpreter, stdout to a pipe: exit code, stdout, top-level modules."""
+    code, stdout, _stderr, loaded = probe_all(argv, tmp_path, **env)
+    return code, stdout, loaded
+
+
+def probe_all(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, str, str, set[str]]:
+    """``probe``, with what the CLI wrote on stderr."""
     script = PROBE.format(argv=argv, watched=WATCHED)
     full_env = {k: v for k, v in os.environ.items() if k != "STATESTORE_NO_FAST_PATH"} | env
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=full_env, cwd=tmp_path)
-    _, _, tail = proc.stderr.rpartition("LOADED=")
+    stderr, _, tail = proc.stderr.rpartition("LOADED=")
     assert tail, proc.stderr
     code, loaded = json.loads(tail)
-    return code or 0, proc.stdout, set(loaded)
+    return code or 0, proc.stdout, stderr, set(loaded)
 
 
 @pytest.mark.parametrize(
@@ -58,9 +64,10 @@ def probe(argv: list[str], tmp_path: Path, **env: str) -> tuple[int, str, set[st
     ids=lambda argv: " ".join(argv) or "no arguments",
 )
 def test_help_loads_no_sqlalchemy(argv, tmp_path):
-    code, stdout, loaded = probe(argv, tmp_path)
-    assert code == 0
-    assert "Usage: statestore" in stdout
+    code, stdout, stderr, loaded = probe_all(argv, tmp_path)
+    # Without a command: the help, then a usage error (exit 2, one line on stderr).
+    assert (code, "Usage: statestore" in stdout) == (0 if argv else 2, True)
+    assert stderr.startswith("statestore: error: missing command") or argv
     assert "sqlalchemy" not in loaded
     assert "rich" not in loaded, "help into a pipe is plain: typer's rich help layer is not loaded"
     assert "pydantic" not in loaded
@@ -76,7 +83,13 @@ def test_version_loads_no_sqlalchemy(tmp_path):
 
 @pytest.mark.parametrize(
     ("words", "cword", "expected"),
-    [("statestore cl", "1", {"clear", "clean"}), ("statestore get --dag", "2", {"--dag-id"})],
+    [
+        ("statestore cl", "1", {"clear", "clean"}),
+        ("statestore get --dag", "2", {"--dag-id"}),
+        ("statestore list --store ''", "3", {"task", "dag_run", "asset"}),  # not file names
+        ("statestore stats --store d", "3", {"dag_run"}),
+        ("statestore export --store a", "3", {"asset"}),
+    ],
 )
 def test_shell_completion_loads_no_sqlalchemy(words, cword, expected, tmp_path):
     code, stdout, loaded = probe([], tmp_path, _STATESTORE_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=cword)

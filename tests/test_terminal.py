@@ -85,3 +85,30 @@ def test_clean_shows_a_progress_bar_on_a_terminal_only(cli, db_url):
     assert "deleted 3,000 expired task keys in 300 batches of up to 10" in screen
     piped = cli("clean", "--batch-size", "10")  # in-process: not a terminal
     assert "deleting expired keys" not in piped.stdout + piped.stderr
+
+
+def test_import_shows_a_progress_bar_on_stderr_on_a_terminal_only(cli, db_url, tmp_path):
+    db = Path(db_url.removeprefix("sqlite:///"))
+    _expired_rows(db, 3000)
+    export = tmp_path / "keys.jsonl"
+    assert cli("export", "--file", str(export)).exit_code == 0
+    env = {**os.environ, "COLUMNS": "120", "TERM": "xterm-256color"}
+    status, screen = run_in_pty(["--conn", db_url, "import", "--batch-size", "10", str(export)], None, env)
+    assert status == 0, screen
+    assert "importing keys" in screen and "/3,000" in screen and "rows/s" in screen
+    piped = cli("import", "--batch-size", "10", str(export))  # in-process: not a terminal
+    assert piped.exit_code == 0 and "importing keys" not in piped.stdout + piped.stderr
+    # stdout a pipe, stderr the terminal (`import -o json | jq`): the bar is drawn on stderr only.
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        statestore_argv("--conn", db_url, "import", "-o", "json", "--batch-size", "10", str(export)),
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+        env=env,
+        close_fds=True,
+    )
+    os.close(secondary)
+    stderr = read_terminal(primary, proc).decode(errors="replace")
+    stdout = proc.stdout.read().decode() if proc.stdout else ""
+    assert proc.wait(timeout=20) == 0
+    assert "importing keys" in stderr and "importing keys" not in stdout and stdout.startswith("{")

@@ -104,8 +104,9 @@ class FsspecFiles:
             from fsspec.core import url_to_fs  # type: ignore[import-untyped, import-not-found, unused-ignore]
         except ImportError:
             raise ConfigError(
-                f"the filesystem backend's root {url!r} is a URL, which needs fsspec: "
-                "pip install 'statestore-cli[fsspec]'"
+                f"the filesystem backend's root {url!r} is a URL, which needs fsspec: install fsspec "
+                "(pip install fsspec), or reinstall statestore with its fsspec extra (pip install '.[fsspec]' "
+                "in its source tree)"
             ) from None
         self.root = url
         self.fs, base = url_to_fs(url)

@@ -3,6 +3,8 @@ and hands the result to the render layer. Errors become a message and an exit co
 ``StateStoreGroup`` hands every ``StateStoreError`` to ``cli.failure``; a command whose result must not
 exit 0 (a clean stopped early) returns it as an ``Outcome``, and the group exits with its code."""
 
+import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +35,37 @@ def _section(name: str) -> str:
     return f"\\[{name}]" if _RICH_HELP else f"[{name}]"
 
 
+_EXAMPLE_WIDTH = 76  # an example line fits an 80-column terminal with rich help's margins
+
+
 def _examples(*lines: str) -> str:
-    """A help epilog of example command lines, each on its own line in plain and rich help."""
-    body = "Examples:\n" + "\n".join(f"  statestore {line}" for line in lines)
+    """A help epilog of example command lines, each on its own line in plain and rich help; a long one
+    is continued on the next line with a backslash, between words and never inside a quoted one, so it
+    neither wraps in the middle of its JSON nor stops being a command to paste."""
+    body = "Examples:\n" + "\n".join(_example(f"statestore {line}") for line in lines)
     return body if _RICH_HELP else "\b\n" + body  # \b: click keeps the lines as they are
+
+
+def _example(command: str) -> str:
+    words = re.findall(r"(?:'[^']*'|\"[^\"]*\"|\S)+", command)  # a quoted word ('{"id": 1}') is one word
+    for at in range(len(words) - 2, -1, -1):  # an option and its value stay on one line (-o json)
+        if words[at].startswith("-") and not words[at + 1].startswith("-") and "=" not in words[at]:
+            words[at : at + 2] = [f"{words[at]} {words[at + 1]}"]
+    lines, line = [], "  "
+    for at, word in enumerate(words):
+        continued = 2 if at < len(words) - 1 else 0  # room for " \\" unless it is the last word
+        if line.strip() and len(line) + 1 + len(word) + continued > _EXAMPLE_WIDTH:
+            lines.append(line + " \\")
+            line = "      "
+        line += ("" if not line.strip() else " ") + word
+    return "\n".join([*lines, line])
+
+
+def _reflow(doc: str) -> str:
+    """A docstring's paragraphs as one line each: rich help keeps the line breaks of the source, which
+    then fall anywhere in the terminal's lines; the terminal's width decides alone."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
 
 
 _DATABASE = _section("database")
@@ -46,7 +75,8 @@ app = typer.Typer(
     cls=StateStoreGroup,
     name="statestore",
     help="Read, write and garbage-collect Airflow's task and asset state store.\n\n"
-    "Root options (--config, --conn, --debug) go before the command; the command's own options after it.",
+    "Root options (--config, --conn, --connect-timeout, --debug, --version) go before the command; "
+    "the command's own options after it.",
     epilog=_examples(
         "db check",
         f"get {_TASK} job_id",
@@ -116,8 +146,19 @@ class CliState:
 
 # The filters `list` and `stats` take beside the scope options.
 KeyOpt = Annotated[Optional[str], typer.Option("--key", help="Only this key.")]
+STORES = ("task", "dag_run", "asset")
+
+
+def _complete_store(incomplete: str) -> list[str]:
+    """What shell completion offers after --store (not file names)."""
+    return [name for name in STORES if name.startswith(incomplete)]
+
+
 StoreOpt = Annotated[
-    Optional[str], typer.Option("--store", help="task, dag_run (Airflow 3.4) or asset (default: all).")
+    Optional[str],
+    typer.Option(
+        "--store", help="task, dag_run (Airflow 3.4) or asset (default: all).", autocompletion=_complete_store
+    ),
 ]
 OutputOpt = Annotated[
     OutputMode,
@@ -256,3 +297,8 @@ from statestore_cli.cli import clean_command  # noqa: E402, F401
 from statestore_cli.cli import backend_commands  # noqa: E402, F401
 from statestore_cli.cli import lifecycle_commands  # noqa: E402, F401
 # isort: on
+
+for _typer in (app, db_app, backend_app, config_app, assets_app, runs_app):
+    for _command in _typer.registered_commands:
+        if _command.callback is not None and _command.callback.__doc__:
+            _command.callback.__doc__ = _reflow(_command.callback.__doc__)

@@ -1,6 +1,7 @@
 """The root command group: turns a ``StateStoreError`` into one line on stderr and an exit code,
 and a misplaced option into a hint naming where it goes."""
 
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -82,11 +83,16 @@ class StateStoreGroup(TyperGroup):
             sys.exit(report_error(exc.error))
         except click_exceptions.UsageError as exc:
             if _NoArgsIsHelp is not None and isinstance(exc, _NoArgsIsHelp):
-                sys.exit(_print(exc.format_message()))  # rich help is printed already; plain help is here
+                # A group without its command: its help on stdout (rich help is printed already; plain
+                # help here, ending its line), then one error line naming the commands, exit 2.
+                sys.exit(_missing_command(exc))
             argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
             placement = _placement_hint(self, exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
             if placement:
                 _fail(f"{exc.format_message()}; {placement}", EXIT_USAGE)
+            negative = _negative_value_hint(exc, argv) if isinstance(exc, click_exceptions.NoSuchOption) else None
+            if negative:
+                _fail(negative, EXIT_USAGE)
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             _fail(f"{exc.format_message()}{hint}", EXIT_USAGE)
         except click_exceptions.ClickException as exc:
@@ -135,6 +141,18 @@ def _placement_hint(root: Any, exc: Any, argv: list[str]) -> str | None:
     return f"{spelled} goes before the command: statestore {' '.join([*given, *path])}"
 
 
+def _negative_value_hint(exc: Any, argv: list[str]) -> str | None:
+    """A negative number given as a value (``set SCOPE k -1``) reads as an option: after ``--`` it is
+    an argument. Names the word as typed, with the corrected command (the value last, after ``--``)."""
+    if not re.fullmatch(r"-[0-9.]", exc.option_name or ""):
+        return None
+    at = next((i for i, a in enumerate(argv) if a.startswith(exc.option_name)), None)
+    if at is None or "--" in argv[:at]:
+        return None
+    fixed = [*argv[:at], *argv[at + 1 :], "--", argv[at]]
+    return f"No such option: {argv[at]}; a value starting with - goes after --: statestore {' '.join(fixed)}"
+
+
 def _exit_code(result: object) -> int:
     """A command's ``Outcome`` decides its exit code; ``typer.Exit`` (``--version``) gives an int."""
     if isinstance(result, Outcome):
@@ -153,12 +171,17 @@ def decided(ctx: typer.Context, outcome: Outcome | StateStoreError | None) -> No
     ctx.meta[_DECIDED] = outcome
 
 
-def _print(text: str) -> int:
+def _missing_command(exc: Any) -> int:
+    text = exc.format_message()
     try:
-        sys.stdout.write(text)
+        if text:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
     except BrokenPipeError:
-        return closed_pipe()
-    return finish(EXIT_OK)
+        closed_pipe(EXIT_USAGE)
+    names = exc.ctx.command.list_commands(exc.ctx) if exc.ctx is not None else []
+    path = exc.ctx.command_path if exc.ctx is not None else "statestore"
+    which = ", ".join(names) if 0 < len(names) <= 6 else "the commands listed above"
+    return report(f"missing command: {path} takes one of {which}", EXIT_USAGE)
 
 
 class _PipeClosed(Exception):

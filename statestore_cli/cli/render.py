@@ -391,6 +391,18 @@ class Output:
         with progress_bar(self.console, label, total) as advance:
             yield advance
 
+    @contextmanager
+    def stderr_progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """A transient bar on stderr, for a command whose stdout is its result (``import -o json``);
+        a no-op unless stderr is a terminal (rich is not even imported then)."""
+        if not sys.stderr.isatty():
+            yield lambda _done: None
+            return
+        from statestore_cli.cli.progress import progress_bar
+
+        with progress_bar(self.stderr, label, total) as advance:
+            yield advance
+
     # -- db and config ------------------------------------------------------------------------------
     def plain_fields(self, doc: dict[str, Any]) -> None:
         """A document as ``field<TAB>value`` records: lists joined by ", ", ``-`` for none."""
@@ -453,22 +465,65 @@ class Output:
             for row in rows:
                 self.plain_row(f"{row.section}.{row.option}", row.value, _source(row))
             return
-        from rich.table import Table
-
         found = config_file or "none found" + (f" (tried: {searched})" if searched else "")
-        self.console.print(_cell(f"config file: {found}"))
-        table = Table()
-        # Section and option names are never broken; values and sources (paths, URLs) fold.
-        table.add_column("section", no_wrap=True)
-        table.add_column("option", no_wrap=True)
-        table.add_column("value", overflow="fold")
-        # Sources (an environment variable's long name) take a third at most of what the names leave.
-        table.add_column("source", overflow="fold", max_width=max(12, (self.console.width - 45) // 3))
-        for row in rows:
-            # The file is named above the table: its rows say "config file", not the path again.
-            source = "config file" if config_file and row.source == config_file else _source(row)
-            table.add_row(_cell(row.section), _cell(row.option), _cell(row.value), _cell(source))
-        self.console.print(table)
+        self.console.print(_cell(f"config file: {found}"), soft_wrap=True)
+        for line in config_lines(rows, config_file, self.console.width):
+            self.console.print(line, soft_wrap=True)
+
+
+def config_lines(rows: list[ConfigRow], config_file: str | None, width: int) -> Iterator[Text]:
+    """``config show`` on a terminal: one block per section, ``option  value  source`` on a line where
+    they fit. A value or source that does not goes on a line of its own below, indented, never folded:
+    a URL or an import path stays one word to read and to copy (one wider than the terminal is left for
+    the terminal to wrap)."""
+    from rich.text import Text
+
+    indent, gap, under = 2, 2, 4
+    name_width = max((len(row.option) for row in rows), default=0)
+    value_at = indent + name_width + gap
+    shown = [(row, config_value(row.value), _short_source(row, config_file)) for row in rows]
+    # The source column starts after the longest short value (a number, a duration) whose line fits:
+    # the same columns at any width; longer values (URLs, import paths) have their source below them.
+    fitting = [
+        len(value)
+        for _row, value, source in shown
+        if len(value) <= _SHORT_VALUE and value_at + len(value) + gap + len(source) <= width
+    ]
+    source_at = value_at + max(fitting, default=0) + gap
+    section = None
+    for row, value, source in shown:
+        if row.section != section:
+            yield Text("")
+            section = row.section
+            yield Text(f"[{safe_text(section)}]", style="bold")
+        name = Text(" " * indent + safe_text(row.option).ljust(name_width + gap))
+        if value_at + len(value) <= source_at - gap and source_at + len(source) <= width:
+            yield name + Text(value.ljust(source_at - value_at)) + Text(source, style="dim")
+            continue
+        at = value_at
+        if value_at + len(value) <= width:
+            yield name + Text(value)
+        else:
+            at = under if under + len(value) <= width else 0
+            yield Text(name.plain.rstrip())
+            yield Text(" " * at + value)
+        at = at if at and at + len(source) <= width else under
+        yield Text(" " * at + source, style="dim")
+
+
+_SHORT_VALUE = 24  # a value up to this long shares its line with its source
+
+
+def config_value(value: object) -> str:
+    """An option's value as plain and table output show it: booleans as JSON writes them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "-" if value is None or value == "" else safe_text(value)
+
+
+def _short_source(row: ConfigRow, config_file: str | None) -> str:
+    """The file is named above the sections: its options say "config file", not the path again."""
+    return "config file" if config_file and row.source == config_file else safe_text(_source(row))
 
 
 def _count(number: int, noun: str) -> str:

@@ -31,7 +31,10 @@ def safe_text(value: object) -> str:
 
 
 def plain_field(value: object) -> str:
-    """``value`` as one field of a plain output record: no tab, no line break, backslashes doubled."""
+    """``value`` as one field of a plain output record: no tab, no line break, backslashes doubled;
+    a boolean as JSON writes it (``true``, ``false``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return str(value).translate(_FIELD_ESCAPES)
 
 

@@ -2,7 +2,7 @@
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, BinaryIO, Optional
 
 import typer
 
@@ -101,8 +101,23 @@ def import_(
     except OSError as exc:
         raise InvalidInputError(f"cannot read {source}: {exc.strerror or exc}") from None
     try:
-        summary = transfer.import_records(settings, stream, batch_size=batch_size, dry_run=dry_run)
+        with out.stderr_progress("checking lines" if dry_run else "importing keys", _lines(stream)) as advance:
+            summary = transfer.import_records(
+                settings, stream, batch_size=batch_size, dry_run=dry_run, on_progress=advance
+            )
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
     out.import_summary(summary, "stdin" if source == "-" else source)
+
+
+def _lines(stream: BinaryIO) -> int | None:
+    """How many lines a regular file holds, for the progress bar's total (a pipe: unknown); only on a
+    terminal, where the bar is shown. The file is read once more, at the speed of the disk cache."""
+    if not sys.stderr.isatty() or not stream.seekable():
+        return None
+    count, last = 0, b"\n"
+    for chunk in iter(lambda: stream.read(1 << 20), b""):
+        count, last = count + chunk.count(b"\n"), chunk
+    stream.seek(0)
+    return count + (not last.endswith(b"\n"))  # a last line without its line feed
