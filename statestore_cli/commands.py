@@ -18,7 +18,15 @@ from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings, describe_source
 from statestore_cli.config.settings import CONN_OVERRIDE
-from statestore_cli.database import describe_engine, mask_url, parse_url, translate_errors
+from statestore_cli.database import (
+    StoreOrigin,
+    describe_engine,
+    mask_url,
+    missing_store_guide,
+    parse_url,
+    sqlite_path,
+    translate_errors,
+)
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import (
     EXIT_OK,
@@ -62,6 +70,8 @@ class DbReport(NamedTuple):
     airflow_version: str | None = None  # an Airflow database: the release its alembic revision belongs to
     counts: StoreCounts | None = None  # an Airflow database with the state store: its rows
     layout: Layout | None = None  # an Airflow database with the state store: the layout of its tables
+    origin: StoreOrigin | None = None  # why the URL is this one, for the message of a store not there
+    created_file: str | None = None  # db init on SQLite: the file it created (None: the file was there)
 
     @property
     def usable(self) -> bool:
@@ -87,16 +97,20 @@ class DbReport(NamedTuple):
             )
         if not self.schema.usable:
             return SchemaMissingError(
-                f"the state store is not usable: missing tables {', '.join(self.schema.missing)}; "
-                "run `statestore db init`"
+                f"the state store is not usable: missing tables {', '.join(self.schema.missing)}"
+                f"{missing_store_guide(self.origin, 'them')}"
             )
         return None
 
 
 def db_init(settings: Settings) -> DbReport:
+    """Create the schema; on SQLite, the file too when it is not there (``created_file`` says which)."""
+    path = sqlite_path(parse_url(settings.sql_alchemy_conn))
+    new_file = path is not None and not path.exists()
     store = open_metastore(settings, create_file=True)
     state, created = init_schema(store.engine)
-    return DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, created)
+    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, created)
+    return report._replace(created_file=str(path.resolve()) if new_file and path is not None else None)
 
 
 def db_check(settings: Settings) -> DbReport:
@@ -111,7 +125,8 @@ def db_check(settings: Settings) -> DbReport:
         return DbReport(mask_url(url), url.get_backend_name(), unknown, settings.backend, error=str(exc))
     if not settings.uses_builtin_backend:
         open_backend(settings, writes=False)  # a custom backend that cannot load makes the store unusable
-    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend)
+    origin = StoreOrigin(*settings.conn_origin(), settings.init_command())
+    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, origin=origin)
     if state.mode != "airflow":
         return report
     from statestore_cli.airflow_versions import airflow_version

@@ -106,7 +106,8 @@ def test_db_check_of_a_store_without_tables_exits_3_with_one_line(cli, tmp_path)
     assert result.exit_code == 3
     assert one_error_line(result) == (
         "the state store is not usable: missing tables task_state_store, asset_state_store, dag_run, asset, "
-        "asset_active; run `statestore db init`"
+        "asset_active; the URL is the one --conn gave; if the store is elsewhere, fix --conn; to create them "
+        f"here, run `statestore --conn sqlite:///{empty} db init`"
     )
 
 
