@@ -182,7 +182,10 @@ def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Call
         entry = backend.describe(scope, key)
         if entry is not None:
             return entry._replace(value=decode(entry.value))
-        if isinstance(scope, TaskScope | DagRunScope):  # one more query, on the not-found path only
+        if isinstance(scope, TaskScope):  # more queries, on the not-found path only
+            elsewhere = backend.other_map_indices(scope, key)
+            raise missing_key(scope, key, run_exists=bool(elsewhere) or backend.has_run(scope), elsewhere=elsewhere)
+        if isinstance(scope, DagRunScope):  # one more query, on the not-found path only
             raise missing_key(scope, key, run_exists=backend.has_run(scope))
     else:
         stored = backend.get(scope, key)
@@ -268,6 +271,15 @@ def _worker_step(settings: Settings, done: str, step: Callable[[], object], *, m
 def count_keys(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
     backend = open_backend(settings)
     return backend.count(scope, all_map_indices=all_map_indices) if isinstance(backend, MetastoreBackend) else None
+
+
+def keys_elsewhere(settings: Settings, scope: StoreScope, key: str | None = None) -> list[tuple[int, int]]:
+    """For a task scope: ``(map_index, keys)`` of its task's other map indices that hold keys (``key``: that
+    one), as a clear or delete that found nothing says; [] for another scope or a backend that cannot say."""
+    if not isinstance(scope, TaskScope):
+        return []
+    backend = open_backend(settings, writes=False)
+    return backend.other_map_indices(scope, key) if isinstance(backend, MetastoreBackend) else []
 
 
 def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:

@@ -329,6 +329,18 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             finally:
                 rows.close()  # finish with the cursor before the transaction ends
 
+    def other_map_indices(self, scope: TaskScope, key: str | None = None) -> list[tuple[int, int]]:
+        """``(map_index, keys)`` for each map index of the scope's task, other than the scope's, that holds
+        keys (``key``: that key): where a scope given without its map index finds them."""
+        with self.connection() as conn:
+            layout = self.layout(conn)
+            task = layout.task
+            where = and_(
+                self._task_where(layout, scope, key, all_map_indices=True), task.c.map_index != scope.map_index
+            )
+            query = select(task.c.map_index, func.count()).where(where).group_by(task.c.map_index)
+            return sorted((int(index), int(count)) for index, count in conn.execute(query))
+
     def has_run(self, scope: TaskScope | DagRunScope) -> bool:
         """Whether the task's dag run exists (a key of a run that does not cannot exist either)."""
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)

@@ -28,6 +28,7 @@ FLAGS = {
     "expires_at": "--expires-at",
     "force": "--force",
     "lock_timeout_override": "--lock-timeout",
+    "map_index": "--map-index",
     "metrics_file": "--metrics-file",
     "older_than": "--older-than",
     "retention": "--retention",

@@ -33,6 +33,7 @@ from statestore_cli.errors import (
     InvalidInputError,
 )
 from statestore_cli.retention import parse_instant, parse_retention
+from statestore_cli.scopes import StoreScope, TaskScope
 
 
 # -- keys -------------------------------------------------------------------------------------------
@@ -168,9 +169,25 @@ def delete(
     from statestore_cli import commands
 
     scope = scope_of(scope_args)
-    removed = commands.delete_key(_settings(ctx), scope, key)
+    settings = _settings(ctx)
+    removed = commands.delete_key(settings, scope, key)
     what = "deleted" if removed != 0 else "no such key, nothing deleted:"
-    Output.choose().line(f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}")
+    line = f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}"
+    if removed == 0:
+        line += _elsewhere(settings, scope, key)
+    Output.choose().line(line)
+
+
+def _elsewhere(settings: Settings, scope: StoreScope, key: Optional[str] = None) -> str:
+    """What a delete or clear that found nothing adds when the task's keys are at other map indices."""
+    from statestore_cli import commands
+    from statestore_cli.scopes import at_other_map_indices
+
+    found = commands.keys_elsewhere(settings, scope, key)
+    if not found or not isinstance(scope, TaskScope):
+        return ""
+    flags = "--map-index N" if key is not None else "--map-index N or --all-map-indices"
+    return f"; {safe_text(at_other_map_indices(scope, found, key))}: give {flags}"
 
 
 @app.command(
@@ -223,7 +240,8 @@ def clear(
     where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
     count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
     if count == 0:
-        Output.choose().line(f"nothing to clear: no keys for {where}")
+        hint = "" if all_map_indices else _elsewhere(settings, scope)
+        Output.choose().line(f"nothing to clear: no keys for {where}{hint}")
         return
     _confirm_delete(yes, "clear deletes keys", f"Delete {'all keys' if count is None else _keys(count)} of {where}?")
     removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
