@@ -35,6 +35,7 @@ from statestore_cli.errors import (
     BackendError,
     DatabaseError,
     InvalidInputError,
+    NotFoundError,
     SchemaMissingError,
     StateStoreError,
     first_line,
@@ -187,11 +188,26 @@ def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Call
             raise missing_key(scope, key, run_exists=bool(elsewhere) or backend.has_run(scope), elsewhere=elsewhere)
         if isinstance(scope, DagRunScope):  # one more query, on the not-found path only
             raise missing_key(scope, key, run_exists=backend.has_run(scope))
+        if isinstance(scope, AssetScope) and not backend.has_asset(scope):
+            raise missing_asset(backend, scope)
     else:
         stored = backend.get(scope, key)
         if stored is not None:
             return _bare_entry(scope, key, decode(stored))
     raise missing_key(scope, key)
+
+
+def missing_asset(backend: MetastoreBackend, scope: AssetScope) -> NotFoundError:
+    """The error of an asset scope that names no asset, with the closest asset name when there is one."""
+    if scope.asset_id is not None:
+        return NotFoundError(f"no such asset: no asset has asset_id={scope.asset_id}")
+    message = f"no such asset {scope.describe()}: no active asset has that {'name' if scope.name else 'uri'}"
+    if scope.name:
+        import difflib
+
+        close = difflib.get_close_matches(scope.name, backend.known_ids("name"), n=1, cutoff=0.6)
+        message += f"; did you mean {close[0]!r}?" if close else ""
+    return NotFoundError(message)
 
 
 def _bare_entry(scope: StoreScope, key: str, value: JsonValue) -> Entry:
@@ -300,6 +316,34 @@ def list_entries(settings: Settings, filt: KeyFilter, *, limit: int | None = Non
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`list` needs the metastore backend; [state_store] backend is {settings.backend}")
     return backend.entries(filt, limit=limit, offset=offset)
+
+
+def near_misses(settings: Settings, filt: KeyFilter) -> list[str]:
+    """For a ``list`` or ``stats`` that found nothing: for each of ``filt``'s dag id, task id and asset name
+    that no key (no asset) has, the closest existing one, as "no dag_id 'etl_order_daily' has keys; did you
+    mean 'etl_orders_daily'?". Reads the distinct ids, so call it only when the result is empty."""
+    backend = open_backend(settings, writes=False)
+    if not isinstance(backend, MetastoreBackend):
+        return []
+    import difflib
+
+    notes = []
+    asks = (("dag_id", filt.dag_id, None), ("task_id", filt.task_id, filt.dag_id), ("name", filt.name, None))
+    for field, given, within in asks:
+        if given is None:
+            continue
+        known = backend.known_ids(field, within)
+        if given in known:
+            continue
+        close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+        if not close:
+            continue
+        if field == "name":
+            notes.append(f"no asset is named {given!r}; did you mean {close[0]!r}?")
+        else:
+            of = f" of dag_id {within!r}" if within is not None and field != "dag_id" else ""
+            notes.append(f"no {field} {given!r}{of} has keys; did you mean {close[0]!r}?")
+    return notes
 
 
 def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> StoreStats:

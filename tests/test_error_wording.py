@@ -142,5 +142,5 @@ def test_a_clear_answered_no_deletes_nothing_and_says_so_as_one_error_line(cli, 
     os.close(primary)
     assert (proc.returncode, stdout) == (1, b"")
     # the answer's newline is the terminal's echo: the error is a line of its own
-    assert seen.decode().endswith("? [y/N] n\r\nstatestore: error: nothing deleted (not confirmed)\r\n"), seen
+    assert seen.decode().endswith("? [y/N] n\r\nstatestore: nothing deleted (answered no)\r\n"), seen
     assert cli("get", *TASK, "a").exit_code == 0

@@ -303,7 +303,10 @@ def list_(
 
     out = _output(output, header)
     filt = as_filter(scope_args, store, key)
-    out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset), filt)
+    settings = _settings(ctx)
+    shown = out.entries(commands.list_entries(settings, filt, limit=limit, offset=offset), filt)
+    if shown == 0 and offset == 0:
+        _near_misses(settings, filt)
 
 
 @app.command("stats", epilog=_examples("stats", "stats --dag-id etl -o json"))
@@ -323,4 +326,18 @@ def stats(
 
     out = _output(output, header)
     filt = as_filter(scope_args, store, key)
-    out.stats(commands.stats(_settings(ctx), filt))
+    settings = _settings(ctx)
+    figures = commands.stats(settings, filt)
+    out.stats(figures)
+    stores = (figures.task, figures.asset, figures.dag_run)
+    if not any(part is not None and part.rows for part in stores):
+        _near_misses(settings, filt)
+
+
+def _near_misses(settings: Settings, filt: KeyFilter) -> None:
+    """A listing that found nothing: a note on stderr for each id that matches nothing but is close to one."""
+    from statestore_cli import commands
+
+    sys.stdout.flush()  # after what the command printed
+    for note in commands.near_misses(settings, filt):
+        sys.stderr.write(f"statestore: note: {safe_text(note)}\n")
