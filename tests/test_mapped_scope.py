@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from statestore_cli.scopes import index_ranges
-
 ALL_ENGINES = True
 
 DAG, RUN, TASK = "etl_orders_daily", "scheduled__2026-11-30T00:00:00+00:00", "submit_spark_job"
@@ -60,6 +58,8 @@ def test_a_key_nowhere_in_the_task_keeps_the_short_message(mapped):
 
 
 def test_gaps_in_the_map_indices_show_as_ranges():
+    from statestore_cli.scopes import index_ranges
+
     assert index_ranges([0, 1, 2, 3, 5, 9, 10, 11]) == "0-3, 5, 9-11"
     assert index_ranges([4]) == "4"
     assert index_ranges(list(range(0, 30, 2)), most=3) == "0, 2, 4, ..."
