@@ -30,6 +30,8 @@ def test_get_without_map_index_says_where_the_key_is_and_exits_1(mapped):
     assert result.stderr == (
         f"statestore: error: no key {KEY!r} for {WHERE}; the key is at map indices 0-20 of {TASK}: give --map-index N\n"
     )
+    nowhere = mapped("get", *SCOPE, "no_such_key_anywhere")  # a key the task has nowhere: the short message
+    assert (nowhere.exit_code, nowhere.stderr) == (1, f"statestore: error: no key 'no_such_key_anywhere' for {WHERE}\n")
 
 
 def test_clear_without_map_index_counts_the_keys_elsewhere_and_deletes_nothing(mapped):
@@ -49,12 +51,6 @@ def test_delete_without_map_index_says_where_the_key_is(mapped):
         f"no such key, nothing deleted: {KEY!r} for {WHERE}; the key is at map indices 0-20 of {TASK}: "
         "give --map-index N\n"
     )
-
-
-def test_a_key_nowhere_in_the_task_keeps_the_short_message(mapped):
-    result = mapped("get", *SCOPE, "no_such_key_anywhere")
-    assert result.exit_code == 1
-    assert result.stderr == f"statestore: error: no key 'no_such_key_anywhere' for {WHERE}\n"
 
 
 def test_gaps_in_the_map_indices_show_as_ranges():
