@@ -18,7 +18,15 @@ from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings, describe_source
 from statestore_cli.config.settings import CONN_OVERRIDE
-from statestore_cli.database import describe_engine, mask_url, parse_url, translate_errors
+from statestore_cli.database import (
+    StoreOrigin,
+    describe_engine,
+    mask_url,
+    missing_store_guide,
+    parse_url,
+    sqlite_path,
+    translate_errors,
+)
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import (
     EXIT_OK,
@@ -27,6 +35,7 @@ from statestore_cli.errors import (
     BackendError,
     DatabaseError,
     InvalidInputError,
+    NotFoundError,
     SchemaMissingError,
     StateStoreError,
     first_line,
@@ -62,6 +71,8 @@ class DbReport(NamedTuple):
     airflow_version: str | None = None  # an Airflow database: the release its alembic revision belongs to
     counts: StoreCounts | None = None  # an Airflow database with the state store: its rows
     layout: Layout | None = None  # an Airflow database with the state store: the layout of its tables
+    origin: StoreOrigin | None = None  # why the URL is this one, for the message of a store not there
+    created_file: str | None = None  # db init on SQLite: the file it created (None: the file was there)
 
     @property
     def usable(self) -> bool:
@@ -87,16 +98,20 @@ class DbReport(NamedTuple):
             )
         if not self.schema.usable:
             return SchemaMissingError(
-                f"the state store is not usable: missing tables {', '.join(self.schema.missing)}; "
-                "run `statestore db init`"
+                f"the state store is not usable: missing tables {', '.join(self.schema.missing)}"
+                f"{missing_store_guide(self.origin, 'them')}"
             )
         return None
 
 
 def db_init(settings: Settings) -> DbReport:
+    """Create the schema; on SQLite, the file too when it is not there (``created_file`` says which)."""
+    path = sqlite_path(parse_url(settings.sql_alchemy_conn))
+    new_file = path is not None and not path.exists()
     store = open_metastore(settings, create_file=True)
     state, created = init_schema(store.engine)
-    return DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, created)
+    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, created)
+    return report._replace(created_file=str(path.resolve()) if new_file and path is not None else None)
 
 
 def db_check(settings: Settings) -> DbReport:
@@ -111,7 +126,8 @@ def db_check(settings: Settings) -> DbReport:
         return DbReport(mask_url(url), url.get_backend_name(), unknown, settings.backend, error=str(exc))
     if not settings.uses_builtin_backend:
         open_backend(settings, writes=False)  # a custom backend that cannot load makes the store unusable
-    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend)
+    origin = StoreOrigin(*settings.conn_origin(), settings.init_command())
+    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, origin=origin)
     if state.mode != "airflow":
         return report
     from statestore_cli.airflow_versions import airflow_version
@@ -167,13 +183,31 @@ def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Call
         entry = backend.describe(scope, key)
         if entry is not None:
             return entry._replace(value=decode(entry.value))
-        if isinstance(scope, TaskScope | DagRunScope):  # one more query, on the not-found path only
+        if isinstance(scope, TaskScope):  # more queries, on the not-found path only
+            elsewhere = backend.other_map_indices(scope, key)
+            raise missing_key(scope, key, run_exists=bool(elsewhere) or backend.has_run(scope), elsewhere=elsewhere)
+        if isinstance(scope, DagRunScope):  # one more query, on the not-found path only
             raise missing_key(scope, key, run_exists=backend.has_run(scope))
+        if isinstance(scope, AssetScope) and not backend.has_asset(scope):
+            raise missing_asset(backend, scope)
     else:
         stored = backend.get(scope, key)
         if stored is not None:
             return _bare_entry(scope, key, decode(stored))
     raise missing_key(scope, key)
+
+
+def missing_asset(backend: MetastoreBackend, scope: AssetScope) -> NotFoundError:
+    """The error of an asset scope that names no asset, with the closest asset name when there is one."""
+    if scope.asset_id is not None:
+        return NotFoundError(f"no such asset: no asset has asset_id={scope.asset_id}")
+    message = f"no such asset {scope.describe()}: no active asset has that {'name' if scope.name else 'uri'}"
+    if scope.name:
+        import difflib
+
+        close = difflib.get_close_matches(scope.name, backend.known_ids("name"), n=1, cutoff=0.6)
+        message += f"; did you mean {close[0]!r}?" if close else ""
+    return NotFoundError(message)
 
 
 def _bare_entry(scope: StoreScope, key: str, value: JsonValue) -> Entry:
@@ -255,6 +289,15 @@ def count_keys(settings: Settings, scope: StoreScope, *, all_map_indices: bool =
     return backend.count(scope, all_map_indices=all_map_indices) if isinstance(backend, MetastoreBackend) else None
 
 
+def keys_elsewhere(settings: Settings, scope: StoreScope, key: str | None = None) -> list[tuple[int, int]]:
+    """For a task scope: ``(map_index, keys)`` of its task's other map indices that hold keys (``key``: that
+    one), as a clear or delete that found nothing says; [] for another scope or a backend that cannot say."""
+    if not isinstance(scope, TaskScope):
+        return []
+    backend = open_backend(settings, writes=False)
+    return backend.other_map_indices(scope, key) if isinstance(backend, MetastoreBackend) else []
+
+
 def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
     acc = accessor(settings, scope)
     removed = acc.backend.clear(scope, all_map_indices=all_map_indices)
@@ -273,6 +316,34 @@ def list_entries(settings: Settings, filt: KeyFilter, *, limit: int | None = Non
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`list` needs the metastore backend; [state_store] backend is {settings.backend}")
     return backend.entries(filt, limit=limit, offset=offset)
+
+
+def near_misses(settings: Settings, filt: KeyFilter) -> list[str]:
+    """For a ``list`` or ``stats`` that found nothing: for each of ``filt``'s dag id, task id and asset name
+    that no key (no asset) has, the closest existing one, as "no dag_id 'etl_order_daily' has keys; did you
+    mean 'etl_orders_daily'?". Reads the distinct ids, so call it only when the result is empty."""
+    backend = open_backend(settings, writes=False)
+    if not isinstance(backend, MetastoreBackend):
+        return []
+    import difflib
+
+    notes = []
+    asks = (("dag_id", filt.dag_id, None), ("task_id", filt.task_id, filt.dag_id), ("name", filt.name, None))
+    for field, given, within in asks:
+        if given is None:
+            continue
+        known = backend.known_ids(field, within)
+        if given in known:
+            continue
+        close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+        if not close:
+            continue
+        if field == "name":
+            notes.append(f"no asset is named {given!r}; did you mean {close[0]!r}?")
+        else:
+            of = f" of dag_id {within!r}" if within is not None and field != "dag_id" else ""
+            notes.append(f"no {field} {given!r}{of} has keys; did you mean {close[0]!r}?")
+    return notes
 
 
 def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> StoreStats:

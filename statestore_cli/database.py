@@ -109,6 +109,25 @@ def _postgresql_on_begin(lock_ms: int | None) -> Callable[[Connection], None]:
 _CONNECT_TIMEOUTS: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
 
 
+class StoreOrigin(NamedTuple):
+    """Why an engine's URL is the one it is (``Settings.conn_origin``) and the command that creates the
+    store there (``Settings.init_command``): a missing store's message says both."""
+
+    why: str
+    fix: str
+    init_command: str
+
+
+_ORIGINS: weakref.WeakKeyDictionary[Engine, StoreOrigin] = weakref.WeakKeyDictionary()
+
+
+def missing_store_guide(origin: StoreOrigin | None, what: str = "it") -> str:
+    """The end of a missing store's message: where the URL came from, how to point elsewhere, how to create it."""
+    if origin is None:
+        return "; run `statestore db init`"
+    return f"; {origin.why}; {origin.fix}; to create {what} here, run `{origin.init_command}`"
+
+
 class _LockLimit(NamedTuple):
     """The lock timeout an engine's sessions wait under, for the message when it is hit."""
 
@@ -189,6 +208,7 @@ def make_engine(
     schema: str | None = None,
     connect_args: dict[str, Any] | None = None,
     engine_args: dict[str, Any] | None = None,
+    origin: StoreOrigin | None = None,
 ) -> Engine:
     """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``).
 
@@ -202,7 +222,8 @@ def make_engine(
     ``writes=False`` is for the engine of a command that only reads: reads on a server never wait for a
     row lock, so its sessions are spared the statement, and a lock wait's message names no ``--lock-timeout``.
     ``schema``, ``connect_args``, ``engine_args``: ``[database] sql_alchemy_schema``, ``..._connect_args``
-    (merged over ours) and ``..._engine_args`` (keyword arguments of ``create_engine``), as Airflow uses them."""
+    (merged over ours) and ``..._engine_args`` (keyword arguments of ``create_engine``), as Airflow uses them.
+    ``origin``: why the URL is this one and the ``db init`` command for it, for the message of a missing store."""
     url = parse_url(conn)
     backend = url.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
@@ -214,7 +235,7 @@ def make_engine(
         if create_file:
             path.parent.mkdir(parents=True, exist_ok=True)
         elif not path.exists():
-            raise SchemaMissingError(f"no state store at {path}: the file does not exist; run `statestore db init`")
+            raise SchemaMissingError(f"no state store at {path}: the file does not exist{missing_store_guide(origin)}")
     url = _usable_driver(url)
     options: dict[str, Any] = {}
     timeout = DEFAULT_CONNECT_TIMEOUT if connect_timeout is None else connect_timeout
@@ -261,6 +282,8 @@ def make_engine(
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
     _CONNECT_TIMEOUTS[engine] = timeout
+    if origin is not None:
+        _ORIGINS[engine] = origin
     if url.get_driver_name() == "pymysql":
         from statestore_cli import mysql_tls
 
@@ -319,7 +342,7 @@ def translate_errors(engine: Engine) -> Iterator[None]:
             ) from None
         if _is_missing_table(message):
             raise SchemaMissingError(
-                f"the state store tables are missing in {where}; run `statestore db init`"
+                f"the state store tables are missing in {where}{missing_store_guide(_ORIGINS.get(engine), 'them')}"
             ) from None
         if _is_lock_timeout(exc, message):
             raise _lock_timeout(engine, exc, where, message) from None

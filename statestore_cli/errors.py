@@ -35,6 +35,7 @@ class StateStoreError(Exception):
     """Base class of every error statestore raises on purpose."""
 
     exit_code = EXIT_OPERATIONAL
+    answer = False  # the user's own answer (a question answered no), said plainly rather than as an error
 
     def __init__(self, message: str, *, parameter: str | None = None) -> None:
         self.template = message
@@ -72,9 +73,11 @@ class NotFoundError(StateStoreError):
 
 
 class NotConfirmedError(StateStoreError):
-    """A destructive action was not confirmed; nothing was done."""
+    """A destructive action was not confirmed; nothing was done. The user's answer, not a failure:
+    the CLI says it without "error:" (``answer``), and exits 1 so that a script sees nothing was done."""
 
     exit_code = EXIT_NOT_CONFIRMED
+    answer = True
 
 
 class InterruptedByUser(StateStoreError):

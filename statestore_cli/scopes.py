@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
-from statestore_cli.errors import InvalidInputError, NotFoundError
+from statestore_cli.errors import PARAMETER, InvalidInputError, NotFoundError
 
 NIL_REGION = uuid.UUID(int=0)
 
@@ -121,10 +122,39 @@ def describe_keys_of(scope: StoreScope, *, all_map_indices: bool = False) -> str
     return scope.describe()
 
 
-def missing_key(scope: StoreScope, key: str, *, run_exists: bool = True) -> NotFoundError:
+def missing_key(
+    scope: StoreScope, key: str, *, run_exists: bool = True, elsewhere: Sequence[tuple[int, int]] = ()
+) -> NotFoundError:
     """The error of a `get` that found nothing (the CLI and its fast path say it the same way);
-    ``run_exists=False`` adds that the task's dag run itself does not exist (a mistyped run id)."""
+    ``run_exists=False`` adds that the task's dag run itself does not exist (a mistyped run id);
+    ``elsewhere`` (``(map_index, keys)`` pairs) that the key is at other map indices of the task."""
     message = f"no key {key!r} for {scope.describe()}"
     if isinstance(scope, TaskScope | DagRunScope) and not run_exists:
         message += f"; the dag run dag_id={scope.dag_id} run_id={scope.run_id} does not exist"
+    if isinstance(scope, TaskScope) and elsewhere:
+        hint = f"; {at_other_map_indices(scope, elsewhere, key)}: give {PARAMETER} N"
+        return NotFoundError(message + hint, parameter="map_index")
     return NotFoundError(message)
+
+
+def at_other_map_indices(scope: TaskScope, elsewhere: Sequence[tuple[int, int]], key: str | None = None) -> str:
+    """What a task holds at map indices other than its scope's, from ``(map_index, keys)`` pairs: "21 keys
+    of submit_spark_job are at map indices 0-20", or with ``key`` "the key is at map indices 0-20 of ..."."""
+    indices = sorted(index for index, _ in elsewhere)
+    where = f"map {'indices' if len(indices) > 1 else 'index'} {index_ranges(indices)}"
+    if key is not None:
+        return f"the key is at {where} of {scope.task_id}"
+    total = sum(count for _, count in elsewhere)
+    return f"{total:,} key{'s' if total != 1 else ''} of {scope.task_id} {'are' if total != 1 else 'is'} at {where}"
+
+
+def index_ranges(indices: Sequence[int], most: int = 6) -> str:
+    """Sorted integers as ranges, ``0-20`` or ``0-3, 5, 9-12``; past ``most`` ranges, ``...`` ends it."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    shown = [str(a) if a == b else f"{a}-{b}" for a, b in runs[:most]]
+    return ", ".join(shown) + (", ..." if len(runs) > most else "")

@@ -10,7 +10,7 @@ from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
-from statestore_cli.database import make_engine
+from statestore_cli.database import StoreOrigin, make_engine
 from statestore_cli.errors import BackendError, StateStoreError, first_line
 from statestore_cli.scopes import DagRunScope, StoreScope, TaskScope
 
@@ -28,6 +28,7 @@ def open_metastore(settings: Settings, *, create_file: bool = False, writes: boo
         schema=settings.sql_alchemy_schema,
         connect_args=settings.connect_args(),
         engine_args=settings.engine_args,
+        origin=StoreOrigin(*settings.conn_origin(), settings.init_command()),
     )
     return MetastoreBackend(engine)
 

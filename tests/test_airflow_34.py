@@ -533,7 +533,7 @@ def test_runs_and_assets_commands(af):
     af.sql("DELETE FROM asset_active")
     plan = af.json("assets", "sweep", "--dry-run", "-o", "json")
     assert [(a["name"], a["keys"]) for a in plan["assets"]] == [("orders", ["watermark"])]
-    assert af.json("assets", "sweep", "-o", "json")["deleted"] == 1
+    assert af.json("assets", "sweep", "--yes", "-o", "json")["deleted"] == 1
     assert af.sql("SELECT count(*) FROM asset_state_store") == [(0,)]
 
 

@@ -249,7 +249,7 @@ def test_airflow_writes_statestore_reads_lists_sweeps_and_cleans(airflow_db: Air
     db.sql("DELETE FROM asset_active WHERE name = 'orders'")
     plan = db.cli("assets", "sweep", "--dry-run", "-o", "json")
     assert [(a["asset_id"], a["keys"]) for a in plan["assets"]] == [(orders, ["watermark"])]  # type: ignore[index]
-    assert db.cli("assets", "sweep", "-o", "json")["deleted"] == 1  # type: ignore[index]
+    assert db.cli("assets", "sweep", "--yes", "-o", "json")["deleted"] == 1  # type: ignore[index]
     assert db.backend(["get_asset", orders, "watermark"], ["get_asset", customers, "watermark"]) == [
         None,
         {"offset": 42},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -354,7 +355,9 @@ CASES = [
         "a SQLite file that does not exist",
         ("list",),
         3,
-        "no state store at {home}/missing.db: the file does not exist; run `statestore db init`",
+        "no state store at {home}/missing.db: the file does not exist; the URL is the one --conn gave; if the "
+        "store is elsewhere, fix --conn; to create it here, run "
+        "`statestore --conn sqlite:///{home}/missing.db db init`",
         conn="sqlite:///{home}/missing.db",
     ),
     Case(
@@ -362,7 +365,8 @@ CASES = [
         "a database without the state store tables",
         ("list",),
         3,
-        "the state store tables are missing in {bare}; run `statestore db init`",
+        "the state store tables are missing in {bare}; the URL is the one --conn gave; if the store is "
+        "elsewhere, fix --conn; to create them here, run `statestore --conn {bare_conn} db init`",
         conn="{bare}",
         engines=ALL,
     ),
@@ -602,10 +606,12 @@ def test_bad_input(case: Case, engine: str, tmp_path, monkeypatch, clean_environ
         seed(url)
         before = snapshot(url)
         fill = {"url": url, "home": str(clean_environment), "cfg": str(tmp_path / "airflow.cfg"), "bare": ""}
+        fill["bare_conn"] = ""
         conn = url
         if case.conn is not None and "{bare}" in case.conn:
             conn = stack.enter_context(bare_database(engine, tmp_path / "bare"))
             fill["bare"] = mask_url(make_url(conn))
+            fill["bare_conn"] = shlex.quote(conn)
         elif case.conn is not None:
             conn = case.conn.format(**fill)
         args: list[str] = []

@@ -106,7 +106,8 @@ def test_db_check_of_a_store_without_tables_exits_3_with_one_line(cli, tmp_path)
     assert result.exit_code == 3
     assert one_error_line(result) == (
         "the state store is not usable: missing tables task_state_store, asset_state_store, dag_run, asset, "
-        "asset_active; run `statestore db init`"
+        "asset_active; the URL is the one --conn gave; if the store is elsewhere, fix --conn; to create them "
+        f"here, run `statestore --conn sqlite:///{empty} db init`"
     )
 
 
@@ -141,5 +142,5 @@ def test_a_clear_answered_no_deletes_nothing_and_says_so_as_one_error_line(cli, 
     os.close(primary)
     assert (proc.returncode, stdout) == (1, b"")
     # the answer's newline is the terminal's echo: the error is a line of its own
-    assert seen.decode().endswith("? [y/N] n\r\nstatestore: error: nothing deleted (not confirmed)\r\n"), seen
+    assert seen.decode().endswith("? [y/N] n\r\nstatestore: nothing deleted (answered no)\r\n"), seen
     assert cli("get", *TASK, "a").exit_code == 0

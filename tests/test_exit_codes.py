@@ -123,7 +123,12 @@ def test_3_schema_missing(cli, tmp_path):
 def test_3_sqlite_file_that_does_not_exist_is_not_created(cli, tmp_path):
     ghost = tmp_path / "nowhere" / "airflow.db"
     assert_one_line_error(
-        cli("list", conn=f"sqlite:///{ghost}"), 3, "the file does not exist; run `statestore db init`"
+        cli("list", conn=f"sqlite:///{ghost}"),
+        3,
+        (
+            "the file does not exist; the URL is the one --conn gave; if the store is elsewhere, fix --conn; "
+            f"to create it here, run `statestore --conn sqlite:///{ghost} db init`"
+        ),
     )
     assert not ghost.exists() and not ghost.parent.exists()
 

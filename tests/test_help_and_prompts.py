@@ -161,10 +161,10 @@ def test_clear_of_one_map_index_names_it(cli, db_url):
 @pytest.mark.parametrize(
     ("keys", "code", "after_question"),
     [
-        (b"n\n", 1, "n\nstatestore: error: nothing deleted (not confirmed)\n"),
-        (b"\n", 1, "\nstatestore: error: nothing deleted (not confirmed)\n"),
+        (b"n\n", 1, "n\nstatestore: nothing deleted (answered no)\n"),
+        (b"\n", 1, "\nstatestore: nothing deleted (answered no)\n"),
         (b"\x03", 130, "^C\nstatestore: error: interrupted at the question; nothing deleted\n"),
-        (b"\x04", 1, "\nstatestore: error: no answer (end of input); nothing deleted\n"),
+        (b"\x04", 1, "\nstatestore: nothing deleted (no answer: end of input)\n"),
     ],
     ids=["no", "enter", "ctrl-c", "ctrl-d"],
 )

@@ -57,13 +57,13 @@ def test_sweep_deletes_the_keys_of_inactive_assets_only(cli, db_url):
     ]
     assert len(_asset_keys(db_url)) == 5  # a dry run deletes nothing
 
-    report = json.loads(cli("assets", "sweep", "--batch-size", "1", "-o", "json").stdout)
+    report = json.loads(cli("assets", "sweep", "--yes", "--batch-size", "1", "-o", "json").stdout)
     assert (report["dry_run"], report["deleted"], report["batches"]) == (False, 4, 4)
     assert [(a["name"], a["deleted"]) for a in report["assets"]] == [("invoices", 2), ("orders", 2)]
     assert _asset_keys(db_url) == [("customers", "watermark")]
     # the assets themselves stay: only their keys were orphans
     assert sql(db_url, "SELECT count(*) FROM asset") == [(3,)]
-    again = cli("assets", "sweep")
+    again = cli("assets", "sweep", "--yes")
     assert (again.stdout, again.stderr) == ("", "nothing to sweep: no inactive asset has keys\n")
 
 
@@ -86,7 +86,7 @@ def test_sweep_output_for_people_is_grouped_by_asset(cli, db_url):
         "  watermark",
         "dry run: 2 keys of 1 inactive asset would be deleted",
     ]
-    done = cli("assets", "sweep", "-o", "plain")
+    done = cli("assets", "sweep", "--yes", "-o", "plain")
     assert done.stdout == f"{asset_id}\torders\ts3://bucket/orders\t2\n"
     assert done.stderr == "deleted 2 keys of 1 inactive asset in 1 batch\n"
 
@@ -97,7 +97,7 @@ def test_sweep_rechecks_activity_when_it_deletes(cli, db_url):
     _deactivate(db_url, "orders")
     assert json.loads(cli("assets", "sweep", "--dry-run", "-o", "json").stdout)["would_delete"] == 1
     sql(db_url, "INSERT INTO asset_active (name, uri) VALUES ('orders', 's3://bucket/orders')")
-    assert json.loads(cli("assets", "sweep", "-o", "json").stdout)["deleted"] == 0
+    assert json.loads(cli("assets", "sweep", "--yes", "-o", "json").stdout)["deleted"] == 0
     assert _asset_keys(db_url) == [("orders", "watermark")]
 
 
@@ -120,7 +120,7 @@ def test_sweep_on_an_airflow_database(db_url, tmp_path):
         db.execute("DELETE FROM asset_active WHERE name = 'orders'")
     plan = json.loads(run_cli("assets", "sweep", "--dry-run", "-o", "json", conn=conn).stdout)
     assert [(a["name"], a["keys"]) for a in plan["assets"]] == [("orders", ["watermark"])]
-    assert json.loads(run_cli("assets", "sweep", "-o", "json", conn=conn).stdout)["deleted"] == 1
+    assert json.loads(run_cli("assets", "sweep", "--yes", "-o", "json", conn=conn).stdout)["deleted"] == 1
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT asset_id, key FROM asset_state_store").fetchall() == [(2, "watermark")]
 
@@ -343,7 +343,7 @@ def test_clear_of_a_run_asks_with_the_count_at_a_terminal(cli, db_url):
     assert f"Delete 4 keys of dag_id=etl run_id={RUN} (every task of the run)? [y/N] ".encode() in term.seen
     term.type(b"n\n")
     status, screen = term.finish()
-    assert status == 1 and screen.endswith("statestore: error: nothing deleted (not confirmed)\n"), screen
+    assert status == 1 and screen.endswith("statestore: nothing deleted (answered no)\n"), screen
     assert sum(n for *_, n in _remaining(db_url)) == 16
 
     term = Terminal(["--conn", db_url, "clear", "--dag-id", "ml"], terminal_env(columns=80))

@@ -143,8 +143,8 @@ def test_set_of_an_asset_key_and_assets_commands_give_up_too(db_url):
     before = snapshot(db_url)
     for args, statement_table in (
         (("set", "--asset-id", "1", "watermark", '"new"'), None),
-        (("assets", "sweep"), None),
-        (("assets", "sweep", "--batch-size", "1"), None),
+        (("assets", "sweep", "--yes"), None),
+        (("assets", "sweep", "--yes", "--batch-size", "1"), None),
         (("assets", "delete", "--asset-id", "1", "--yes"), "asset"),
     ):
         with lock_held(db_url, "asset_state_store"):
@@ -340,7 +340,7 @@ WRITING_COMMANDS = [
     ("db", "init"),
     ("runs", "delete", "--dag-id", "etl", "--run-id", "manual__1", "--yes"),
     ("assets", "delete", "--asset-id", "1", "--yes"),
-    ("assets", "sweep"),
+    ("assets", "sweep", "--yes"),
     ("clean",),
 ]
 
@@ -434,7 +434,7 @@ def test_a_batched_clear_or_sweep_says_how_many_keys_it_deleted_before_it_gave_u
     table = "task_state_store" if command == "clear" else "asset_state_store"
     if command == "assets sweep":
         sql(db_url, "DELETE FROM asset_active")  # the asset is inactive: the sweep deletes its keys
-    args = ("clear", "--dag-id", "etl", "--yes") if command == "clear" else ("assets", "sweep")
+    args = ("clear", "--dag-id", "etl", "--yes") if command == "clear" else ("assets", "sweep", "--yes")
     engine = holder(db_url)
     with engine.connect() as conn, conn.begin():
         conn.execute(text(quote_key(f"SELECT * FROM {table} WHERE {{key}} = 'k3' FOR UPDATE", conn.dialect.name))).all()

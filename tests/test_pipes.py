@@ -205,7 +205,8 @@ def test_db_check_of_an_unusable_store_still_fails_when_the_reader_is_gone(tmp_p
     assert code == 3
     assert stderr == (
         f"statestore: error: no state store at {tmp_path / 'missing.db'}: the file does not exist; "
-        "run `statestore db init`\n"
+        f"the URL is the one --conn gave; if the store is elsewhere, fix --conn; to create it here, run "
+        f"`statestore --conn {url} db init`\n"
     )
 
 

@@ -498,7 +498,9 @@ def test_import_into_a_store_without_the_schema_says_so(tmp_path):
     result = run_cli("import", "-", conn=url, input=task_line())
     assert result.exit_code == 3
     assert result.stderr.startswith("statestore: error: the state store tables are missing in sqlite:///")
-    assert result.stderr.endswith("; run `statestore db init`; nothing was imported\n")
+    assert result.stderr.endswith(
+        f"; to create them here, run `statestore --conn {url} db init`; nothing was imported\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -329,6 +329,41 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             finally:
                 rows.close()  # finish with the cursor before the transaction ends
 
+    def other_map_indices(self, scope: TaskScope, key: str | None = None) -> list[tuple[int, int]]:
+        """``(map_index, keys)`` for each map index of the scope's task, other than the scope's, that holds
+        keys (``key``: that key): where a scope given without its map index finds them."""
+        with self.connection() as conn:
+            layout = self.layout(conn)
+            task = layout.task
+            where = and_(
+                self._task_where(layout, scope, key, all_map_indices=True), task.c.map_index != scope.map_index
+            )
+            query = select(task.c.map_index, func.count()).where(where).group_by(task.c.map_index)
+            return sorted((int(index), int(count)) for index, count in conn.execute(query))
+
+    def has_asset(self, scope: AssetScope) -> bool:
+        """Whether the asset scope names an asset: by asset_id any asset, by name or uri an active one
+        (as ``get`` and ``set`` look it up)."""
+        with self.connection() as conn:
+            if scope.asset_id is not None:
+                return conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).first() is not None
+            return self._asset_id(conn, scope, create=False) is not None
+
+    def known_ids(self, field: str, dag_id: str | None = None, limit: int = 100_000) -> list[str]:
+        """The distinct values of ``field`` ("dag_id" or "task_id", within ``dag_id`` when given) among task
+        keys, or the names of assets ("name"): the candidates of a "did you mean". Task ids are read from
+        the task table's lookup index (dag_id, run_id, task_id, ...); at most ``limit`` of them."""
+        with self.connection() as conn:
+            if field == "name":
+                query = select(asset.c.name).distinct()
+            else:
+                task = self.layout(conn).task
+                column = task.c[field]
+                query = select(column).distinct()
+                if dag_id is not None and field != "dag_id":
+                    query = query.where(task.c.dag_id == dag_id)
+            return [str(value) for (value,) in conn.execute(query.limit(limit)) if value is not None]
+
     def has_run(self, scope: TaskScope | DagRunScope) -> bool:
         """Whether the task's dag run exists (a key of a run that does not cannot exist either)."""
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)

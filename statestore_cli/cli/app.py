@@ -263,7 +263,7 @@ def _confirm_delete(yes: bool, action: str, question: str) -> None:
     if not sys.stdin.isatty():
         raise InvalidInputError(f"{action} and stdin is not a terminal to confirm on; pass --yes")
     if not _confirm(f"{question} [y/N] "):
-        raise NotConfirmedError("nothing deleted (not confirmed)")
+        raise NotConfirmedError("nothing deleted (answered no)")
 
 
 def _keys(count: int) -> str:
@@ -283,7 +283,7 @@ def _confirm(question: str) -> bool:
         raise InterruptedByUser("interrupted at the question; nothing deleted") from None
     if not answer:  # end of input: no line was typed, so the cursor is still after the question
         sys.stderr.write("\n")
-        raise NotConfirmedError("no answer (end of input); nothing deleted")
+        raise NotConfirmedError("nothing deleted (no answer: end of input)")
     return answer.strip().lower() in ("y", "yes")
 
 

@@ -1,5 +1,7 @@
 """``db init``, ``db check`` and ``config show``."""
 
+import sys
+
 import typer
 
 from statestore_cli.cli.app import (
@@ -15,6 +17,7 @@ from statestore_cli.cli.app import (
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.group import decided
 from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.safe_text import safe_text
 
 
 # -- db ---------------------------------------------------------------------------------------------
@@ -31,7 +34,13 @@ def db_init(
     from statestore_cli import commands  # here, not at the top: `--help` need not load SQLAlchemy
 
     out = _output(output, header)
-    out.db_report(commands.db_init(_settings(ctx)), created=True)
+    settings = _settings(ctx)
+    report = commands.db_init(settings)
+    out.db_report(report, created=True)
+    if report.created_file is not None:  # on stderr: stdout keeps the report (JSON with -o json)
+        why = settings.conn_origin()[0]
+        sys.stdout.flush()
+        sys.stderr.write(safe_text(f"statestore: created the SQLite file {report.created_file} ({why})") + "\n")
 
 
 @db_app.command("check", epilog=_examples("db check", "db check -o json"))

@@ -28,6 +28,7 @@ FLAGS = {
     "expires_at": "--expires-at",
     "force": "--force",
     "lock_timeout_override": "--lock-timeout",
+    "map_index": "--map-index",
     "metrics_file": "--metrics-file",
     "older_than": "--older-than",
     "retention": "--retention",
@@ -40,12 +41,13 @@ def message(error: StateStoreError) -> str:
     return error.worded(FLAGS)
 
 
-def report(text: str, exit_code: int) -> int:
-    """Write ``text`` as the one error line; returns ``exit_code`` for the caller to exit with.
+def report(text: str, exit_code: int, *, answer: bool = False) -> int:
+    """Write ``text`` as the one error line (``answer``: as the plain line of a question answered no,
+    without "error:"); returns ``exit_code`` for the caller to exit with.
     A closed stdout or stderr does not hide the exit code: the line is dropped, the code stands."""
     finish(exit_code)  # what the command printed comes before the error
     try:
-        sys.stderr.write(error_line(text))
+        sys.stderr.write(f"statestore: {safe_text(text)}\n" if answer else error_line(text))
         sys.stderr.flush()
     except BrokenPipeError:
         closed_pipe()
@@ -96,4 +98,4 @@ def _to_devnull(stream: TextIO) -> None:
 
 
 def report_error(error: StateStoreError) -> int:
-    return report(message(error), error.exit_code)
+    return report(message(error), error.exit_code, answer=error.answer)

@@ -49,6 +49,11 @@ _QUERY = (
     "WHERE dag_id = ? AND run_id = ? AND task_id = ? AND map_index = ? AND key = ?"
 )
 _RUN_QUERY = "SELECT 1 FROM dag_run WHERE dag_id = ? AND run_id = ? LIMIT 1"
+# The key at other map indices of the task, which a missing key's message names (``commands.get_entry``).
+_ELSEWHERE_QUERY = (
+    "SELECT map_index, count(*) FROM task_state_store WHERE dag_id = ? AND run_id = ? AND task_id = ? AND key = ? "
+    "AND map_index != ? GROUP BY map_index"
+)
 
 
 def _options(args: Sequence[str], names: Sequence[str]) -> tuple[dict[str, str], list[str]] | None:
@@ -138,8 +143,10 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
             return None
         row = conn.execute(_QUERY, (scope.dag_id, scope.run_id, scope.task_id, scope.map_index, key)).fetchone()
         run_exists = row is not None or conn.execute(_RUN_QUERY, (scope.dag_id, scope.run_id)).fetchone() is not None
+        ids = (scope.dag_id, scope.run_id, scope.task_id, key, scope.map_index)
+        elsewhere = sorted(conn.execute(_ELSEWHERE_QUERY, ids).fetchall()) if row is None else []
     if row is None:
-        return report_error(missing_key(scope, key, run_exists=run_exists))
+        return report_error(missing_key(scope, key, run_exists=run_exists, elsewhere=elsewhere))
     value, updated_at, expires_at = row
     decoded = json.loads(value)
     if stored_ref(decoded) is not None:

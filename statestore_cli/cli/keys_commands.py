@@ -33,6 +33,7 @@ from statestore_cli.errors import (
     InvalidInputError,
 )
 from statestore_cli.retention import parse_instant, parse_retention
+from statestore_cli.scopes import StoreScope, TaskScope
 
 
 # -- keys -------------------------------------------------------------------------------------------
@@ -168,9 +169,25 @@ def delete(
     from statestore_cli import commands
 
     scope = scope_of(scope_args)
-    removed = commands.delete_key(_settings(ctx), scope, key)
+    settings = _settings(ctx)
+    removed = commands.delete_key(settings, scope, key)
     what = "deleted" if removed != 0 else "no such key, nothing deleted:"
-    Output.choose().line(f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}")
+    line = f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}"
+    if removed == 0:
+        line += _elsewhere(settings, scope, key)
+    Output.choose().line(line)
+
+
+def _elsewhere(settings: Settings, scope: StoreScope, key: Optional[str] = None) -> str:
+    """What a delete or clear that found nothing adds when the task's keys are at other map indices."""
+    from statestore_cli import commands
+    from statestore_cli.scopes import at_other_map_indices
+
+    found = commands.keys_elsewhere(settings, scope, key)
+    if not found or not isinstance(scope, TaskScope):
+        return ""
+    flags = "--map-index N" if key is not None else "--map-index N or --all-map-indices"
+    return f"; {safe_text(at_other_map_indices(scope, found, key))}: give {flags}"
 
 
 @app.command(
@@ -223,7 +240,8 @@ def clear(
     where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
     count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
     if count == 0:
-        Output.choose().line(f"nothing to clear: no keys for {where}")
+        hint = "" if all_map_indices else _elsewhere(settings, scope)
+        Output.choose().line(f"nothing to clear: no keys for {where}{hint}")
         return
     _confirm_delete(yes, "clear deletes keys", f"Delete {'all keys' if count is None else _keys(count)} of {where}?")
     removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
@@ -285,7 +303,10 @@ def list_(
 
     out = _output(output, header)
     filt = as_filter(scope_args, store, key)
-    out.entries(commands.list_entries(_settings(ctx), filt, limit=limit, offset=offset), filt)
+    settings = _settings(ctx)
+    shown = out.entries(commands.list_entries(settings, filt, limit=limit, offset=offset), filt)
+    if shown == 0 and offset == 0:
+        _near_misses(settings, filt)
 
 
 @app.command("stats", epilog=_examples("stats", "stats --dag-id etl -o json"))
@@ -305,4 +326,18 @@ def stats(
 
     out = _output(output, header)
     filt = as_filter(scope_args, store, key)
-    out.stats(commands.stats(_settings(ctx), filt))
+    settings = _settings(ctx)
+    figures = commands.stats(settings, filt)
+    out.stats(figures)
+    stores = (figures.task, figures.asset, figures.dag_run)
+    if not any(part is not None and part.rows for part in stores):
+        _near_misses(settings, filt)
+
+
+def _near_misses(settings: Settings, filt: KeyFilter) -> None:
+    """A listing that found nothing: a note on stderr for each id that matches nothing but is close to one."""
+    from statestore_cli import commands
+
+    sys.stdout.flush()  # after what the command printed
+    for note in commands.near_misses(settings, filt):
+        sys.stderr.write(f"statestore: note: {safe_text(note)}\n")

@@ -1,6 +1,6 @@
 """``assets sweep``, ``assets delete`` and ``runs delete``."""
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -26,6 +26,9 @@ from statestore_cli.errors import (
     InvalidInputError,
 )
 
+if TYPE_CHECKING:
+    from statestore_cli.lifecycle import SweptAsset
+
 
 # -- assets and runs --------------------------------------------------------------------------------
 @assets_app.command(
@@ -45,14 +48,18 @@ def assets_sweep(
             f"Default: {_section('state_store')} state_cleanup_batch_size.",
         ),
     ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     lock_timeout: LockTimeoutOpt = None,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> None:
     """Delete the keys of assets that are no longer active.
 
-    An asset is inactive when it has no asset_active row (Airflow removes that row when no dag
-    uses the asset any more). Active assets' keys stay. Listed and deleted grouped by asset."""
+    An asset is inactive when it has no asset_active row: Airflow removes that row when no dag
+    defines the asset any more, also while the dag that defines it fails to parse. Their keys
+    never expire (watermarks): check with --dry-run first. Active assets' keys stay.
+    Asks on a terminal with the count and the assets; anywhere else it needs --yes (exit 2).
+    Answering no exits 1, nothing deleted."""
     from statestore_cli import lifecycle
 
     out = _output(output, header)
@@ -60,7 +67,20 @@ def assets_sweep(
     if dry_run:
         out.sweep_plan(lifecycle.plan_sweep(settings))
         return
+    if not yes:
+        plan = list(lifecycle.plan_sweep(settings))
+        if plan:
+            _confirm_delete(False, "assets sweep deletes keys", _sweep_question(plan))
     out.sweep_report(lifecycle.sweep(settings, batch_size))
+
+
+def _sweep_question(plan: list["SweptAsset"], shown: int = 3) -> str:
+    """The count and the assets: "Delete 3 keys (they never expire) of 2 inactive assets: orders, invoices?"."""
+    keys = sum(len(found.keys) for found in plan)
+    names = ", ".join(safe_text(found.name) for found in plan[:shown])
+    more = f" and {len(plan) - shown:,} more" if len(plan) > shown else ""
+    assets = f"{len(plan):,} inactive asset{'s' if len(plan) != 1 else ''}"
+    return f"Delete {_keys(keys)} (they never expire) of {assets}: {names}{more}?"
 
 
 @assets_app.command("delete", epilog=_examples("assets delete --asset-name orders", "assets delete --asset-id 7 --yes"))

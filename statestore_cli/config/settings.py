@@ -330,7 +330,9 @@ class Settings:
         *,
         parser: configparser.RawConfigParser | None = None,
         environ: Mapping[str, str] | None = None,
+        config_given: Path | None = None,
     ) -> None:
+        self.config_given = config_given  # the file the caller named (``config_path``, the CLI's --config)
         self.warnings = warnings  # unknown options, a missing $AIRFLOW_CONFIG: the caller shows them
         self._settings = settings
         self.config_file = config_file
@@ -351,6 +353,53 @@ class Settings:
 
     def setting(self, section: str, option: str) -> Setting:
         return self._settings[(section, option)]
+
+    def conn_origin(self) -> tuple[str, str]:
+        """Why ``[database] sql_alchemy_conn`` is the URL it is, and how to point it elsewhere, as a person
+        reads them: the ``--conn`` given, the environment variable, the config file and how it was found,
+        or the default and where ``AIRFLOW_HOME`` and the search for a config file led. The message of
+        a missing store says both."""
+        source = self.setting("database", "sql_alchemy_conn").source
+        if source == CONN_OVERRIDE:
+            return "the URL is the one --conn gave", "if the store is elsewhere, fix --conn"
+        if source.startswith("env "):
+            return f"the URL comes from environment variable {source[4:]}", f"fix or unset {source[4:]}"
+        if source.startswith("file "):
+            why = f"the URL comes from [database] sql_alchemy_conn in {source[5:]} ({self._found_as()})"
+            return why, "if the store is elsewhere, fix it there or give --conn"
+        if source != "default":  # a command or a secret
+            return f"the URL comes from {source}", "if the store is elsewhere, fix that or give --conn"
+        home = "$AIRFLOW_HOME" if self._environ.get("AIRFLOW_HOME") else "$AIRFLOW_HOME unset, so ~/airflow"
+        if self.config_file is not None:
+            why = f"{self.config_file} ({self._found_as()}) does not set it"
+        else:
+            search = self.config_search.worded({"config_path": "--config"}) if self.config_search else ""
+            why = f"no config file was found ({search})" if search else "no config file was found"
+        return (
+            f"the URL is the default, $AIRFLOW_HOME/airflow.db ({home}), as AIRFLOW__DATABASE__SQL_ALCHEMY_CONN "
+            f"is not set and {why}",
+            "if the store is elsewhere, point AIRFLOW_HOME, --config or --conn at it",
+        )
+
+    def _found_as(self) -> str:
+        if self.config_given is not None:
+            return "--config"
+        if self._environ.get("AIRFLOW_CONFIG"):
+            return "$AIRFLOW_CONFIG"
+        return "$AIRFLOW_HOME/airflow.cfg" if self._environ.get("AIRFLOW_HOME") else "~/airflow/airflow.cfg"
+
+    def init_command(self) -> str:
+        """The ``statestore db init`` command line for this store, with the ``--config`` and ``--conn``
+        the caller gave; a password in the ``--conn`` URL is left out, as ``<password>``, so that no
+        message shows it: the user types it again."""
+        import shlex
+
+        words = ["statestore"]
+        if self.config_given is not None:
+            words += ["--config", shlex.quote(str(self.config_given))]
+        if self.setting("database", "sql_alchemy_conn").source == CONN_OVERRIDE:
+            words += ["--conn", shlex.quote(_placeholder_password(self.sql_alchemy_conn))]
+        return " ".join([*words, "db", "init"])
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self._settings.values())
@@ -444,6 +493,29 @@ class Settings:
         return dict(found)
 
 
+def _placeholder_password(conn: str) -> str:
+    """``conn`` with its password, if any, as ``<password>`` (``{user}`` URLs a parser refuses: masked
+    from the first ``:`` after the scheme to the ``@``)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        url = make_url(conn)
+    except Exception:  # not a URL SQLAlchemy reads: the engine says so; mask what looks like a password
+        return _URL_PASSWORD.sub(r"\1<password>@", conn)
+    secret = {
+        k: "<password>"
+        for k in url.query
+        if any(w in k.lower() for w in ("password", "passwd", "pwd", "secret", "token"))
+    }
+    if url.password is None and not secret:
+        return conn
+    if url.password is not None:
+        url = url.set(password="PASSWORDPLACEHOLDER")
+    return (
+        url.update_query_dict(secret).render_as_string(hide_password=False).replace("PASSWORDPLACEHOLDER", "<password>")
+    )
+
+
 def _kind(value: object) -> str:
     name = type(value).__name__
     return f"an {name}" if name[:1] in "aeiou" else f"a {name}"
@@ -506,7 +578,10 @@ def load_settings(
         resolved[(spec.section, spec.option)] = Setting(spec, _convert(spec, text, source), source)
     resolved = {(spec.section, spec.option): resolved[(spec.section, spec.option)] for spec in specs}  # schema order
     searched = describe_search(config_path, env)
-    return Settings(resolved, config_file, home, searched, tuple(warnings), parser=parser, environ=env)
+    given = None if config_path is None else Path(config_path).expanduser()
+    return Settings(
+        resolved, config_file, home, searched, tuple(warnings), parser=parser, environ=env, config_given=given
+    )
 
 
 class IndirectValueSkipped(StateStoreError):

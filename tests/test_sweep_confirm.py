@@ -1,0 +1,60 @@
+"""`assets sweep` deletes keys that never expire: it asks on a terminal as `clear` does, with the
+count and the assets, needs --yes anywhere else (exit 2, nothing deleted), and a no is an answer."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import sql
+
+WATERMARK = "last_processed_partition_watermark_eu_west_1"  # 44 characters
+
+
+def _inactive_assets(cli, db_url: str, *names: str) -> None:
+    """Assets with a watermark each, then no dag defines them (Airflow removes their asset_active rows)."""
+    for name in names:
+        uri = f"s3://data-lake-prod/curated/{name}/"
+        assert cli("set", "--asset-name", name, "--asset-uri", uri, WATERMARK, '"2026-11-30"').exit_code == 0
+        sql(db_url, "DELETE FROM asset_active WHERE name = :n", n=name)
+
+
+def _asset_keys(db_url: str) -> int:
+    return sql(db_url, "SELECT count(*) FROM asset_state_store")[0][0]
+
+
+def test_sweep_without_a_terminal_needs_yes_and_deletes_nothing(cli, db_url):
+    _inactive_assets(cli, db_url, "orders_curated_daily_snapshot")
+    result = cli("assets", "sweep")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        "statestore: error: assets sweep deletes keys and stdin is not a terminal to confirm on; pass --yes\n"
+    )
+    assert _asset_keys(db_url) == 1
+    assert cli("assets", "sweep", "--dry-run", "-o", "json").exit_code == 0  # a dry run needs no --yes
+    assert cli("assets", "sweep", "--yes").exit_code == 0
+    assert _asset_keys(db_url) == 0
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_sweep_asks_at_a_terminal_with_the_count_and_the_assets(cli, db_url):
+    from test_help_and_prompts import Terminal, terminal_env
+
+    names = ("customers_dim_scd2", "invoices_curated_hourly", "orders_curated_daily_snapshot", "payments_raw")
+    _inactive_assets(cli, db_url, *names)
+    term = Terminal(["--conn", db_url, "assets", "sweep"], terminal_env(columns=200))
+    term.wait_for(b"[y/N] ")
+    question = (
+        "Delete 4 keys (they never expire) of 4 inactive assets: customers_dim_scd2, invoices_curated_hourly, "
+        "orders_curated_daily_snapshot and 1 more? [y/N] "
+    )
+    assert question.encode() in term.seen, term.seen
+    term.type(b"n\n")
+    status, screen = term.finish()
+    assert status == 1 and screen.endswith("? [y/N] n\nstatestore: nothing deleted (answered no)\n"), screen
+    assert _asset_keys(db_url) == 4
+
+    term = Terminal(["--conn", db_url, "assets", "sweep", "-o", "plain"], terminal_env(columns=200))
+    term.wait_for(b"[y/N] ")
+    term.type(b"y\n")
+    status, screen = term.finish()
+    assert status == 0 and "deleted 4 keys of 4 inactive assets" in screen, screen
+    assert _asset_keys(db_url) == 0
