@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import uuid
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import LargeBinary, MetaData, String, Table, inspect
@@ -204,11 +204,6 @@ def layout_of(conn: Connection, needs: str | None = "read") -> Layout:
     return known
 
 
-def forget_layout(engine: Engine) -> None:
-    """Read the layout again on next use (after ``db init`` created the tables)."""
-    _LAYOUTS.pop(engine, None)
-
-
 def read_layout(conn: Connection) -> Layout:
     """Tell the layout from the database: its Airflow revision where that settles it, else its tables."""
     from statestore_cli.schema_state import alembic_version_table
@@ -231,8 +226,6 @@ def _at_most_33(revision: str | None) -> bool:
 
 
 def _with_revision(layout: Layout, revision: str) -> Layout:
-    from dataclasses import replace
-
     return replace(layout, revision=revision)
 
 

@@ -448,7 +448,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if store == "task":
             table, where = layout.task, self._task_filters(layout, filt)
         else:
-            table, where = self._run_store(conn), _run_filters(self._run_store(conn), filt)
+            table = self._run_store(conn)
+            where = _run_filters(table, filt)
         return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
     def _dag_run_entries(
