@@ -12,7 +12,7 @@ labels (``--metrics-label region=eu``), so files for different databases in one 
 distinct series (node-exporter refuses duplicates). On a database with a dag-run state store (Airflow
 3.4), ``rows_deleted_by_store`` splits ``rows_deleted`` by a ``store`` label too (``task``, ``dag_run``);
 elsewhere it is not written. ``stats --metrics-file`` writes the store's gauges (``StatsMetrics``) with
-the same writer and labels. Kept free of SQLAlchemy, typer and rich.
+the same writer and labels. Free of typer and rich; SQLAlchemy is imported only to read a URL's parts.
 """
 
 from __future__ import annotations

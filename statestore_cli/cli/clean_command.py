@@ -125,11 +125,11 @@ def clean(
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
     out = _output(output, header)
+    if metrics_label and metrics_file is None:
+        raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     if backend_cleanup:
         _backend_cleanup(ctx, out, dry_run, older_than, metrics_file)
         return None
-    if metrics_label and metrics_file is None:
-        raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     if dry_run:
         if metrics_file is not None:
             raise InvalidInputError(
