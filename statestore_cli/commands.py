@@ -7,7 +7,7 @@ them; rendering is the caller's business.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -48,6 +48,7 @@ from statestore_cli.stores import accessor, open_backend, open_metastore
 
 if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` need them, and they cost start-up
     from statestore_cli.cleanup import CleanControl, CleanReport, ExpiredRow
+    from statestore_cli.metrics import StatsMetrics
     from statestore_cli.stats import StoreStats
 
 
@@ -354,6 +355,21 @@ def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> S
     from statestore_cli.stats import store_stats
 
     return store_stats(backend.engine, filt, now or utcnow(), max_value_storage_bytes=settings.max_value_storage_bytes)
+
+
+def stats_metrics(settings: Settings, figures: StoreStats, labels: Mapping[str, str]) -> StatsMetrics:
+    """The gauges ``stats --metrics-file`` writes for ``figures``: those, and the age of the oldest expired
+    task key the same filter selects (0 when none has expired)."""
+    from statestore_cli.metrics import StatsMetrics
+    from statestore_cli.stats import oldest_expired_at
+
+    age: float | None = None
+    if figures.task is not None:
+        backend = open_backend(settings, writes=False)
+        assert isinstance(backend, MetastoreBackend)  # stats() has checked it
+        oldest = oldest_expired_at(backend.engine, figures.filter, figures.now)
+        age = 0 if oldest is None else max(0.0, (figures.now - oldest).total_seconds())
+    return StatsMetrics.of(figures, age, labels)
 
 
 # -- clean ---------------------------------------------------------------------------------------------

@@ -6,10 +6,13 @@ its argument checks writes it, whether it finished, stopped early or failed, wit
 time of the last success is carried over from the previous file when this run did not succeed, so an
 alert can ask how long cleans have been failing.
 
-One file describes the cleans of one database, so no family has labels but one: on a database with a
-dag-run state store (Airflow 3.4), ``rows_deleted_by_store`` splits ``rows_deleted`` by a ``store`` label
-(``task``, ``dag_run``); elsewhere it is not written, and the file is as before. Kept free of
-SQLAlchemy, typer and rich.
+Every sample names what it measured: a ``database`` label (by default the URL's host and database name,
+``db.internal/airflow``, or the SQLite file's name; never a user or password) and the operator's own
+labels (``--metrics-label region=eu``), so files for different databases in one textfile directory hold
+distinct series (node-exporter refuses duplicates). On a database with a dag-run state store (Airflow
+3.4), ``rows_deleted_by_store`` splits ``rows_deleted`` by a ``store`` label too (``task``, ``dag_run``);
+elsewhere it is not written. ``stats --metrics-file`` writes the store's gauges (``StatsMetrics``) with
+the same writer and labels. Free of typer and rich; SQLAlchemy is imported only to read a URL's parts.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statestore_cli.errors import (
     EXIT_INTERRUPTED,
@@ -31,6 +36,9 @@ from statestore_cli.errors import (
     MetricsFileError,
     StateStoreError,
 )
+
+if TYPE_CHECKING:
+    from statestore_cli.stats import StoreStats
 
 PREFIX = "statestore_clean_"
 LAST_SUCCESS = f"{PREFIX}last_success_timestamp_seconds"
@@ -70,6 +78,7 @@ class CleanMetrics:
     last_success_timestamp_seconds: float | None = None
     # store -> rows deleted; None where the clean is not known to clean a dag-run store (the family is left out)
     rows_deleted_by_store: dict[str, int] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)  # on every sample: database, the operator's own
 
     def render(self) -> str:
         """The exposition text: HELP and TYPE for every family, then its sample unless unknown."""
@@ -83,25 +92,110 @@ class CleanMetrics:
             "last_success_timestamp_seconds": self.last_success_timestamp_seconds,
         }
         by_store = self.rows_deleted_by_store
-        lines = []
+        families: list[Family] = []
+        samples: list[Sample]
         for name, help_text in _FAMILIES:
             if name == "rows_deleted_by_store":
                 if by_store is None:
-                    continue  # a database without a dag-run store: the file stays as it always was
-                lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} gauge"]
-                lines += [f'{PREFIX}{name}{{store="{store}"}} {_number(n)}' for store, n in by_store.items()]
-                continue
-            lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} gauge"]
-            value = values[name]
+                    continue  # a database without a dag-run store: the family is not written
+                samples = [({"store": store}, n) for store, n in by_store.items()]
+            else:
+                samples = [({}, values[name])]
+            families.append(Family(f"{PREFIX}{name}", help_text, samples))
+        return render_families(families, self.labels)
+
+
+# A family's samples: the labels of each (beside the file's own), its value; None = unknown, left out.
+Sample = tuple[Mapping[str, str], "float | None"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family: every one a gauge (each describes the last run; the collector keeps no history)."""
+
+    name: str
+    help: str
+    samples: Sequence[Sample]
+
+
+def render_families(families: Iterable[Family], labels: Mapping[str, str]) -> str:
+    """The exposition text: HELP and TYPE for every family, then each of its known samples with ``labels``
+    (the file's: database and the operator's) and its own."""
+    lines = []
+    for family in families:
+        lines += [f"# HELP {family.name} {family.help}", f"# TYPE {family.name} gauge"]
+        for own, value in family.samples:
             if value is not None:
-                lines.append(f"{PREFIX}{name} {_number(value)}")
-        return "\n".join(lines) + "\n"
+                lines.append(f"{family.name}{label_text({**labels, **own})} {_number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def label_text(labels: Mapping[str, str]) -> str:
+    """``{name="value",...}`` with the exposition format's escapes; empty for no labels."""
+    if not labels:
+        return ""
+    escaped = (f'{name}="{_escape(value)}"' for name, value in labels.items())
+    return "{" + ",".join(escaped) + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _number(value: float) -> str:
     if isinstance(value, int):
         return str(value)
     return f"{value:.3f}" if math.isfinite(value) else "NaN"
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+DATABASE = "database"
+_FAMILY_LABELS = ("store",)  # labels some families set on their own samples
+
+
+def database_label(url: str) -> str:
+    """What the ``database`` label names by default: the URL's host (with its port when given) and
+    database name, ``db.internal/airflow``; a SQLite file's name. Never a user or password."""
+    from sqlalchemy.engine import make_url  # SQLAlchemy parses the URL only; nothing connects
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return "unknown"
+    if parsed.get_backend_name() == "sqlite":
+        name = parsed.database or ""
+        return Path(name).name if name not in ("", ":memory:") else "memory"
+    host = parsed.host or "localhost"
+    if parsed.port is not None:
+        host = f"{host}:{parsed.port}"
+    return f"{host}/{parsed.database or ''}"
+
+
+def metric_labels(given: Iterable[str], database: str) -> dict[str, str]:
+    """The labels of every sample: ``database`` (``database``, unless one of ``given`` sets it), then the
+    ``NAME=VALUE`` pairs ``given`` in their order. A bad pair is an ``InvalidInputError``."""
+    own: dict[str, str] = {}
+    for pair in given:
+        name, equals, value = pair.partition("=")
+        where = f"{PARAMETER} {pair!r}"
+        if not equals:
+            problem = "is not NAME=VALUE; write e.g. region=eu-west-1"
+        elif not _LABEL_NAME.fullmatch(name):
+            problem = f"has a bad label name {name!r}: letters, digits and _, not starting with a digit"
+        elif name.startswith("__"):
+            problem = f"uses {name!r}: names starting with __ are reserved by Prometheus; rename it"
+        elif name in _FAMILY_LABELS:
+            problem = f"uses {name!r}, which the store families set themselves; choose another name"
+        elif name in own:
+            problem = f"sets {name!r} a second time; give each label once"
+        elif "\n" in value or "\r" in value:
+            problem = "has a line break in its value; give the value on one line"
+        else:
+            own[name] = value
+            continue
+        raise InvalidInputError(f"{where} {problem}", parameter="labels")
+    return {DATABASE: own.pop(DATABASE, database), **own}
 
 
 def check_writable(path: Path) -> None:
@@ -126,16 +220,18 @@ def check_writable(path: Path) -> None:
 
 
 def read_last_success(path: Path) -> float | None:
-    """The last-success time a previous run wrote to ``path``; None when there is none to read."""
+    """The last-success time a previous run wrote to ``path``, with or without labels; None when there is
+    none to read. Carried over whatever its labels: the file is the clean's of one database, and a run
+    that cannot read its configuration (``database="unknown"``) must not lose it."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    match = re.search(rf"^{LAST_SUCCESS} (\S+)$", text, re.MULTILINE)
+    match = re.search(rf"^{LAST_SUCCESS}(\{{.*\}})? (\S+)$", text, re.MULTILINE)
     if not match:
         return None
     try:
-        value = float(match.group(1))
+        value = float(match.group(2))
     except ValueError:
         return None
     return value if math.isfinite(value) else None
@@ -155,6 +251,16 @@ def write_atomically(path: Path, text: str) -> None:
         Path(temporary).unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)  # the rename itself survives a crash
+
+
+def write_file(path: Path, text: str) -> None:
+    """``write_atomically``, an ``OSError`` reported as a ``MetricsFileError``."""
+    try:
+        write_atomically(path, text)
+    except OSError as exc:
+        raise MetricsFileError(
+            f"cannot write {PARAMETER} {path}: {exc.strerror or exc}", parameter="metrics_file"
+        ) from None
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -190,8 +296,9 @@ class CleanRecorder:
     writes the file.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], labels: Mapping[str, str] | None = None) -> None:
         self.path = Path(path).expanduser()
+        self.labels = dict(labels or {})
         check_writable(self.path)
         self.started = time.monotonic()
         self.rows_deleted = 0
@@ -231,13 +338,9 @@ class CleanRecorder:
             expired_rows_remaining=remaining,
             rows_deleted_by_store=by_store if "dag_run" in by_store else None,
             last_success_timestamp_seconds=finished_at if succeeded else read_last_success(self.path),
+            labels=self.labels,
         )
-        try:
-            write_atomically(self.path, metrics.render())
-        except OSError as exc:
-            raise MetricsFileError(
-                f"cannot write {PARAMETER} {self.path}: {exc.strerror or exc}", parameter="metrics_file"
-            ) from None
+        write_file(self.path, metrics.render())
         return metrics
 
     def _by_store(self) -> dict[str, int]:
@@ -247,3 +350,74 @@ class CleanRecorder:
             return {}  # it failed before it reached a store
         ends = [start for _store, start in starts[1:]] + [self.rows_deleted]
         return {store: end - start for (store, start), end in zip(starts, ends, strict=True)}
+
+
+# -- stats --metrics-file --------------------------------------------------------------------------------
+STATS_PREFIX = "statestore_"
+STORES = ("task", "asset", "dag_run")
+
+
+@dataclass(frozen=True)
+class StatsMetrics:
+    """A store's figures as gauges; ``None`` where a figure is unknown (the filter left its store out)."""
+
+    keys: dict[str, int | None]  # store -> keys; dag_run only where the database has that store
+    value_bytes: dict[str, int | None]
+    task_keys_expired: int | None
+    task_keys_never_expire: int | None
+    oldest_expired_key_age_seconds: float | None
+    timestamp: float  # Unix time of the figures
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stats: StoreStats, oldest_expired_age: float | None, labels: Mapping[str, str]) -> StatsMetrics:
+        """The gauges of ``stats``; ``oldest_expired_age`` is the age of its oldest expired task key
+        (0 when there is none, None when task keys were not counted)."""
+        figures = {"task": stats.task, "asset": stats.asset, "dag_run": stats.dag_run}
+        present = {s: f for s, f in figures.items() if s != "dag_run" or stats.has_dag_run_store}
+        task = stats.task
+        return cls(
+            keys={s: None if f is None else f.rows for s, f in present.items()},
+            value_bytes={s: None if f is None else f.value_bytes for s, f in present.items()},
+            task_keys_expired=None if task is None else task.expiry["expired"],
+            task_keys_never_expire=None if task is None else task.expiry["never"],
+            oldest_expired_key_age_seconds=oldest_expired_age,
+            timestamp=stats.now.timestamp(),
+            labels=labels,
+        )
+
+    def render(self) -> str:
+        p = STATS_PREFIX
+        families = [
+            Family(f"{p}keys", "Keys in each state store (task, asset, dag_run).", _per_store(self.keys)),
+            Family(
+                f"{p}task_keys_expired",
+                "Task keys whose expires_at has passed: what a clean without --older-than would delete now.",
+                [({}, self.task_keys_expired)],
+            ),
+            Family(
+                f"{p}task_keys_never_expire",
+                "Task keys without an expires_at, which no clean deletes.",
+                [({}, self.task_keys_never_expire)],
+            ),
+            Family(
+                f"{p}value_bytes",
+                "Bytes of the stored values in each state store (task, asset, dag_run).",
+                _per_store(self.value_bytes),
+            ),
+            Family(
+                f"{p}oldest_expired_key_age_seconds",
+                "Seconds since the oldest expired task key expired; 0 when none has.",
+                [({}, self.oldest_expired_key_age_seconds)],
+            ),
+            Family(
+                f"{p}stats_timestamp_seconds",
+                "When these figures were counted, in seconds since the Unix epoch.",
+                [({}, self.timestamp)],
+            ),
+        ]
+        return render_families(families, self.labels)
+
+
+def _per_store(values: Mapping[str, int | None]) -> list[Sample]:
+    return [({"store": store}, value) for store, value in values.items()]

@@ -178,6 +178,17 @@ def store_stats(
     return StoreStats(now, limit, filt, task, assets, runs, layout.dag_run_store is not None)
 
 
+def oldest_expired_at(engine: Engine, filt: KeyFilter, now: datetime) -> datetime | None:
+    """When the task key ``filt`` selects that expired first did (before ``now``); None when none has.
+    One lookup at the start of the expires_at index."""
+    now = now.astimezone(UTC)
+    with translate_errors(engine), engine.connect() as conn:
+        task = layout_of(conn).task
+        query = _task_where(task, select(func.min(task.c.expires_at)), filt).where(task.c.expires_at < now)
+        found = conn.execute(query).scalar()
+    return None if found is None else _as_utc(found)
+
+
 _NO_DAG_RUN_STORE = (
     "this database has no dag-run state store (Airflow {layout} layout): --store dag_run needs "
     "Airflow 3.4's dag_run_state_store"

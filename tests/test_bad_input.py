@@ -518,6 +518,13 @@ CASES = [
         "invalid --older-than 'soon': use a duration such as 30s, 5m or 1h",
     ),
     Case(
+        "metrics-label-bad",
+        "a metrics label that is not a label name or NAME=VALUE (`--metrics-label 1region=eu`)",
+        ("clean", "--metrics-file", "statestore.prom", "--metrics-label", "1region=eu"),
+        2,
+        "--metrics-label '1region=eu' has a bad label name '1region': letters, digits and _, not starting with a digit",
+    ),
+    Case(
         "older-than-option",
         "a duration option that does not parse (`state_cleanup_older_than = -1d`)",
         ("clean",),

@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from helpers import read_metrics
 
 SKIP_REASON = (
     "[state_store] backend is sample_backends.DictBackend, not the metastore backend: nothing to clean here; "
@@ -106,6 +107,6 @@ def test_backend_cleanup_refuses_the_metastore_and_a_dry_run(cli, custom, monkey
 def test_fail_on_skip_is_the_exit_status_the_metrics_file_records(cli, custom, tmp_path):
     metrics = tmp_path / "statestore.prom"
     assert cli("clean", "--fail-on-skip", "--metrics-file", str(metrics)).exit_code == 5
-    assert "statestore_clean_exit_status 5\n" in metrics.read_text()
+    assert read_metrics(metrics)["statestore_clean_exit_status"] == 5
     assert cli("clean", "--metrics-file", str(metrics)).exit_code == 0
-    assert "statestore_clean_exit_status 0\n" in metrics.read_text()
+    assert read_metrics(metrics)["statestore_clean_exit_status"] == 0

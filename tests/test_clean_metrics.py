@@ -232,33 +232,35 @@ def test_render_is_exact():
         batches=1,
         expired_rows_remaining=None,
         last_success_timestamp_seconds=1764374400.0,
+        labels={"database": "db.internal/airflow", "region": 'eu "west"\\1'},
     )
+    labels = '{database="db.internal/airflow",region="eu \\"west\\"\\\\1"}'  # quote and backslash escaped
     assert metrics.render() == (
         "# HELP statestore_clean_rows_deleted Expired task keys the last clean deleted (committed batches, "
         "also when it stopped or failed).\n"
         "# TYPE statestore_clean_rows_deleted gauge\n"
-        "statestore_clean_rows_deleted 10000\n"
+        f"statestore_clean_rows_deleted{labels} 10000\n"
         "# HELP statestore_clean_expired_rows_remaining Expired task keys past the last clean's cutoff still in "
         "the store after it ran.\n"
         "# TYPE statestore_clean_expired_rows_remaining gauge\n"
         "# HELP statestore_clean_batches Batches the last clean committed.\n"
         "# TYPE statestore_clean_batches gauge\n"
-        "statestore_clean_batches 1\n"
+        f"statestore_clean_batches{labels} 1\n"
         "# HELP statestore_clean_duration_seconds How long the last clean ran, in seconds.\n"
         "# TYPE statestore_clean_duration_seconds gauge\n"
-        "statestore_clean_duration_seconds 12.346\n"
+        f"statestore_clean_duration_seconds{labels} 12.346\n"
         "# HELP statestore_clean_exit_status Exit code of the last clean: 0 done, 2 bad usage or config, "
         "3 operational failure, 4 stopped at --max-runtime, 130 SIGINT, 143 SIGTERM.\n"
         "# TYPE statestore_clean_exit_status gauge\n"
-        "statestore_clean_exit_status 4\n"
+        f"statestore_clean_exit_status{labels} 4\n"
         "# HELP statestore_clean_last_run_timestamp_seconds When the last clean ended, in seconds since the "
         "Unix epoch.\n"
         "# TYPE statestore_clean_last_run_timestamp_seconds gauge\n"
-        "statestore_clean_last_run_timestamp_seconds 1764460800.500\n"
+        f"statestore_clean_last_run_timestamp_seconds{labels} 1764460800.500\n"
         "# HELP statestore_clean_last_success_timestamp_seconds When a clean last ended with exit status 0, in "
         "seconds since the Unix epoch.\n"
         "# TYPE statestore_clean_last_success_timestamp_seconds gauge\n"
-        "statestore_clean_last_success_timestamp_seconds 1764374400.000\n"
+        f"statestore_clean_last_success_timestamp_seconds{labels} 1764374400.000\n"
     )
 
 
@@ -280,7 +282,7 @@ def test_an_unreadable_previous_file_has_no_last_success(tmp_path, content):
 
 def test_the_recorder_counts_committed_batches_from_progress(tmp_path):
     """A clean that fails midway reports the batches it committed before it failed."""
-    recorder = CleanRecorder(tmp_path / "m.prom")
+    recorder = CleanRecorder(tmp_path / "m.prom", {"database": "airflow.db"})
     for done in (100, 200, 250, 250):  # the last call: the empty batch that ends the walk
         recorder.on_progress(done)
     written = recorder.finish(3)

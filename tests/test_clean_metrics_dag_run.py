@@ -7,15 +7,13 @@ dag-run state store also gets ``statestore_clean_rows_deleted_by_store{store="ta
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from airflow34 import add_runs, airflow34_database
-from helpers import read_metrics, run_cli, sql
-from prometheus_client.parser import text_string_to_metric_families
+from helpers import read_metrics, read_samples, run_cli, sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.database import make_engine
@@ -52,22 +50,20 @@ def _seed(url: str, task_keys: int, run_keys: int) -> None:
 
 
 def _samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of the file, by name and labels, as prometheus_client's parser reads it; the lines
-    are checked too: a family's HELP, then TYPE, then its samples, nothing else."""
-    text = path.read_text(encoding="utf-8")
-    current = None
-    for line in text.splitlines():
-        if line.startswith("# HELP "):
-            current = line.split(" ")[2]
-        elif line.startswith("# TYPE "):
-            assert line == f"# TYPE {current} gauge"
-        else:
-            assert re.fullmatch(rf'{current}(\{{store="(task|dag_run)"\}})? [0-9.]+', line), line
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+    """Every sample of the file, by name and its labels but ``database``, checked by ``read_samples``
+    (one database on every sample, the families gauges, ``store`` the only other label)."""
+    found = read_samples(path)
+    samples = {}
+    databases = set()
+    for name, by_labels in found.items():
+        for labels, value in by_labels.items():
+            own = dict(labels)
+            databases.add(own.pop("database"))
+            assert set(own) <= {"store"} and own.get("store", "task") in ("task", "dag_run"), (name, labels)
+            samples[(name, tuple(sorted(own.items())))] = value
+    assert len(databases) == 1, databases
+    assert {line.split(" ")[3] for line in path.read_text().splitlines() if line.startswith("# TYPE ")} == {"gauge"}
+    return samples
 
 
 def _by_store(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, float]:
@@ -117,21 +113,22 @@ def test_render_of_the_rows_per_store_is_exact():
         expired_rows_remaining=0,
         last_success_timestamp_seconds=1764460800.0,
         rows_deleted_by_store={"task": 10, "dag_run": 2},
+        labels={"database": "db.internal/airflow"},
     )
     lines = metrics.render().splitlines()
-    at = lines.index(f"{P}rows_deleted 12")
+    at = lines.index(f'{P}rows_deleted{{database="db.internal/airflow"}} 12')
     assert lines[at + 1 : at + 5] == [
         f"# HELP {BY_STORE} Expired keys the last clean deleted per store (task, dag_run), which rows_deleted "
         "adds up; only where the database has a dag-run state store.",
         f"# TYPE {BY_STORE} gauge",
-        f'{BY_STORE}{{store="task"}} 10',
-        f'{BY_STORE}{{store="dag_run"}} 2',
+        f'{BY_STORE}{{database="db.internal/airflow",store="task"}} 10',
+        f'{BY_STORE}{{database="db.internal/airflow",store="dag_run"}} 2',
     ]
     assert lines[at + 5].startswith(f"# HELP {P}expired_rows_remaining ")
 
 
 def test_a_clean_that_fails_in_the_dag_run_store_reports_what_each_store_lost(tmp_path):
-    recorder = CleanRecorder(tmp_path / "m.prom")
+    recorder = CleanRecorder(tmp_path / "m.prom", {"database": "airflow.db"})
     recorder.on_store("task")
     for done in (100, 150, 150):
         recorder.on_progress(done)
@@ -141,7 +138,7 @@ def test_a_clean_that_fails_in_the_dag_run_store_reports_what_each_store_lost(tm
     assert (written.rows_deleted, written.rows_deleted_by_store) == (160, {"task": 150, "dag_run": 10})
     assert _by_store(_samples(tmp_path / "m.prom")) == {"task": 150, "dag_run": 10}
     # Failed before the dag-run store was reached: whether the database has one is not known, so no family.
-    early = CleanRecorder(tmp_path / "early.prom")
+    early = CleanRecorder(tmp_path / "early.prom", {"database": "airflow.db"})
     early.on_store("task")
     early.on_progress(5)
     assert early.finish(3).rows_deleted_by_store is None

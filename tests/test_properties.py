@@ -228,6 +228,8 @@ WORDS = [
     "orphans",
     "--older-than",
     "--metrics-file",
+    "--metrics-label",
+    "region=eu",
     "--header",
     "-o",
     "--output",

@@ -22,6 +22,7 @@ from statestore_cli.errors import (
     InterruptedByUser,
     InvalidInputError,
     NotConfirmedError,
+    StateStoreError,
 )
 from statestore_cli.retention import parse_duration
 
@@ -174,6 +175,31 @@ HeaderOpt = Annotated[
 ]
 # The rehearsal of a command that deletes (clean, assets sweep).
 DeleteDryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted; delete nothing.")]
+MetricsLabelOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--metrics-label",
+        metavar="NAME=VAL",
+        help="With --metrics-file: a label on every sample (repeatable), e.g. region=eu-west-1; "
+        "database=NAME replaces the default (the URL's host/database, or the SQLite file's name).",
+    ),
+]
+
+
+def _metrics_labels(ctx: typer.Context, given: Optional[list[str]]) -> dict[str, str]:
+    """The labels of a metrics file: the pairs ``given`` (checked first: a bad one writes nothing), and
+    the ``database`` the configured URL names unless one of them does. A configuration that cannot be
+    read names no database (``unknown``); the run fails on it and records that."""
+    from statestore_cli.metrics import DATABASE, database_label, metric_labels
+
+    labels = metric_labels(given or [], "unknown")
+    if any(pair.partition("=")[0] == DATABASE for pair in given or []):
+        return labels
+    try:
+        database = database_label(_settings(ctx).sql_alchemy_conn)
+    except StateStoreError:
+        database = "unknown"
+    return {**labels, DATABASE: database}
 
 
 def _take_lock_timeout(ctx: typer.Context, value: Optional[str]) -> Optional[str]:

@@ -13,8 +13,10 @@ from statestore_cli.cli.app import (
     DeleteDryRunOpt,
     HeaderOpt,
     LockTimeoutOpt,
+    MetricsLabelOpt,
     OutputOpt,
     _examples,
+    _metrics_labels,
     _output,
     _seconds,
     _section,
@@ -99,6 +101,7 @@ def clean(
             "also when it fails or stops early.",
         ),
     ] = None,
+    metrics_label: MetricsLabelOpt = None,
     fail_on_skip: Annotated[
         bool,
         typer.Option("--fail-on-skip", help=f"With a custom {_section('state_store')} backend, exit 5 instead of 0."),
@@ -122,6 +125,8 @@ def clean(
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
     out = _output(output, header)
+    if metrics_label and metrics_file is None:
+        raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     if backend_cleanup:
         _backend_cleanup(ctx, out, dry_run, older_than, metrics_file)
         return None
@@ -140,7 +145,8 @@ def clean(
     if metrics_file is not None:
         from statestore_cli.metrics import CleanRecorder
 
-        recorder = CleanRecorder(metrics_file)  # an unwritable path fails here, before anything is deleted
+        labels = _metrics_labels(ctx, metrics_label)  # a bad label fails here, before anything is written
+        recorder = CleanRecorder(metrics_file, labels)  # an unwritable path fails here, before anything is deleted
     try:
         result, remaining = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, recorder)
     except BaseException as exc:

@@ -30,6 +30,7 @@ FLAGS = {
     "lock_timeout_override": "--lock-timeout",
     "map_index": "--map-index",
     "metrics_file": "--metrics-file",
+    "labels": "--metrics-label",
     "older_than": "--older-than",
     "retention": "--retention",
     "statement_seconds": "--statement-timeout",

@@ -2,6 +2,7 @@
 
 import sys
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -12,11 +13,13 @@ from statestore_cli.cli.app import (
     HeaderOpt,
     KeyOpt,
     LockTimeoutOpt,
+    MetricsLabelOpt,
     OutputOpt,
     StoreOpt,
     _confirm_delete,
     _examples,
     _keys,
+    _metrics_labels,
     _output,
     _section,
     _settings,
@@ -309,13 +312,24 @@ def list_(
         _near_misses(settings, filt)
 
 
-@app.command("stats", epilog=_examples("stats", "stats --dag-id etl -o json"))
+@app.command(
+    "stats", epilog=_examples("stats", "stats --dag-id etl -o json", "stats --metrics-file statestore_stats.prom")
+)
 @with_scope_options
 def stats(
     ctx: typer.Context,
     scope_args: KeyFilter,
     key: KeyOpt = None,
     store: StoreOpt = None,
+    metrics_file: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--metrics-file",
+            metavar="PATH",
+            help="Also write the store's figures as Prometheus gauges here (node-exporter textfile collector).",
+        ),
+    ] = None,
+    metrics_label: MetricsLabelOpt = None,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> None:
@@ -326,8 +340,21 @@ def stats(
 
     out = _output(output, header)
     filt = as_filter(scope_args, store, key)
+    if metrics_label and metrics_file is None:
+        raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
+    target = None
+    if metrics_file is not None:
+        from statestore_cli.metrics import check_writable
+
+        labels = _metrics_labels(ctx, metrics_label)  # a bad label or path fails before anything is counted
+        target = metrics_file.expanduser()
+        check_writable(target)
     settings = _settings(ctx)
     figures = commands.stats(settings, filt)
+    if target is not None:
+        from statestore_cli.metrics import write_file
+
+        write_file(target, commands.stats_metrics(settings, figures, labels).render())
     out.stats(figures)
     stores = (figures.task, figures.asset, figures.dag_run)
     if not any(part is not None and part.rows for part in stores):
