@@ -352,7 +352,7 @@ REALISTIC_RUNS = ("scheduled__2026-11-30T00:00:00+00:00", "manual__2026-11-29T17
 REALISTIC_KEY = "external_system_reference_for_partition_2026_11_30_eu_west_1"  # 60 characters
 REALISTIC_UPDATED = datetime(2026, 11, 29, 10, 15, 30, tzinfo=UTC)
 REALISTIC_EXPIRED = datetime(2026, 11, 1, 3, 0, 0, tzinfo=UTC)
-REALISTIC_LATER = datetime(2027, 6, 1, 12, 0, 0, tzinfo=UTC)
+REALISTIC_LATER = datetime(2037, 6, 1, 12, 0, 0, tzinfo=UTC)  # far off: goldens do not change as time passes
 
 
 def realistic_keys() -> list[tuple[str, str, str, int, str, datetime | None]]:
