@@ -232,7 +232,7 @@ class DagRunStateStoreAccessor(TaskStateStoreAccessor):
     ) -> None:
         if not isinstance(scope, DagRunScope):
             raise InvalidInputError("DagRunStateStoreAccessor needs a DagRunScope")
-        kwargs["worker_backend"] = None
+        kwargs["worker_backend"] = None  # values stored as they are, whatever the caller passed
         _Accessor.__init__(self, scope, backend, **kwargs)
         self.default_retention_days = default_retention_days
         self.clock = clock

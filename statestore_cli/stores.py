@@ -60,17 +60,15 @@ def accessor(
     settings: Settings, scope: StoreScope, *, oversize: str = "warn", writes: bool = True
 ) -> TaskStateStoreAccessor | AssetStateStoreAccessor | DagRunStateStoreAccessor:
     """An accessor for ``scope`` wired as the settings say (``writes``: see ``open_metastore``)."""
-    common: dict[str, Any] = {
-        "worker_backend": open_worker_backend(settings),
-        "max_value_storage_bytes": settings.max_value_storage_bytes,
-        "oversize": oversize,
-    }
+    common: dict[str, Any] = {"max_value_storage_bytes": settings.max_value_storage_bytes, "oversize": oversize}
     backend = open_backend(settings, writes=writes)
     if isinstance(scope, DagRunScope):
         if not isinstance(backend, MetastoreBackend):  # Airflow 3.4 keeps dag-run keys in its metadata database
             raise BackendError(f"dag-run keys need the metastore backend; [state_store] backend is {settings.backend}")
         days = settings.dag_run_default_retention_days
+        # No worker backend: its hooks are for task and asset keys, so it is not even loaded.
         return DagRunStateStoreAccessor(scope, backend, default_retention_days=days, **common)
+    common["worker_backend"] = open_worker_backend(settings)
     if isinstance(scope, TaskScope):
         return TaskStateStoreAccessor(scope, backend, default_retention_days=settings.default_retention_days, **common)
     return AssetStateStoreAccessor(scope, backend, **common)

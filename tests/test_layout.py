@@ -151,3 +151,17 @@ def test_a_revision_not_known_without_a_unique_key_refuses_writes_and_reads_the_
     listed = run_cli("list", "-o", "json", conn=conn)
     assert (listed.exit_code, json.loads(listed.stdout)) == (0, [])
     assert run_cli("clean", "-o", "json", conn=conn).exit_code == 0
+
+
+def test_dag_run_keys_do_not_load_the_worker_backend(tmp_path, monkeypatch):
+    """A worker-side backend's hooks are for task and asset keys: dag-run keys are stored as they are, so
+    the configured class is not even imported for them (a task key still needs it)."""
+    path = copy("airflow-3.4.sqlite", tmp_path)
+    conn = f"sqlite:///{path}"
+    monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", "no_such_module_here.RefBackend")
+    scope = ["--dag-id", "etl_orders_daily", "--run-id", RUN]
+    assert run_cli("set", *scope, "watermark", '"2026-11-30"', conn=conn).exit_code == 0
+    got = run_cli("get", *scope, "watermark", conn=conn)
+    assert (got.exit_code, got.stdout) == (0, '"2026-11-30"\n'), got.output
+    assert rows(path, "SELECT key, value FROM dag_run_state_store") == [("watermark", '"2026-11-30"')]
+    assert run_cli("set", *TASK, "k", "1", conn=conn).exit_code == 2  # the task key needs the backend
