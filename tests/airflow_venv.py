@@ -10,11 +10,13 @@ the common-io provider. Where it cannot be installed a test is skipped with the 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,13 @@ def airflow(python: Path, env: dict[str, str], *args: str) -> str:
     )
     assert done.returncode == 0, f"airflow {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+def run_ops(python: Path, env: dict[str, str], script: str, ops: Sequence[object]) -> list[object]:
+    """Run ``script`` in Airflow's interpreter with the JSON of ``ops`` as its argument; returns what its
+    last line of stdout says (a JSON list: each op's result)."""
+    done = subprocess.run(
+        [str(python), "-c", script, json.dumps(ops)], env=env, capture_output=True, text=True, check=False, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow_venv import airflow_env
+from airflow_venv import airflow_env, run_ops
 from sqlalchemy import create_engine, text
 
 pytestmark = pytest.mark.airflow
@@ -120,16 +120,7 @@ class Deployment:
             engine.dispose()
 
     def airflow_side(self, *ops: list[object]) -> list[object]:
-        done = subprocess.run(
-            [str(self.python), "-c", AIRFLOW_SIDE, json.dumps(ops)],
-            env=self.airflow_env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return run_ops(self.python, self.airflow_env, AIRFLOW_SIDE, ops)
 
     def statestore(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -22,14 +22,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow_venv import airflow, airflow_env
+from airflow_venv import airflow, airflow_env, run_ops
 from helpers import require_server, run_cli
 from sqlalchemy import create_engine, make_url, text
 
@@ -63,16 +62,7 @@ class AirflowDb:
 
     def backend(self, *ops: list[object]) -> list[object]:
         """Run ``ops`` through Airflow's own configured state store backend; returns each op's result."""
-        done = subprocess.run(
-            [str(self.python), "-c", DRIVER, json.dumps(ops)],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return run_ops(self.python, self.env, DRIVER, ops)
 
     def airflow_dry_run(self) -> set[tuple]:
         """The rows ``airflow state-store clean --dry-run`` lists, as (dag_id, run_id, task_id, map_index, key)."""

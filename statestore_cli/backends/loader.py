@@ -6,12 +6,12 @@ our adapter (``backends.airflow``); that module is only imported for a class tha
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.config import Setting, describe_source
-from statestore_cli.errors import ConfigError, first_line
+from statestore_cli.config.settings import import_named
+from statestore_cli.errors import ConfigError
 
 
 def load_backend_class(setting: Setting, *, config_file: Path | None = None) -> type[BaseStoreBackend]:
@@ -19,16 +19,7 @@ def load_backend_class(setting: Setting, *, config_file: Path | None = None) -> 
     the class is Airflow's (its options, such as ``[common.io]``, are read through that ``conf``)."""
     path = str(setting.value)
     where = f"{describe_source(setting)}: [{setting.spec.section}] {setting.spec.option} = {path!r}"
-    module_name, _, class_name = path.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # an import of user code can fail in any way
-        raise ConfigError(
-            f"{where}: cannot import module {module_name!r} ({type(exc).__name__}: {first_line(exc)})"
-        ) from None
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise ConfigError(f"{where}: module {module_name!r} has no class {class_name!r}")
+    cls = import_named(path, where, "class")
     if isinstance(cls, type) and issubclass(cls, BaseStoreBackend):
         return cls
     if isinstance(cls, type):

@@ -758,12 +758,19 @@ class _SecretsBackend:
 def import_object(path: str, where: str, home: Path) -> Any:
     """The object at dotted ``path`` (a config option at ``where``), or a one-line ``ConfigError``.
     ``$AIRFLOW_HOME/config`` is importable, as Airflow makes it (``airflow_local_settings`` lives there)."""
-    import importlib
     import sys
 
     folder = str(home / "config")
     if folder not in sys.path:
         sys.path.append(folder)
+    return import_named(path, where)
+
+
+def import_named(path: str, where: str, what: str = "attribute") -> Any:
+    """The ``what`` (an attribute, a class) at dotted ``path``, named by the option at ``where``, or a
+    one-line ``ConfigError``: importing user code can fail in any way."""
+    import importlib
+
     module_name, _, name = path.rpartition(".")
     try:
         module = importlib.import_module(module_name)
@@ -772,7 +779,7 @@ def import_object(path: str, where: str, home: Path) -> Any:
             f"{where}: cannot import module {module_name!r} ({type(exc).__name__}: {first_line(exc)})"
         ) from None
     if not hasattr(module, name):
-        raise ConfigError(f"{where}: module {module_name!r} has no attribute {name!r}")
+        raise ConfigError(f"{where}: module {module_name!r} has no {what} {name!r}")
     return getattr(module, name)
 
 
