@@ -301,3 +301,45 @@ def test_a_metrics_file_that_cannot_be_written_at_the_end_is_an_operational_erro
     with pytest.raises(MetricsFileError, match=r"^cannot write metrics_file .*: No such file or directory$") as caught:
         recorder.finish(0)
     assert caught.value.exit_code == EXIT_OPERATIONAL
+
+
+# -- the library's CleanRun: the clean and its file, sequenced without the CLI --------------------------------
+def test_clean_run_records_a_failure_inside_it_and_nothing_after_the_clean(db_url, tmp_path):
+    from statestore_cli.clean_run import CleanRun
+    from statestore_cli.cleanup import CleanControl
+    from statestore_cli.config.settings import load_settings
+    from statestore_cli.errors import ConfigError
+
+    url = db_url
+    seed_expired(url, 7)
+    metrics = tmp_path / "m.prom"
+    with pytest.raises(ConfigError), CleanRun(metrics, {"database": "airflow.db"}) as failed:
+        raise ConfigError("the config file is broken")
+    assert read_metrics(metrics, {"database": "airflow.db"})[f"{P}exit_status"] == ConfigError.exit_code
+    assert failed.problems == [] and failed.unwritten is None
+
+    settings = load_settings(conn_override=url)
+    now = datetime.now(UTC)
+    with pytest.raises(RuntimeError), CleanRun(metrics, {"database": "airflow.db"}) as run:
+        report = run.clean(settings, 3, now=now, control=CleanControl(), older_than=None)
+        raise RuntimeError("the report could not be shown")  # after the clean: the file keeps its success
+    values = read_metrics(metrics, {"database": "airflow.db"})
+    assert not isinstance(report, str) and report.deleted == 7
+    assert values[f"{P}exit_status"] == 0 and values[f"{P}rows_deleted"] == 7
+    assert values[f"{P}batches"] == report.batches and values[f"{P}expired_rows_remaining"] == 0
+
+
+def test_clean_run_without_a_metrics_file_is_the_clean_alone(db_url, tmp_path):
+    from statestore_cli.clean_run import CleanRun
+    from statestore_cli.cleanup import CleanControl
+    from statestore_cli.config.settings import load_settings
+
+    url = db_url
+    seed_expired(url, 4)
+    heard: list[int] = []
+    with CleanRun(None) as run:
+        control = CleanControl(on_progress=heard.append)
+        report = run.clean(load_settings(conn_override=url), 2, now=datetime.now(UTC), control=control, older_than=None)
+    assert not isinstance(report, str) and report.deleted == 4
+    assert heard[-1] == 4 and rows(url) == 1
+    assert not list(tmp_path.glob("*.prom"))

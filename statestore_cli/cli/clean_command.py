@@ -1,7 +1,6 @@
-"""``clean`` and the helpers that record its metrics."""
+"""``clean``: its options, its dry run, and the run itself under a progress bar."""
 
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -35,13 +34,12 @@ from statestore_cli.errors import (
     EXIT_SKIPPED,
     InvalidInputError,
     Outcome,
-    StateStoreError,
 )
 from statestore_cli.retention import parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
+    from statestore_cli.clean_run import CleanRun
     from statestore_cli.cleanup import CleanReport
-    from statestore_cli.metrics import CleanRecorder
 
 
 # -- clean ------------------------------------------------------------------------------------------
@@ -141,27 +139,27 @@ def clean(
         statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
     )
     runtime = None if max_runtime is None else _seconds(max_runtime, "--max-runtime")
-    recorder = None
-    if metrics_file is not None:
-        from statestore_cli.metrics import CleanRecorder
+    from statestore_cli.clean_run import CleanRun
 
-        labels = _metrics_labels(ctx, metrics_label)  # a bad label fails here, before anything is written
-        recorder = CleanRecorder(metrics_file, labels)  # an unwritable path fails here, before anything is deleted
+    labels = None if metrics_file is None else _metrics_labels(ctx, metrics_label)  # a bad label fails first
+    run = CleanRun(metrics_file, labels, skip_code=EXIT_SKIPPED if fail_on_skip else EXIT_OK)
     try:
-        result, remaining = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, recorder)
-    except BaseException as exc:
-        if recorder is not None:
-            _record_failure(recorder, exc, out)
-        raise
-    # The metrics first: a report that cannot be shown (a closed pipe) must not cost the monitoring its file.
-    unwritten = _record(recorder, result, remaining, EXIT_SKIPPED if fail_on_skip else EXIT_OK)
+        with run:
+            result = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, run)
+    finally:
+        for problem in run.problems:
+            out.note(
+                f"--metrics-file: {problem.doing}: {message(problem.error)}"
+                if problem.doing
+                else message(problem.error)
+            )
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
     else:
         decided(ctx, result)  # the deletion is done: a reader closing the pipe does not change its exit code
         out.clean_report(result)
-    if unwritten is not None:
-        raise unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
+    if run.unwritten is not None:
+        raise run.unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
     # a clean stopped early exits with its reason's code; a skip with 5 under --fail-on-skip
     return _skipped(result, fail_on_skip) if isinstance(result, str) else result
 
@@ -211,73 +209,17 @@ def _clean_run(
     timeouts: Timeouts,
     runtime: Optional[float],
     exclusive: bool,
-    recorder: Optional["CleanRecorder"],
-) -> tuple["CleanReport | str", Optional[int]]:
-    """The clean itself, and (for ``--metrics-file``) how many expired keys it left: not counted after
-    a signal, which asks for a quick exit."""
+    run: "CleanRun",
+) -> "CleanReport | str":
+    """The clean under a progress bar, stopping between batches on a signal."""
     from statestore_cli import commands
     from statestore_cli.cleanup import CleanControl
-    from statestore_cli.errors import StopReason
 
     settings = _settings(ctx)  # inside the recorded run: a broken config is a failed clean too
     now = utcnow()
     deadline = None if runtime is None else time.monotonic() + runtime
     total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
-    with StopOnSignal() as stop:
-        with out.progress("deleting expired keys", total) as advance:
-            on_progress = advance if recorder is None else _both(advance, recorder.on_progress)
-            # Until the clean is connected a signal stops it at once; from then on, after the current batch.
-            on_store = None if recorder is None else recorder.on_store
-            control = CleanControl(
-                timeouts, exclusive, deadline, stop.reason, on_progress, on_connected=stop.defer, on_store=on_store
-            )
-            result = commands.clean(settings, batch_size, now=now, control=control, older_than=grace)
-        if recorder is None or isinstance(result, str):
-            return result, None
-        if result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):
-            return result, None
-        try:
-            return result, commands.count_expired_keys(settings, now, grace)
-        except StateStoreError as exc:
-            out.note(f"--metrics-file: the expired keys left were not counted: {message(exc)}")
-            return result, None
-
-
-def _both(*calls: Callable[[int], None]) -> Callable[[int], None]:
-    def call(done: int) -> None:
-        for each in calls:
-            each(done)
-
-    return call
-
-
-def _record(
-    recorder: Optional["CleanRecorder"], result: "CleanReport | str", remaining: Optional[int], skip_code: int
-) -> Optional[StateStoreError]:
-    """Write the metrics of a clean that ended (done, skipped or stopped early); the error when it cannot."""
-    if recorder is None:
-        return None
-    try:
-        if isinstance(result, str):
-            recorder.finish(skip_code)
-        else:
-            recorder.finish(
-                result.exit_code,
-                rows_deleted=result.deleted,
-                batches=result.batches,
-                remaining=remaining,
-                deleted_by_store=result.deleted_by_store,
-            )
-    except StateStoreError as exc:
-        return exc
-    return None
-
-
-def _record_failure(recorder: "CleanRecorder", exc: BaseException, out: Output) -> None:
-    """Write the metrics of a clean that failed; the failure itself is what the user hears about."""
-    from statestore_cli.metrics import exit_status_of
-
-    try:
-        recorder.finish(exit_status_of(exc))
-    except StateStoreError as write_error:
-        out.note(message(write_error))
+    with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
+        # Until the clean is connected a signal stops it at once; from then on, after the current batch.
+        control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance, on_connected=stop.defer)
+        return run.clean(settings, batch_size, now=now, control=control, older_than=grace)
