@@ -30,7 +30,6 @@ from helpers import (
     FIXTURES,
     HEAD_34,
     REALISTIC_EXPIRED,
-    REALISTIC_RUNS,
     SQLITE_FIXTURES,
     isolated_database,
     realistic_keys,
@@ -181,9 +180,11 @@ def prometheus(folder: Path, target: Server, rule_files: list[Path]) -> Iterator
         yield server
 
 
-def query(server: Server, expression: str) -> list[dict[str, Any]]:
-    """The instant vector ``expression`` evaluates to now on the Prometheus ``server``: its series."""
-    answer = json.loads(http_get(server.url("/api/v1/query"), query=expression))
+def query(server: Server, expression: str, at: float | None = None) -> list[dict[str, Any]]:
+    """The instant vector ``expression`` evaluates to on the Prometheus ``server`` now (or at Unix time
+    ``at``): its series."""
+    when = {} if at is None else {"time": f"{at:.3f}"}
+    answer = json.loads(http_get(server.url("/api/v1/query"), query=expression, **when))
     assert answer["status"] == "success", (expression, answer)
     assert answer["data"]["resultType"] == "vector", (expression, answer)
     return answer["data"]["result"]
@@ -231,13 +232,17 @@ class Monitored(NamedTuple):
     expired_dag_run: int  # the expired dag-run keys there were (Airflow 3.4)
 
 
-def _seed_airflow34(url: str) -> int:
-    """Airflow 3.4's layout with the realistic store's keys (their runs and assets added first) and an
-    expired dag-run key in every run; the number of those runs."""
+def airflow34_store(path: Path) -> tuple[str, int]:
+    """An Airflow 3.4 SQLite file at ``path`` (a copy of the fixture) with the realistic store's keys
+    (their runs and assets added first) and an expired dag-run key in every run: its URL and the number
+    of those runs."""
     from statestore_cli import MetastoreBackend
     from statestore_cli.database import make_engine
     from statestore_cli.scopes import DagRunScope
 
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(FIXTURES / SQLITE_FIXTURES[HEAD_34], path)
+    url = f"sqlite:///{path}"
     runs = sorted({(dag, run) for dag, run, *_ in realistic_keys()})
     add_runs(url, runs, datetime(2026, 11, 29, tzinfo=UTC))
     for name in ("s3://warehouse/orders/daily_partitions", "watermark"):  # Airflow makes assets, not we
@@ -255,7 +260,7 @@ def _seed_airflow34(url: str) -> int:
             backend.set(DagRunScope(dag_id, run_id), "watermark", '"2026-11-30"', expires_at=REALISTIC_EXPIRED)
     finally:
         backend.engine.dispose()
-    return len(runs)
+    return url, len(runs)
 
 
 def _monitor(url: str, directory: Path, name: str, database: str, labels: list[str], dag_run: int = 0) -> Monitored:
@@ -281,11 +286,7 @@ def monitored_databases(directory: Path, tmp_path: Path) -> Iterator[list[Monito
     an Airflow 3.4 SQLite file ``airflow.db`` (dag-run keys too; labelled region and cluster by
     ``--metrics-label``), a PostgreSQL store (its default label, host and database name), and a clean that
     failed (exit 3: its SQLite file ``reporting.db`` does not exist), which writes its file all the same."""
-    sqlite_path = tmp_path / "prod" / "airflow.db"
-    sqlite_path.parent.mkdir()
-    shutil.copyfile(FIXTURES / SQLITE_FIXTURES[HEAD_34], sqlite_path)
-    sqlite_url = f"sqlite:///{sqlite_path}"
-    runs = _seed_airflow34(sqlite_url)
+    sqlite_url, runs = airflow34_store(tmp_path / "prod" / "airflow.db")
     found = [_monitor(sqlite_url, directory, "prod", "airflow.db", ["region=eu-west-1", "cluster=prod"], runs)]
     with isolated_database("postgresql", tmp_path) as pg_url:
         db_init(load_settings(conn_override=pg_url))

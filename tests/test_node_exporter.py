@@ -88,7 +88,9 @@ def test_two_files_of_one_database_label_are_refused_until_a_label_tells_them_ap
     clean(urls[1], "us.prom")
     served = parse_exposition(http_get(textfile_exporter.url("/metrics")))
     log = textfile_exporter.log()
-    assert DUPLICATE in log and 'statestore_clean_exit_status\\" { label:<name:\\"database\\" value:\\"airflow.db' in log
+    assert (
+        DUPLICATE in log and 'statestore_clean_exit_status\\" { label:<name:\\"database\\" value:\\"airflow.db' in log
+    )
     assert served.samples["node_textfile_scrape_error"] == {(): 0.0}  # the files themselves are fine
 
     clean(urls[1], "us.prom", "database=airflow-us")
