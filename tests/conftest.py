@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers import BACKENDS_MODULE, ENGINES, Result, isolated_database, run_cli
+from monitoring import Server, node_exporter
 
 from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
@@ -102,3 +103,15 @@ def migrated_sqlite(airflow_python: Path, tmp_path_factory: pytest.TempPathFacto
     path = folder / "airflow.db"
     airflow(airflow_python, airflow_env(folder / "home", f"sqlite:///{path}"), "db", "migrate")
     return path
+
+
+# -- monitoring: node-exporter's textfile collector (tests/monitoring.py) -----------------------------------
+@pytest.fixture
+def textfile_exporter(tmp_path: Path) -> Iterator[Server]:
+    """node-exporter on a free port of 127.0.0.1 with only its textfile collector, reading
+    ``tmp_path / "textfile"``; stopped after the test, and checked to be gone."""
+    directory = tmp_path / "textfile"
+    directory.mkdir()
+    with node_exporter(directory, tmp_path / "node-exporter.log") as server:
+        yield server
+    assert server.proc.poll() is not None, "node-exporter is still running"

@@ -80,13 +80,17 @@ def test_sdist_ships_the_deployable_recipes_and_the_wheel_does_not(wheel, tmp_pa
     assert recipes == {
         "config/airflow.cfg",
         "config/cron/statestore-clean",
+        "config/grafana/statestore.json",
         "config/kubernetes/cronjob.yaml",
         "config/prometheus/statestore-alerts.test.yml",
         "config/prometheus/statestore-alerts.yml",
         "config/systemd/statestore-clean.service",
         "config/systemd/statestore-clean.timer",
     }
-    assert recipes <= shipped and {"tests/test_config_recipes.py", "tests/test_alert_rules.py"} <= shipped
+    assert (
+        recipes <= shipped
+        and {"tests/test_config_recipes.py", "tests/test_alert_rules.py", "tests/test_grafana_dashboard.py"} <= shipped
+    )
     assert not any(name.startswith("config/") for name in zipfile.ZipFile(wheel).namelist())
 
 
