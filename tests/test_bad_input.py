@@ -1,7 +1,7 @@
-"""The README's "Bad input" table, row by row: each bad input gets its one-line message and exit code,
+"""The "Bad input" table of docs/errors.md, row by row: each bad input gets its one-line message and exit code,
 and leaves the database byte-for-byte (SQLite) or row-for-row (servers) as it was.
 
-``CASES`` is the table; ``test_the_readme_table_lists_every_case`` holds the README to it.
+``CASES`` is the table; ``test_the_documented_table_lists_every_case`` holds docs/errors.md to it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ ALL = ("sqlite", "postgresql", "mariadb")
 
 class Case(NamedTuple):
     id: str
-    readme: str  # the input, as the README's table names it
+    readme: str  # the input, as the table in docs/errors.md names it
     args: tuple[str, ...]
     code: int
     message: str  # the whole line after "statestore: error: " (or "warning: "); {url} {cfg} {home} filled in
@@ -682,12 +682,13 @@ def test_a_read_only_sqlite_store(read_only_store, args):
     assert run_statestore_process("--conn", read_only_store, "get", *TASK, "k").stdout == '"old"\n'  # reads work
 
 
-def test_the_readme_table_lists_every_case():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("### Bad input") :]
+def test_the_documented_table_lists_every_case():
+    page = (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
+    table = page[page.index("\n## Bad input\n") :]
+    table = table[: table.index("\n## ", 1)]
     for case in CASES:
         row = next((line for line in table.splitlines() if line.startswith(f"| {case.readme} |")), None)
-        assert row is not None, f"README's bad input table has no row for: {case.readme}"
+        assert row is not None, f"the bad input table of docs/errors.md has no row for: {case.readme}"
         assert row.rstrip().endswith(f"| {case.code} |"), row
 
 

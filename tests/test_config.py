@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from helpers import Result, run_cli
+from helpers import REPO, Result, run_cli
 
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.config import BUILTIN_BACKEND, is_builtin_backend, load_option_specs, load_settings
@@ -86,7 +86,7 @@ EXPECTED_DEFAULTS = {
 
 
 def test_the_defaults_are_the_documented_ones(clean_environment):
-    """No file, no env: every option has the default the README's "Configuration" documents and says so."""
+    """No file, no env: every option has the default docs/reference/configuration.md documents and says so."""
     settings = load_settings()
     assert settings.config_file is None
     assert settings.airflow_home == clean_environment
@@ -102,6 +102,11 @@ def test_the_defaults_are_the_documented_ones(clean_environment):
     assert (settings.backend, settings.worker_backend) == (BUILTIN_BACKEND, "")
     assert settings.uses_builtin_backend
     assert (settings.connect_timeout, settings.lock_timeout) == (10.0, 30.0)
+    page = (REPO / "docs" / "reference" / "configuration.md").read_text(encoding="utf-8")
+    for (section, option), expected in EXPECTED_DEFAULTS.items():
+        shown = "(none)" if expected == "" else f"`{str(expected).lower() if isinstance(expected, bool) else expected}`"
+        assert f"(#{section}-{option}) | {shown} | `AIRFLOW__" in page, (section, option)
+    assert "(#database-sql_alchemy_conn) | `sqlite:///$AIRFLOW_HOME/airflow.db` |" in page
 
 
 def test_every_option_of_options_toml_is_covered_here():

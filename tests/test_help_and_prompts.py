@@ -180,9 +180,9 @@ def test_clear_not_confirmed_exits_with_its_code_on_a_line_of_its_own(cli, db_ur
     assert _keys(db_url) == 3
 
 
-def test_readme_documents_the_clear_exit_codes():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("### Exit codes") :]
+def test_the_reference_documents_the_clear_exit_codes():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "commands.md").read_text(encoding="utf-8")
+    table = page[page.index("\n## Exit codes\n") :]
     assert re.search(r"^\| 1 \|.*`clear` was answered no.*end of input", table, re.MULTILINE)
     assert re.search(r"^\| 130 \|.*Ctrl-C.*`clear`", table, re.MULTILINE)
 

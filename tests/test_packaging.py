@@ -91,6 +91,8 @@ def test_sdist_ships_the_deployable_recipes_and_the_wheel_does_not(wheel, tmp_pa
         recipes <= shipped
         and {"tests/test_config_recipes.py", "tests/test_alert_rules.py", "tests/test_grafana_dashboard.py"} <= shipped
     )
+    manual = {str(path.relative_to(REPO)) for path in (REPO / "docs").rglob("*.md")}
+    assert {"docs/index.md", "docs/reference/commands.md"} <= manual <= shipped  # README's links resolve in it
     assert not any(name.startswith("config/") for name in zipfile.ZipFile(wheel).namelist())
 
 
@@ -103,10 +105,13 @@ def test_the_readme_installs_from_the_source_or_a_wheel_never_from_an_index(whee
     [pattern] = set(re.findall(r"dist/(statestore_cli-\*\.whl)", section))
     assert wheel.match(pattern), (wheel.name, pattern)  # the name the Dockerfile copies is the name built
     metadata = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA")))
-    for extra in set(re.findall(r"'\.\[(\w+)\]'", readme)):
+    manual = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    extras = {extra for page in manual for extra in re.findall(r"'\.\[(\w+)\]'", page.read_text(encoding="utf-8"))}
+    assert {"postgres", "mysql", "fsspec"} <= extras  # README's install lines, docs/backends.md's fsspec
+    for extra in extras:
         assert f"Provides-Extra: {extra}" in metadata.decode(), extra
     shipped = [
-        REPO / "README.md",
+        *manual,
         *sorted((REPO / "config").rglob("*")),
         *sorted((REPO / "statestore_cli").rglob("*.py")),
     ]

@@ -256,7 +256,7 @@ def test_tabs_newlines_and_backslashes_inside_values_keep_one_record_per_line(db
 
 
 def _unescape_plain(field: str) -> str:
-    """The reverse of the plain format's escaping, as the README states it (a reader's own decoder)."""
+    """The reverse of the plain format's escaping, as docs/scripting.md states it (a reader's own decoder)."""
     out, i = [], 0
     simple = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}
     while i < len(field):
@@ -354,9 +354,9 @@ def test_plain_booleans_are_written_as_json_writes_them(db_url):
     assert "state_store.clear_on_success\tfalse\tdefault" in config
 
 
-def test_the_readme_says_which_plain_records_have_which_timestamps(db_url, tmp_path):
-    """The README's claim, checked against what `list`, `clean --dry-run`, `stats` and `clean` print."""
-    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8").split())
+def test_the_docs_say_which_plain_records_have_which_timestamps(db_url, tmp_path):
+    """The claim of docs/scripting.md, checked against what `list`, `clean --dry-run`, `stats` and `clean` print."""
+    readme = " ".join((Path(__file__).parent.parent / "docs" / "scripting.md").read_text(encoding="utf-8").split())
     assert (
         "Timestamps are `YYYY-MM-DD HH:MM:SS UTC` in the records of `list`, `clean --dry-run` and `orphans`, and "
         "ISO 8601 with microseconds (`2026-11-30T03:17:00.123456+00:00`, as in JSON) in the records of `stats` "

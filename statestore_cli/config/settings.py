@@ -65,6 +65,7 @@ class OptionSpec(NamedTuple):
     max: int = 2_147_483_647  # the widest INTEGER every engine stores
     secret: bool = False
     sensitive: bool = False  # may come from ``<option>_cmd`` / ``<option>_secret`` too, as Airflow allows
+    notes: str = ""  # more than the one-sentence description, for the configuration reference only
 
     @property
     def env_var(self) -> str:
@@ -140,22 +141,44 @@ def _int_range(spec: OptionSpec) -> str:
     return f"a whole number from {spec.min} to {spec.max}"
 
 
+# What each type accepts, in the words of an invalid value's error and of the configuration reference.
+_EXPECTED = {
+    "bool": "a boolean (true/false, yes/no, on/off, 1/0)",
+    "duration": "0 or a duration such as 12h, 2d, 1d12h or P1D",
+    "timeout": "a positive duration such as 10s, 2m or PT30S",
+    "class": "a dotted path such as mypackage.module.ClassName",
+    "import": "an import path such as airflow_local_settings.connect_args",
+    "schema": "a schema name of at most 63 characters, without control characters",
+    "url": "a SQLAlchemy URL such as sqlite:////path/airflow.db",
+}
+
+
+def expected_value(spec: OptionSpec) -> str:
+    """What ``spec`` accepts, in words: the ``expected ...`` of its invalid-value error."""
+    if spec.type == "int":
+        return _int_range(spec)
+    if spec.type == "json":
+        example = '{"pool_size": 5}' if spec.section == "database" else '{"connections_prefix": "airflow/connections"}'
+        return f"a JSON object such as {example}"
+    return _EXPECTED[spec.type]
+
+
 def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
     text = raw.strip()
     hidden = _indirect(source)  # a command's output or a secret is never echoed, even when invalid
     if spec.type == "int":
         if not re.fullmatch(r"[+-]?\d+", text):
-            raise _invalid(spec, raw, source, _int_range(spec))
+            raise _invalid(spec, raw, source, expected_value(spec))
         number = int(text)
         if (spec.min is not None and number < spec.min) or number > spec.max:
-            raise _invalid(spec, raw, source, _int_range(spec))
+            raise _invalid(spec, raw, source, expected_value(spec))
         return number
     if spec.type == "bool":
         if text.lower() in _TRUE:
             return True
         if text.lower() in _FALSE:
             return False
-        raise _invalid(spec, raw, source, "a boolean (true/false, yes/no, on/off, 1/0)")
+        raise _invalid(spec, raw, source, expected_value(spec))
     if spec.type == "timeout":
         return _timeout(spec, raw, source)
     if spec.type == "duration":
@@ -165,25 +188,25 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         try:
             parse_age(text, f"[{spec.section}] {spec.option}")
         except InvalidInputError:
-            raise _invalid(spec, raw, source, "0 or a duration such as 12h, 2d, 1d12h or P1D") from None
+            raise _invalid(spec, raw, source, expected_value(spec)) from None
         return text  # as written, for `config show`; ``Settings`` reads it as a timedelta
     if spec.type == "class":
         if text and not _DOTTED.fullmatch(text):
-            raise _invalid(spec, raw, source, "a dotted path such as mypackage.module.ClassName")
+            raise _invalid(spec, raw, source, expected_value(spec))
         return text
     if spec.type == "import":
         if text and not _DOTTED.fullmatch(text):
-            raise _invalid(spec, raw, source, "an import path such as airflow_local_settings.connect_args")
+            raise _invalid(spec, raw, source, expected_value(spec))
         return text
     if spec.type == "schema":
         # 63: PostgreSQL's longest name (it would cut a longer one short, MySQL refuses it); empty = unset
         if len(text) > 63 or any(ord(c) < 32 or ord(c) == 127 for c in text):
-            raise _invalid(spec, raw, source, "a schema name of at most 63 characters, without control characters")
+            raise _invalid(spec, raw, source, expected_value(spec))
         return text
     if spec.type == "json":
         return _json_object(spec, raw, source, hidden)
     if not text:
-        raise _invalid(spec, None if hidden else raw, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db")
+        raise _invalid(spec, None if hidden else raw, source, expected_value(spec))
     if text.startswith("sqlite:///") and "?" not in text:
         return text  # a plain SQLite file URL needs no parser (and the fast `get` path no SQLAlchemy)
     from sqlalchemy.engine import make_url  # here, not at the top: config is read before SQLAlchemy is needed
@@ -193,7 +216,7 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         make_url(text)
     except (ArgumentError, ValueError):
         masked = None if hidden else _URL_PASSWORD.sub(r"\1***@", raw)  # never echo a password into an error
-        raise _invalid(spec, masked, source, "a SQLAlchemy URL such as sqlite:////path/airflow.db") from None
+        raise _invalid(spec, masked, source, expected_value(spec)) from None
     return text
 
 
@@ -208,15 +231,14 @@ def _json_object(spec: OptionSpec, raw: str, source: str, hidden: bool) -> str:
         return text
     import json  # only when the option is set: every command reads the config
 
-    example = '{"pool_size": 5}' if spec.section == "database" else '{"connections_prefix": "airflow/connections"}'
     shown = None if hidden or spec.secret else raw
     try:
         parsed = json.loads(text)
     except ValueError as exc:  # json's message gives the position, never the text
-        raise _invalid(spec, shown, source, f"a JSON object such as {example} ({exc})") from None
+        raise _invalid(spec, shown, source, f"{expected_value(spec)} ({exc})") from None
     if not isinstance(parsed, dict):
         kind = _JSON_KINDS.get(type(parsed), type(parsed).__name__)
-        raise _invalid(spec, shown, source, f"a JSON object such as {example}, not {kind}")
+        raise _invalid(spec, shown, source, f"{expected_value(spec)}, not {kind}")
     return text
 
 
@@ -228,7 +250,7 @@ def _timeout(spec: OptionSpec, raw: str, source: str) -> str:
     try:
         seconds = timeout_seconds(text, spec.option)
     except InvalidInputError:
-        raise _invalid(spec, raw, source, "a positive duration such as 10s, 2m or PT30S") from None
+        raise _invalid(spec, raw, source, expected_value(spec)) from None
     if seconds > spec.max:
         raise _invalid(spec, raw, source, f"at most {spec.max} seconds")
     return text
