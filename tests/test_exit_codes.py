@@ -1,5 +1,6 @@
-"""Exit codes 0-3 of the "Exit codes" table (docs/reference/commands.md), row by row: 0 success, 1 a key `get` did not find,
-2 bad usage or input, 3 an operational failure; and no command shows a traceback unless asked with --debug.
+"""Exit codes 0-3 of the "Exit codes" table (docs/reference/commands.md), row by row: 0 success, 1 a key
+`get` did not find, 2 bad usage or input, 3 an operational failure; and no command shows a traceback unless
+asked with --debug.
 """
 
 from __future__ import annotations

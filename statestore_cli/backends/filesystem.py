@@ -8,7 +8,7 @@ the root, as the reference). Configured in its own section::
     root = /var/lib/airflow/state        # or s3://bucket/prefix, gs://..., memory://... with fsspec
     gzip = false                         # true: new values are written gzip-compressed (.json.gz)
 
-It is also the worked example for writing a backend: see the README.
+It is also the worked example for writing a backend: see docs/backends.md.
 """
 
 from __future__ import annotations

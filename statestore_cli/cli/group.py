@@ -30,7 +30,7 @@ _NoArgsIsHelp = getattr(click_exceptions, "NoArgsIsHelpError", None)
 
 
 class StateStoreGroup(TyperGroup):
-    """Turns every error into one line on stderr and a documented exit code (see the README), a
+    """Turns every error into one line on stderr and a documented exit code (docs/reference/commands.md), a
     command's ``Outcome`` into its exit code, and a closed pipe into a quiet end (``cli.failure``)."""
 
     def make_context(self, info_name: Any, args: Any, parent: Any = None, **extra: Any) -> Any:

@@ -13,6 +13,7 @@ documents. Nothing on the CLI's start-up path imports this module.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -188,13 +189,18 @@ def _examples(epilog: str | None) -> list[str]:
 _CONFIG_MENTION = re.compile(r"(?:Default: |overrides )\[([\w.]+)\] (\w+)")
 
 
+@functools.cache
+def _option_keys() -> frozenset[tuple[str, str]]:
+    return frozenset((spec.section, spec.option) for spec in load_option_specs())
+
+
 def _config_option(help_text: str) -> tuple[str, str] | None:
     """The configuration option an option's help says it defaults to or overrides."""
     match = _CONFIG_MENTION.search(help_text)
     if match is None:
         return None
     key = (match.group(1), match.group(2))
-    return key if key in {(spec.section, spec.option) for spec in load_option_specs()} else None
+    return key if key in _option_keys() else None
 
 
 def _is_argument(param: Any) -> bool:
@@ -429,7 +435,9 @@ def configuration_page() -> str:
     lines = [
         "# Configuration reference",
         "",
-        _generated_note("`statestore_cli/config/options.toml` and the docstring of `statestore_cli/config/settings.py`"),
+        _generated_note(
+            "`statestore_cli/config/options.toml` and the docstring of `statestore_cli/config/settings.py`"
+        ),
         "",
         "statestore reads Airflow's configuration: an `airflow.cfg`-style file and `AIRFLOW__{SECTION}__{OPTION}`",
         "environment variables. These are all the options it reads;",
@@ -447,10 +455,7 @@ def configuration_page() -> str:
         "",
         *_table(
             ("option", "default", "environment variable"),
-            (
-                [_config_link((spec.section, spec.option)), _option_default(spec), _code(spec.env_var)]
-                for spec in specs
-            ),
+            ([_config_link((spec.section, spec.option)), _option_default(spec), _code(spec.env_var)] for spec in specs),
         ),
         "",
     ]

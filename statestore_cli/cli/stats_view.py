@@ -56,7 +56,7 @@ def show(out: Output, stats: StoreStats) -> None:
 
 # -- JSON ---------------------------------------------------------------------------------------------------
 def stats_document(stats: StoreStats) -> dict[str, Any]:
-    """The ``-o json`` document (its keys are documented in the README and stay stable). ``dag_run`` is
+    """The ``-o json`` document (its keys are documented in docs/usage.md and stay stable). ``dag_run`` is
     there only where the database has a dag-run store (Airflow 3.4), null when the filter leaves it out."""
     filt = stats.filter
     given = {name: value for name, value in filt._asdict().items() if value is not None}
