@@ -420,10 +420,12 @@ def _option_section(spec: OptionSpec, cli: list[str]) -> list[str]:
         lines.append(
             f"- Also from a command or a secret: {_code(spec.env_var + '_CMD')}, {_code(spec.env_var + '_SECRET')}, "
             f"and {_code(spec.option + '_cmd')} / {_code(spec.option + '_secret')} in the file "
-            "(see the lookup order above)."
+            "(see the [lookup order](#lookup-order))."
         )
     if spec.secret:
-        lines.append("- Secret: `config show` masks it, and an invalid value is not shown in the error.")
+        lines.append(
+            "- Secret: `config show` masks it; an error about an invalid value hides it (a URL's password as `***`)."
+        )
     if cli:
         lines.append("- On the command line: " + ", ".join(cli) + ".")
     return [*lines, ""]
