@@ -71,7 +71,7 @@ def test_node_exporter_serves_every_sample_of_every_file_of_every_database(textf
 
 def test_two_files_of_one_database_label_are_refused_until_a_label_tells_them_apart(textfile_exporter, tmp_path):
     """Two SQLite files both named airflow.db: the same series twice, which node-exporter refuses (and logs);
-    ``--metrics-label database=NAME`` on one of them, as the README says, and both are served."""
+    ``--metrics-label database=NAME`` on one of them, as docs/operations.md says, and both are served."""
     directory = tmp_path / "textfile"
     urls = []
     for site in ("eu", "us"):
