@@ -112,3 +112,18 @@ def test_sizes_read_as_people_read_them():
         "1.5 KiB",
         "48.0 MiB",
     ]
+
+
+def test_one_key_in_the_chart_is_one_key():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from statestore_cli.cli.stats_view import print_chart
+
+    out = StringIO()
+    days = [DayCount(date(2026, 12, 1) + timedelta(days=i), 1 if i == 3 else 0) for i in range(7)]
+    print_chart(Console(file=out, width=80), days, 80)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "task keys expiring per day, the next 1 week (UTC days; today from now on)"
+    assert lines[-1] == "1 key expires in the next 1 week; most on 2026-12-04 (1)"

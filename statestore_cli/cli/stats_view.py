@@ -259,7 +259,7 @@ def draw(console: Console, stats: StoreStats) -> None:
         console.print(_expiry_table(task))
         if task.expiring_per_day:
             console.print()
-            _print_chart(console, task.expiring_per_day, width)
+            print_chart(console, task.expiring_per_day, width)
         console.print()
         _print_dags(console, task, width)
     if stats.dag_run is not None:
@@ -376,12 +376,12 @@ def _print_dag_runs(console: Console, runs: DagRunStats, limit: int) -> None:
     console.print(table)
 
 
-def _print_chart(console: Console, days: list[DayCount], width: int) -> None:
+def print_chart(console: Console, days: list[DayCount], width: int) -> None:
     from rich.text import Text
 
     total = sum(d.rows for d in days)
     weeks = len(days) // 7
-    span = f"the next {weeks} weeks" if len(days) % 7 == 0 else f"the next {len(days)} days"
+    span = f"the next {_plural(weeks, 'week')}" if len(days) % 7 == 0 else f"the next {_plural(len(days), 'day')}"
     console.print(Text(f"task keys expiring per day, {span} (UTC days; today from now on)"), soft_wrap=True)
     if total == 0:
         console.print(Text(f"  none expire in {span}"))
@@ -390,7 +390,10 @@ def _print_chart(console: Console, days: list[DayCount], width: int) -> None:
         console.print(Text(line), soft_wrap=True)
     busiest = max(days, key=lambda d: d.rows)
     console.print(
-        Text(f"{count(total)} keys expire in {span}; most on {busiest.day.isoformat()} ({count(busiest.rows)})"),
+        Text(
+            f"{_plural(total, 'key')} {'expires' if total == 1 else 'expire'} in {span}; "
+            f"most on {busiest.day.isoformat()} ({count(busiest.rows)})"
+        ),
         soft_wrap=True,
     )
 
