@@ -21,7 +21,7 @@ from typing import IO, Any, NamedTuple
 from sqlalchemy import String, bindparam, or_, select, type_coerce
 from sqlalchemy.engine import Connection, Engine
 
-from statestore_cli.backends.metastore import MetastoreBackend, _run_filters, _stores_of
+from statestore_cli.backends.metastore import MetastoreBackend, run_filters, stores_selected
 from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.entries import KeyFilter
@@ -101,7 +101,7 @@ def _records(engine: Engine, filt: KeyFilter) -> Iterator[dict[str, Any]]:
     with translate_errors(engine), engine.connect() as conn:
         if engine.dialect.name != "sqlite":  # both stores from one snapshot, however long the export takes
             conn.execution_options(isolation_level="REPEATABLE READ")
-        for store in _stores_of(layout_of(conn), filt):  # as `list` selects them
+        for store in stores_selected(layout_of(conn), filt):  # as `list` selects them
             if store == "task":
                 yield from _task_records(conn, filt)
             elif store == "dag_run":
@@ -145,7 +145,7 @@ def _dag_run_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, An
     table = MetastoreBackend._run_store(conn)  # a database without the store says so
     order = (table.c.dag_id, table.c.run_id, table.c.key)
     query = select(*order, _raw(table.c.updated_at), _raw(table.c.expires_at), table.c.value)
-    query = query.where(*_run_filters(table, filt)).order_by(*order)
+    query = query.where(*run_filters(table, filt)).order_by(*order)
     for chunk in conn.execution_options(yield_per=FETCH).execute(query).partitions():
         for dag_id, run_id, key, updated_at, expires_at, value in chunk:
             try:

@@ -13,6 +13,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
@@ -278,7 +279,7 @@ def test_bad_engine_args_are_exit_2(monkeypatch, clean_environment, raw, problem
 def test_exclusive_cleans_of_two_schemas_of_one_postgresql_database_do_not_block_each_other(monkeypatch):
     """PostgreSQL's advisory locks are per database: the key of a clean's lock is the schema's, so a clean
     of one schema's store runs while another schema's holds its lock, and one of the same schema is refused."""
-    from statestore_cli.cleanup import _exclusive
+    from statestore_cli.cleanup import CleanControl, delete_expired
 
     with schema_store("postgresql") as made:
         admin(made.url, "CREATE SCHEMA other_meta")
@@ -287,13 +288,18 @@ def test_exclusive_cleans_of_two_schemas_of_one_postgresql_database_do_not_block
             ok("db", "init", conn=made.url)
         monkeypatch.setenv(SCHEMA_ENV, made.schema)
         holder = open_metastore(load_settings(conn_override=made.url)).engine
+        runs = {}
+
+        def while_held() -> None:  # an exclusive clean of the first schema holds its lock meanwhile
+            runs["same"] = run_cli("clean", "--exclusive", conn=made.url)
+            monkeypatch.setenv(SCHEMA_ENV, "other_meta")
+            runs["other"] = run_cli("clean", "--exclusive", "-o", "json", conn=made.url)
+
         try:
-            with holder.connect() as conn, _exclusive(conn, True):
-                same = run_cli("clean", "--exclusive", conn=made.url)
-                monkeypatch.setenv(SCHEMA_ENV, "other_meta")
-                other = run_cli("clean", "--exclusive", "-o", "json", conn=made.url)
+            delete_expired(holder, datetime.now(UTC), 0, CleanControl(exclusive=True, on_connected=while_held))
         finally:
             holder.dispose()
+        same, other = runs["same"], runs["other"]
         assert same.exit_code == 3 and "another --exclusive clean is running" in same.stderr, same.output
         assert other.exit_code == 0, other.output
         assert json.loads(other.stdout)["deleted"] == 0

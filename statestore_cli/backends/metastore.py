@@ -420,7 +420,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         self, conn: Connection, filt: KeyFilter, *, with_values: bool, limit: int | None = None, offset: int = 0
     ) -> Generator[Entry, None, None]:
         """The keys of each store ``filt`` selects, task keys first, then dag-run keys, then asset keys."""
-        for store in _stores_of(layout_of(conn), filt):
+        for store in stores_selected(layout_of(conn), filt):
             if limit == 0:
                 return
             shown = 0
@@ -449,7 +449,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             table, where = layout.task, self._task_filters(layout, filt)
         else:
             table = self._run_store(conn)
-            where = _run_filters(table, filt)
+            where = run_filters(table, filt)
         return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
     def _dag_run_entries(
@@ -458,7 +458,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         table = self._run_store(conn)
         cols = [table.c.dag_id, table.c.run_id, table.c.key]
         query = select(*cols, table.c.updated_at, table.c.expires_at, *([table.c.value] if with_values else []))
-        query = query.where(*_run_filters(table, filt)).order_by(*cols).limit(limit).offset(offset or None)
+        query = query.where(*run_filters(table, filt)).order_by(*cols).limit(limit).offset(offset or None)
         for row in conn.execution_options(yield_per=1000).execute(query):
             yield Entry(
                 store="dag_run",
@@ -556,7 +556,7 @@ def _refuse_twin_row(
             )
 
 
-def _stores_of(layout: Layout, filt: KeyFilter) -> list[str]:
+def stores_selected(layout: Layout, filt: KeyFilter) -> list[str]:
     """The stores whose keys ``filt`` can select, in the order they are listed."""
     stores = []
     if filt.store in (None, "task") and not filt.has_asset_fields:
@@ -571,7 +571,8 @@ def _stores_of(layout: Layout, filt: KeyFilter) -> list[str]:
     return stores
 
 
-def _run_filters(table: Any, filt: KeyFilter) -> list[ColumnElement[bool]]:
+def run_filters(table: Any, filt: KeyFilter) -> list[ColumnElement[bool]]:
+    """The conditions of ``filt``'s dag id, run id and key on a table that has those columns."""
     names = ("dag_id", "run_id", "key")
     return [table.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
 

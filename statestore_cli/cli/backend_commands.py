@@ -4,9 +4,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from statestore_cli.cli.app import HeaderOpt, OutputOpt, _examples, _output, _settings, app, backend_app
+from statestore_cli.cli.apps import app, backend_app
+from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.group import decided
+from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.options import HeaderOpt, OutputOpt, choose_output
 from statestore_cli.errors import (
     Outcome,
 )
@@ -16,7 +19,7 @@ from statestore_cli.retention import parse_duration, utcnow
 # -- backends ---------------------------------------------------------------------------------------
 @app.command(
     "orphans",
-    epilog=_examples("orphans", "orphans --older-than 7d -o json", "orphans --delete --older-than 7d"),
+    epilog=examples("orphans", "orphans --older-than 7d -o json", "orphans --delete --older-than 7d"),
 )
 def orphans(
     ctx: typer.Context,
@@ -40,9 +43,9 @@ def orphans(
     Objects younger than --grace are shown but never deleted. Exit 3 if a delete failed."""
     from statestore_cli.orphans import find_orphans
 
-    out = _output(output, header)
+    out = choose_output(output, header)
     report = find_orphans(
-        _settings(ctx),
+        settings_of(ctx),
         utcnow(),
         grace=parse_duration(grace, "--grace"),
         older_than=None if older_than is None else parse_duration(older_than, "--older-than"),
@@ -53,7 +56,7 @@ def orphans(
     return report
 
 
-@backend_app.command("check", epilog=_examples("backend check", "backend check -o json"))
+@backend_app.command("check", epilog=examples("backend check", "backend check -o json"))
 def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> Outcome:
     """Check the configured custom backends as Airflow uses them.
 
@@ -63,8 +66,8 @@ def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, heade
     and asset named statestore_backend_check. Exit 0 only when every check passes, else 3."""
     from statestore_cli.backend_check import check_backends
 
-    out = _output(output, header)
-    report = check_backends(_settings(ctx))
+    out = choose_output(output, header)
+    report = check_backends(settings_of(ctx))
     decided(ctx, report)
     out.backend_check(report)
     return report

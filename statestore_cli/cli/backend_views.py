@@ -16,7 +16,7 @@ CHECK_COLUMNS = ("role", "backend", "check", "status", "detail")
 
 if TYPE_CHECKING:
     from statestore_cli.backend_check import CheckReport
-    from statestore_cli.cli.render import Output
+    from statestore_cli.cli.writer import Writer
     from statestore_cli.commands import BackendCleanup
     from statestore_cli.orphans import Orphan, OrphanReport
 
@@ -31,7 +31,7 @@ def jsonable(result: Any) -> Any:
     return result
 
 
-def show_backend_cleanup(out: Output, done: BackendCleanup) -> None:
+def show_backend_cleanup(out: Writer, done: BackendCleanup) -> None:
     result = jsonable(done.result)
     doc = {
         "dry_run": False,
@@ -87,7 +87,7 @@ def _summary(report: OrphanReport) -> str:
     return text
 
 
-def show_orphans(out: Output, report: OrphanReport) -> None:
+def show_orphans(out: Writer, report: OrphanReport) -> None:
     if out.json:
         out.write_json(
             {
@@ -121,7 +121,7 @@ def show_orphans(out: Output, report: OrphanReport) -> None:
         return
     from rich.table import Table
 
-    from statestore_cli.cli.render import _cell
+    from statestore_cli.cli.writer import cell
 
     if report.orphans:
         table = Table()
@@ -130,13 +130,13 @@ def show_orphans(out: Output, report: OrphanReport) -> None:
         table.add_column("age", no_wrap=True, justify="right")
         table.add_column("status", overflow="fold")
         for o in report.orphans:
-            table.add_row(_cell(o.ref), _cell(human(o.modified_at, "-")), _cell(age_text(o.age)), _cell(_status(o)))
+            table.add_row(cell(o.ref), cell(human(o.modified_at, "-")), cell(age_text(o.age)), cell(_status(o)))
         out.console.print(table)
     out.line(_summary(report))
 
 
 # -- backend check -------------------------------------------------------------------------------------------
-def show_backend_check(out: Output, report: CheckReport) -> None:
+def show_backend_check(out: Writer, report: CheckReport) -> None:
     if out.json:
         out.write_json(
             {
@@ -162,15 +162,15 @@ def show_backend_check(out: Output, report: CheckReport) -> None:
         return
     from rich.table import Table
 
-    from statestore_cli.cli.render import _cell
+    from statestore_cli.cli.writer import cell
 
     for backend in dict.fromkeys((r.role, r.backend) for r in report.results):
-        table = Table(title=_cell(f"{backend[0]} = {backend[1]}"), title_justify="left")
+        table = Table(title=cell(f"{backend[0]} = {backend[1]}"), title_justify="left")
         table.add_column("check", no_wrap=True)
         table.add_column("result", no_wrap=True)
         table.add_column("detail", overflow="fold")
         for r in report.results:
             if (r.role, r.backend) == backend:
-                table.add_row(_cell(r.check), _cell(r.status.upper()), _cell(r.detail))
+                table.add_row(cell(r.check), cell(r.status.upper()), cell(r.detail))
         out.console.print(table)
     out.line(summary)

@@ -7,24 +7,22 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from statestore_cli.cli.app import (
-    _MAX_BATCH_SIZE,
+from statestore_cli.cli.apps import app
+from statestore_cli.cli.context import metrics_labels, settings_of
+from statestore_cli.cli.failure import message
+from statestore_cli.cli.group import decided
+from statestore_cli.cli.help_text import examples, section
+from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.options import (
+    MAX_BATCH_SIZE,
     DeleteDryRunOpt,
     HeaderOpt,
     LockTimeoutOpt,
     MetricsLabelOpt,
     OutputOpt,
-    _examples,
-    _metrics_labels,
-    _output,
-    _seconds,
-    _section,
-    _settings,
-    app,
+    choose_output,
+    seconds,
 )
-from statestore_cli.cli.failure import message
-from statestore_cli.cli.group import decided
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.stopping import StopOnSignal
 from statestore_cli.config import Settings
@@ -45,7 +43,7 @@ if TYPE_CHECKING:  # loaded by `clean` only when it runs
 # -- clean ------------------------------------------------------------------------------------------
 @app.command(
     "clean",
-    epilog=_examples("clean --dry-run", "clean --batch-size 10000 --max-runtime 2h --exclusive", "clean -o json"),
+    epilog=examples("clean --dry-run", "clean --batch-size 10000 --max-runtime 2h --exclusive", "clean -o json"),
 )
 def clean(
     ctx: typer.Context,
@@ -57,7 +55,7 @@ def clean(
             min=0,
             metavar="N",
             help="Rows per committed batch; 0 = one statement. "
-            f"Default: {_section('state_store')} state_cleanup_batch_size (0 unless configured).",
+            f"Default: {section('state_store')} state_cleanup_batch_size (0 unless configured).",
         ),
     ] = None,
     show_all: Annotated[
@@ -87,7 +85,7 @@ def clean(
             "--older-than",
             metavar="DURATION",
             help="Only keys that expired at least this long ago (e.g. 1d): a grace window for retries. "
-            f"Default: {_section('state_store')} state_cleanup_older_than (0 unless configured).",
+            f"Default: {section('state_store')} state_cleanup_older_than (0 unless configured).",
         ),
     ] = None,
     metrics_file: Annotated[
@@ -102,12 +100,12 @@ def clean(
     metrics_label: MetricsLabelOpt = None,
     fail_on_skip: Annotated[
         bool,
-        typer.Option("--fail-on-skip", help=f"With a custom {_section('state_store')} backend, exit 5 instead of 0."),
+        typer.Option("--fail-on-skip", help=f"With a custom {section('state_store')} backend, exit 5 instead of 0."),
     ] = False,
     backend_cleanup: Annotated[
         bool,
         typer.Option(
-            "--backend-cleanup", help=f"Run the custom {_section('state_store')} backend's cleanup() and report it."
+            "--backend-cleanup", help=f"Run the custom {section('state_store')} backend's cleanup() and report it."
         ),
     ] = False,
     output: OutputOpt = OutputMode.auto,
@@ -119,10 +117,10 @@ def clean(
     when given); asset keys and keys that never expire stay.
     Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
     skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
-    if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
-        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
+    if batch_size is not None and batch_size > MAX_BATCH_SIZE:
+        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
-    out = _output(output, header)
+    out = choose_output(output, header)
     if metrics_label and metrics_file is None:
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     if backend_cleanup:
@@ -133,15 +131,15 @@ def clean(
             raise InvalidInputError(
                 "--metrics-file records what a clean deleted and a --dry-run deletes nothing; drop one of them"
             )
-        skipped = _clean_dry_run(_settings(ctx), out, grace, show_all)
+        skipped = _clean_dry_run(settings_of(ctx), out, grace, show_all)
         return None if skipped is None else _skipped(skipped, fail_on_skip)
     timeouts = Timeouts(
-        statement_seconds=None if statement_timeout is None else _seconds(statement_timeout, "--statement-timeout"),
+        statement_seconds=None if statement_timeout is None else seconds(statement_timeout, "--statement-timeout"),
     )
-    runtime = None if max_runtime is None else _seconds(max_runtime, "--max-runtime")
+    runtime = None if max_runtime is None else seconds(max_runtime, "--max-runtime")
     from statestore_cli.clean_run import CleanRun
 
-    labels = None if metrics_file is None else _metrics_labels(ctx, metrics_label)  # a bad label fails first
+    labels = None if metrics_file is None else metrics_labels(ctx, metrics_label)  # a bad label fails first
     run = CleanRun(metrics_file, labels, skip_code=EXIT_SKIPPED if fail_on_skip else EXIT_OK)
     try:
         with run:
@@ -184,7 +182,7 @@ def _backend_cleanup(
             raise InvalidInputError(
                 f"--backend-cleanup runs the backend's own cleanup(), which takes no {flag}; drop it"
             )
-    out.backend_cleanup(commands.backend_cleanup(_settings(ctx)))
+    out.backend_cleanup(commands.backend_cleanup(settings_of(ctx)))
 
 
 def _clean_dry_run(settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool) -> Optional[str]:
@@ -215,7 +213,7 @@ def _clean_run(
     from statestore_cli import commands
     from statestore_cli.cleanup import CleanControl
 
-    settings = _settings(ctx)  # inside the recorded run: a broken config is a failed clean too
+    settings = settings_of(ctx)  # inside the recorded run: a broken config is a failed clean too
     now = utcnow()
     deadline = None if runtime is None else time.monotonic() + runtime
     total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None

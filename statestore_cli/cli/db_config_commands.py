@@ -4,24 +4,18 @@ import sys
 
 import typer
 
-from statestore_cli.cli.app import (
-    HeaderOpt,
-    LockTimeoutOpt,
-    OutputOpt,
-    _examples,
-    _output,
-    _settings,
-    config_app,
-    db_app,
-)
+from statestore_cli.cli.apps import config_app, db_app
+from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.group import decided
+from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.options import HeaderOpt, LockTimeoutOpt, OutputOpt, choose_output
 from statestore_cli.cli.safe_text import safe_text
 
 
 # -- db ---------------------------------------------------------------------------------------------
-@db_app.command("init", epilog=_examples("db init", "--conn postgresql+psycopg://airflow@db/airflow db init"))
+@db_app.command("init", epilog=examples("db init", "--conn postgresql+psycopg://airflow@db/airflow db init"))
 def db_init(
     ctx: typer.Context,
     lock_timeout: LockTimeoutOpt = None,
@@ -33,8 +27,8 @@ def db_init(
     Refuses to touch an Airflow database older than 3.3."""
     from statestore_cli import commands  # here, not at the top: `--help` need not load SQLAlchemy
 
-    out = _output(output, header)
-    settings = _settings(ctx)
+    out = choose_output(output, header)
+    settings = settings_of(ctx)
     report = commands.db_init(settings)
     out.db_report(report, created=True)
     if report.created_file is not None:  # on stderr: stdout keeps the report (JSON with -o json)
@@ -43,15 +37,15 @@ def db_init(
         sys.stderr.write(safe_text(f"statestore: created the SQLite file {report.created_file} ({why})") + "\n")
 
 
-@db_app.command("check", epilog=_examples("db check", "db check -o json"))
+@db_app.command("check", epilog=examples("db check", "db check -o json"))
 def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Report engine, schema state and mode.
 
     Exits 0 only when the store is usable, else 3 with the reason."""
     from statestore_cli import commands
 
-    out = _output(output, header)
-    checked = commands.db_check(_settings(ctx))
+    out = choose_output(output, header)
+    checked = commands.db_check(settings_of(ctx))
     problem = checked.problem()
     decided(ctx, problem)
     out.db_report(checked)
@@ -60,15 +54,15 @@ def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: He
 
 
 # -- config -----------------------------------------------------------------------------------------
-@config_app.command("show", epilog=_examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"))
+@config_app.command("show", epilog=examples("config show", "--config /opt/airflow/airflow.cfg config show -o json"))
 def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Show every effective setting and where it came from.
 
     Secrets are masked."""
     from statestore_cli import commands
 
-    out = _output(output, header)
-    settings = _settings(ctx)
+    out = choose_output(output, header)
+    settings = settings_of(ctx)
     config_file = str(settings.config_file) if settings.config_file else None
     searched = settings.config_search.worded(FLAGS) if settings.config_search else None
     out.config(commands.config_rows(settings), config_file, str(settings.airflow_home), searched)

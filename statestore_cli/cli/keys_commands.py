@@ -7,25 +7,21 @@ from typing import Annotated, Optional
 
 import typer
 
-from statestore_cli.cli.app import (
-    _MAX_BATCH_SIZE,
-    _TASK,
+from statestore_cli.cli.apps import app
+from statestore_cli.cli.confirm import confirm_delete, key_count
+from statestore_cli.cli.context import metrics_labels, settings_of
+from statestore_cli.cli.help_text import TASK_EXAMPLE, examples, section
+from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.options import (
+    MAX_BATCH_SIZE,
     HeaderOpt,
     KeyOpt,
     LockTimeoutOpt,
     MetricsLabelOpt,
     OutputOpt,
     StoreOpt,
-    _confirm_delete,
-    _examples,
-    _keys,
-    _metrics_labels,
-    _output,
-    _section,
-    _settings,
-    app,
+    choose_output,
 )
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text, warning_line
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
@@ -42,7 +38,9 @@ from statestore_cli.scopes import StoreScope, TaskScope
 # -- keys -------------------------------------------------------------------------------------------
 @app.command(
     "get",
-    epilog=_examples(f"get {_TASK} job_id", "get --asset-name orders watermark -o json", f"get {_TASK} job_id --raw"),
+    epilog=examples(
+        f"get {TASK_EXAMPLE} job_id", "get --asset-name orders watermark -o json", f"get {TASK_EXAMPLE} job_id --raw"
+    ),
 )
 @with_scope_options
 def get(
@@ -68,10 +66,10 @@ def get(
     from statestore_cli import commands
     from statestore_cli.accessors import StateReferenceWarning
 
-    out = _output(output)
+    out = choose_output(output)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StateReferenceWarning)
-        entry = commands.get_entry(_settings(ctx), scope_of(scope_args), key, raw=raw)
+        entry = commands.get_entry(settings_of(ctx), scope_of(scope_args), key, raw=raw)
     for warning in caught:
         if issubclass(warning.category, StateReferenceWarning):
             sys.stderr.write(warning_line(str(warning.message)))
@@ -82,8 +80,8 @@ def get(
 
 @app.command(
     "set",
-    epilog=_examples(
-        f'set {_TASK} job_id \'{{"id": "j-123"}}\' --retention 6h',
+    epilog=examples(
+        f'set {TASK_EXAMPLE} job_id \'{{"id": "j-123"}}\' --retention 6h',
         "set --asset-name orders watermark 2026-11-30 --string",
     ),
 )
@@ -99,7 +97,7 @@ def set_(
             "--retention",
             metavar="DURATION",
             help="never, or a duration: 90s, 15m, 6h, 7d, 1d12h, P7D (task keys only). "
-            f"Default: {_section('state_store')} default_retention_days (30 unless configured).",
+            f"Default: {section('state_store')} default_retention_days (30 unless configured).",
         ),
     ] = None,
     string: Annotated[
@@ -134,14 +132,14 @@ def set_(
     instant = parse_instant(expires_at, "--expires-at") if expires_at is not None else None
     document = read_value(value, as_string=string)
     if keep_expiry:
-        commands.replace_value(_settings(ctx), scope, key, document)
+        commands.replace_value(settings_of(ctx), scope, key, document)
         Output.choose().line(f"replaced '{safe_text(key)}' for {safe_text(scope.describe())} (expiry kept)")
         return
     stored: Optional[datetime]
     if instant is not None:
-        stored = commands.set_value_until(_settings(ctx), scope, key, document, instant, force=force)
+        stored = commands.set_value_until(settings_of(ctx), scope, key, document, instant, force=force)
     else:
-        stored = commands.set_value(_settings(ctx), scope, key, document, parsed_retention)
+        stored = commands.set_value(settings_of(ctx), scope, key, document, parsed_retention)
     expiry = "never expires" if stored is None else f"expires {stored:%Y-%m-%d %H:%M:%S} UTC"
     Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
 
@@ -158,7 +156,7 @@ def _check_expiry_options(retention: Optional[str], keep_expiry: bool, expires_a
         raise InvalidInputError("--force goes with --expires-at (to accept an instant in the past)")
 
 
-@app.command("delete", epilog=_examples(f"delete {_TASK} job_id"))
+@app.command("delete", epilog=examples(f"delete {TASK_EXAMPLE} job_id"))
 @with_scope_options
 def delete(
     ctx: typer.Context,
@@ -172,7 +170,7 @@ def delete(
     from statestore_cli import commands
 
     scope = scope_of(scope_args)
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     removed = commands.delete_key(settings, scope, key)
     what = "deleted" if removed != 0 else "no such key, nothing deleted:"
     line = f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}"
@@ -195,8 +193,8 @@ def _elsewhere(settings: Settings, scope: StoreScope, key: Optional[str] = None)
 
 @app.command(
     "clear",
-    epilog=_examples(
-        f"clear {_TASK}",
+    epilog=examples(
+        f"clear {TASK_EXAMPLE}",
         "clear --dag-id etl --run-id manual__1 --task-id load --all-map-indices --yes",
         "clear --dag-id etl --run-id manual__1 --yes",
         "clear --dag-id etl --batch-size 10000 --yes",
@@ -217,7 +215,7 @@ def clear(
             min=0,
             metavar="N",
             help="A whole run or dag: keys per committed batch; 0 = one statement. "
-            f"Default: {_section('state_store')} state_cleanup_batch_size.",
+            f"Default: {section('state_store')} state_cleanup_batch_size.",
         ),
     ] = None,
     lock_timeout: LockTimeoutOpt = None,
@@ -232,7 +230,7 @@ def clear(
     from statestore_cli import commands
     from statestore_cli.scopes import describe_keys_of
 
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     dag_id = _whole_run_or_dag(scope_args, all_map_indices)
     if dag_id is not None:
         _clear_run_or_dag(settings, dag_id, scope_args.run_id, yes, batch_size)
@@ -246,9 +244,9 @@ def clear(
         hint = "" if all_map_indices else _elsewhere(settings, scope)
         Output.choose().line(f"nothing to clear: no keys for {where}{hint}")
         return
-    _confirm_delete(yes, "clear deletes keys", f"Delete {'all keys' if count is None else _keys(count)} of {where}?")
+    confirm_delete(yes, "clear deletes keys", f"Delete {'all keys' if count is None else key_count(count)} of {where}?")
     removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
-    Output.choose().line(f"deleted {'keys' if removed is None else _keys(removed)} of {where}")
+    Output.choose().line(f"deleted {'keys' if removed is None else key_count(removed)} of {where}")
 
 
 def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> Optional[str]:
@@ -267,23 +265,21 @@ def _clear_run_or_dag(
 ) -> None:
     from statestore_cli import lifecycle
 
-    if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
-        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
+    if batch_size is not None and batch_size > MAX_BATCH_SIZE:
+        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {MAX_BATCH_SIZE}")
     where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
     whole = "every task of the run" if run_id is not None else "every run and task of the dag"
     count = lifecycle.count_task_keys(settings, dag_id, run_id)
     if count == 0:
         Output.choose().line(f"nothing to clear: no task keys for {where}")
         return
-    _confirm_delete(yes, "clear deletes keys", f"Delete {_keys(count)} of {where} ({whole})?")
+    confirm_delete(yes, "clear deletes keys", f"Delete {key_count(count)} of {where} ({whole})?")
     removed, batches = lifecycle.clear_task_keys(settings, dag_id, run_id, batch_size)
     plural = "es" if batches != 1 else ""
-    Output.choose().line(f"deleted {_keys(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
+    Output.choose().line(f"deleted {key_count(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
 
 
-@app.command(
-    "list", epilog=_examples("list --dag-id etl", "list --store asset -o json", "list --limit 50 --offset 100")
-)
+@app.command("list", epilog=examples("list --dag-id etl", "list --store asset -o json", "list --limit 50 --offset 100"))
 @with_scope_options
 def list_(
     ctx: typer.Context,
@@ -304,16 +300,16 @@ def list_(
     Ordered by scope and key; any scope option filters."""
     from statestore_cli import commands
 
-    out = _output(output, header)
+    out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     shown = out.entries(commands.list_entries(settings, filt, limit=limit, offset=offset), filt)
     if shown == 0 and offset == 0:
         _near_misses(settings, filt)
 
 
 @app.command(
-    "stats", epilog=_examples("stats", "stats --dag-id etl -o json", "stats --metrics-file statestore_stats.prom")
+    "stats", epilog=examples("stats", "stats --dag-id etl -o json", "stats --metrics-file statestore_stats.prom")
 )
 @with_scope_options
 def stats(
@@ -338,7 +334,7 @@ def stats(
     On a terminal it also charts when task keys expire."""
     from statestore_cli import commands
 
-    out = _output(output, header)
+    out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
     if metrics_label and metrics_file is None:
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
@@ -346,10 +342,10 @@ def stats(
     if metrics_file is not None:
         from statestore_cli.metrics import check_writable
 
-        labels = _metrics_labels(ctx, metrics_label)  # a bad label or path fails before anything is counted
+        labels = metrics_labels(ctx, metrics_label)  # a bad label or path fails before anything is counted
         target = metrics_file.expanduser()
         check_writable(target)
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     figures = commands.stats(settings, filt)
     if target is not None:
         from statestore_cli.metrics import write_file

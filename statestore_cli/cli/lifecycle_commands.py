@@ -4,22 +4,19 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from statestore_cli.cli.app import (
-    _MAX_BATCH_SIZE,
+from statestore_cli.cli.apps import assets_app, runs_app
+from statestore_cli.cli.confirm import confirm_delete, key_count
+from statestore_cli.cli.context import settings_of
+from statestore_cli.cli.help_text import examples, section
+from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.options import (
+    MAX_BATCH_SIZE,
     DeleteDryRunOpt,
     HeaderOpt,
     LockTimeoutOpt,
     OutputOpt,
-    _confirm_delete,
-    _examples,
-    _keys,
-    _output,
-    _section,
-    _settings,
-    assets_app,
-    runs_app,
+    choose_output,
 )
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.errors import (
@@ -32,7 +29,7 @@ if TYPE_CHECKING:
 
 # -- assets and runs --------------------------------------------------------------------------------
 @assets_app.command(
-    "sweep", epilog=_examples("assets sweep --dry-run", "assets sweep --batch-size 1000", "assets sweep -o json")
+    "sweep", epilog=examples("assets sweep --dry-run", "assets sweep --batch-size 1000", "assets sweep -o json")
 )
 def assets_sweep(
     ctx: typer.Context,
@@ -42,10 +39,10 @@ def assets_sweep(
         typer.Option(
             "--batch-size",
             min=0,
-            max=_MAX_BATCH_SIZE,
+            max=MAX_BATCH_SIZE,
             metavar="N",
             help="Keys per committed batch; 0 = one statement per asset. "
-            f"Default: {_section('state_store')} state_cleanup_batch_size.",
+            f"Default: {section('state_store')} state_cleanup_batch_size.",
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
@@ -62,15 +59,15 @@ def assets_sweep(
     Answering no exits 1, nothing deleted."""
     from statestore_cli import lifecycle
 
-    out = _output(output, header)
-    settings = _settings(ctx)
+    out = choose_output(output, header)
+    settings = settings_of(ctx)
     if dry_run:
         out.sweep_plan(lifecycle.plan_sweep(settings))
         return
     if not yes:
         plan = list(lifecycle.plan_sweep(settings))
         if plan:
-            _confirm_delete(False, "assets sweep deletes keys", _sweep_question(plan))
+            confirm_delete(False, "assets sweep deletes keys", _sweep_question(plan))
     out.sweep_report(lifecycle.sweep(settings, batch_size))
 
 
@@ -80,10 +77,10 @@ def _sweep_question(plan: list["SweptAsset"], shown: int = 3) -> str:
     names = ", ".join(safe_text(found.name) for found in plan[:shown])
     more = f" and {len(plan) - shown:,} more" if len(plan) > shown else ""
     assets = f"{len(plan):,} inactive asset{'s' if len(plan) != 1 else ''}"
-    return f"Delete {_keys(keys)} (they never expire) of {assets}: {names}{more}?"
+    return f"Delete {key_count(keys)} (they never expire) of {assets}: {names}{more}?"
 
 
-@assets_app.command("delete", epilog=_examples("assets delete --asset-name orders", "assets delete --asset-id 7 --yes"))
+@assets_app.command("delete", epilog=examples("assets delete --asset-name orders", "assets delete --asset-id 7 --yes"))
 def assets_delete(
     ctx: typer.Context,
     asset_name: Annotated[Optional[str], typer.Option("--asset-name", help="Asset name.")] = None,
@@ -99,19 +96,19 @@ def assets_delete(
     from statestore_cli import lifecycle
     from statestore_cli.scopes import AssetScope
 
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     if asset_name is None and asset_uri is None and asset_id is None:
         raise InvalidInputError("assets delete needs --asset-name, --asset-uri or --asset-id")
     scope = AssetScope(asset_id=asset_id, name=asset_name, uri=asset_uri)
     lifecycle.require_standalone(settings, "delete assets")
     found = lifecycle.find_asset(settings, scope)
     where = safe_text(f"asset_id={found.asset_id} name={found.name} uri={found.uri}")
-    _confirm_delete(yes, "assets delete deletes an asset", f"Delete {where} and its {_keys(found.keys)}?")
+    confirm_delete(yes, "assets delete deletes an asset", f"Delete {where} and its {key_count(found.keys)}?")
     gone = lifecycle.delete_asset(settings, scope)
-    Output.choose().line(f"deleted {where} and its {_keys(gone.keys)}")
+    Output.choose().line(f"deleted {where} and its {key_count(gone.keys)}")
 
 
-@runs_app.command("delete", epilog=_examples("runs delete --dag-id etl --run-id manual__1 --yes"))
+@runs_app.command("delete", epilog=examples("runs delete --dag-id etl --run-id manual__1 --yes"))
 def runs_delete(
     ctx: typer.Context,
     dag_id: Annotated[str, typer.Option("--dag-id", help="DAG id of the run.")],
@@ -126,12 +123,12 @@ def runs_delete(
     from statestore_cli import lifecycle
     from statestore_cli.errors import NotFoundError
 
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
     lifecycle.require_standalone(settings, "delete dag runs")
     keys = lifecycle.count_run_keys(settings, dag_id, run_id)
     if keys is None:
         raise NotFoundError(f"no dag run {where}")
-    _confirm_delete(yes, "runs delete deletes a run", f"Delete the dag run {where} and its {_keys(keys)}?")
+    confirm_delete(yes, "runs delete deletes a run", f"Delete the dag run {where} and its {key_count(keys)}?")
     removed = lifecycle.delete_run(settings, dag_id, run_id)
-    Output.choose().line(f"deleted the dag run {where} and its {_keys(removed)}")
+    Output.choose().line(f"deleted the dag run {where} and its {key_count(removed)}")

@@ -13,25 +13,21 @@ pipe) never pay for it.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.documents import entry_json, expired_notice, get_output, iso
 from statestore_cli.cli.failure import FLAGS
-from statestore_cli.cli.modes import resolve
-from statestore_cli.cli.safe_text import plain_field, safe_json, safe_json_text, safe_text
+from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
+from statestore_cli.cli.writer import Writer, cell
 from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import InterruptedByUser, StopReason
 from statestore_cli.timestamps import expired_before, human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
-    from rich.console import Console
     from rich.text import Text
 
     from statestore_cli.backend_check import CheckReport
@@ -53,7 +49,6 @@ TASK_KEY_COLUMNS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", 
 DAG_RUN_KEY_COLUMNS = ("store", "dag_id", "run_id", "key", "updated_at", "expires_at")
 ASSET_KEY_COLUMNS = ("store", "asset_id", "name", "uri", "key", "updated_at", "expires_at")
 EXPIRED_ROW_COLUMNS = ("dag_id", "run_id", "task_id", "map_index", "key", "expires_at")
-FIELD_COLUMNS = ("field", "value")  # db check/init and a clean's report: one field per line
 CONFIG_COLUMNS = ("option", "value", "source")
 
 
@@ -68,7 +63,7 @@ def expired_row_document(row: ExpiredRow) -> dict[str, object]:
     return document
 
 
-def _expired_row_json(row: ExpiredRow) -> str:
+def expired_row_json(row: ExpiredRow) -> str:
     if row.task_id is None or row.region_id is not None:  # a dag-run key, or a key in a region
         return safe_json(expired_row_document(row))
     # Hand-built for speed, byte for byte what safe_json() of the same dict gives (a test holds it to that).
@@ -85,63 +80,8 @@ def _seconds(duration: timedelta) -> int | float:
     return int(seconds) if seconds.is_integer() else seconds
 
 
-def _cell(value: object) -> Text:
-    from rich.text import Text
-
-    return Text("" if value is None else safe_text(value))
-
-
-class Output:
-    """Where and how one command writes: ``mode`` is table, plain or json; ``header``: plain records
-    are preceded by a line naming their columns."""
-
-    def __init__(self, mode: str, header: bool = False) -> None:
-        self.mode = mode
-        self.header = header
-
-    @cached_property
-    def console(self) -> Console:
-        return _console(stderr=False)
-
-    @cached_property
-    def stderr(self) -> Console:
-        return _console(stderr=True)
-
-    @classmethod
-    def choose(cls, requested: str = "auto", header: bool = False) -> Output:
-        return cls(resolve(requested), header)
-
-    @property
-    def json(self) -> bool:
-        return self.mode == "json"
-
-    def line(self, text: str) -> None:
-        """A message for people, already safe: on stdout beside a table, else on stderr (plain and JSON
-        stdout hold records only)."""
-        self._message(text, stderr=self.mode != "table")
-
-    def _message(self, text: str, *, stderr: bool) -> None:
-        if self.mode != "table":  # unstyled, unwrapped: what rich prints for it, without loading rich
-            stream = sys.stderr if stderr else sys.stdout
-            stream.write(text + "\n")
-            return
-        from rich.text import Text
-
-        (self.stderr if stderr else self.console).print(Text(text), soft_wrap=True)
-
-    def note(self, text: str) -> None:
-        """Something the user should know that is not the result: on stderr, in every mode."""
-        self._message(f"note: {text}", stderr=True)
-
-    def write_json(self, document: Any) -> None:
-        sys.stdout.write(safe_json(document) + "\n")
-
-    def plain_row(self, *cells: object) -> None:
-        sys.stdout.write("\t".join("" if c is None else plain_field(c) for c in cells) + "\n")
-
-    def plain_header(self, columns: tuple[str, ...]) -> None:
-        if self.header:
-            sys.stdout.write("\t".join(columns) + "\n")
+class Output(Writer):
+    """Every command's result as a table, plain records or JSON; ``Writer`` is where and how it goes."""
 
     # -- keys ---------------------------------------------------------------------------------------
     def value(self, entry: Entry) -> None:
@@ -244,7 +184,7 @@ class Output:
         count = 0
         lines: list[str] = []
         for row in plan.rows:
-            lines.append(_expired_row_json(row))
+            lines.append(expired_row_json(row))
             count += 1
             read[0] = count
             if len(lines) == 1000:
@@ -317,7 +257,7 @@ class Output:
     def export_summary(self, summary: ExportSummary, target: str) -> None:
         """One line for people on stderr: stdout may be the export itself."""
         runs = f"{summary.dag_run:,} dag-run, " if summary.dag_run else ""  # only Airflow 3.4 has them
-        self._message(
+        self.message(
             f"exported {_count(summary.keys, 'key')} ({summary.task:,} task, {runs}{summary.asset:,} asset) "
             f"to {safe_text(target)} in {summary.elapsed:.1f}s",
             stderr=True,
@@ -361,7 +301,7 @@ class Output:
             runs, assets = _count(summary.dag_runs_created, "dag run"), _count(summary.assets_created, "asset")
             lines.append(f"  {made} {runs} and {assets}")
         for line in lines:
-            self._message(line, stderr=True)
+            self.message(line, stderr=True)
 
     # -- assets sweep -------------------------------------------------------------------------------
     def sweep_plan(self, assets: Iterable[SweptAsset]) -> None:
@@ -374,43 +314,7 @@ class Output:
 
         show_report(self, report)
 
-    # -- progress -----------------------------------------------------------------------------------
-    @property
-    def shows_progress(self) -> bool:
-        """A progress bar only for a person at a terminal: never in JSON, plain output or a pipe."""
-        return self.mode == "table" and self.console.is_terminal
-
-    @contextmanager
-    def progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
-        """A transient bar (rows done, rate, time left) while the block runs; a no-op off a terminal."""
-        if not self.shows_progress:
-            yield lambda _done: None
-            return
-        from statestore_cli.cli.progress import progress_bar  # rich.progress only when a bar is shown
-
-        with progress_bar(self.console, label, total) as advance:
-            yield advance
-
-    @contextmanager
-    def stderr_progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
-        """A transient bar on stderr, for a command whose stdout is its result (``import -o json``);
-        a no-op unless stderr is a terminal (rich is not even imported then)."""
-        if not sys.stderr.isatty():
-            yield lambda _done: None
-            return
-        from statestore_cli.cli.progress import progress_bar
-
-        with progress_bar(self.stderr, label, total) as advance:
-            yield advance
-
     # -- db and config ------------------------------------------------------------------------------
-    def plain_fields(self, doc: dict[str, Any]) -> None:
-        """A document as ``field<TAB>value`` records: lists joined by ", ", ``-`` for none."""
-        self.plain_header(FIELD_COLUMNS)
-        for name, value in doc.items():
-            shown = ", ".join(value) if isinstance(value, list) else value
-            self.plain_row(name, "-" if shown in (None, "") else shown)
-
     def db_report(self, report: DbReport, *, created: bool = False) -> None:
         schema = report.schema
         problem = report.problem()  # the reason the store is not usable, in the report itself too
@@ -448,7 +352,7 @@ class Output:
         grid.add_column(overflow="fold")
         for name, value in doc.items():
             shown = ", ".join(value) if isinstance(value, list) else value
-            grid.add_row(_cell(name), _cell("-" if shown in (None, "") else shown))
+            grid.add_row(cell(name), cell("-" if shown in (None, "") else shown))
         self.console.print(grid)
 
     def config(
@@ -466,7 +370,7 @@ class Output:
                 self.plain_row(f"{row.section}.{row.option}", row.value, _source(row))
             return
         found = config_file or "none found" + (f" (tried: {searched})" if searched else "")
-        self.console.print(_cell(f"config file: {found}"), soft_wrap=True)
+        self.console.print(cell(f"config file: {found}"), soft_wrap=True)
         for line in config_lines(rows, config_file, self.console.width):
             self.console.print(line, soft_wrap=True)
 
@@ -535,20 +439,6 @@ def _count(number: int, noun: str) -> str:
 def _source(row: ConfigRow) -> str:
     """Where a setting came from; a value passed on the command line is named by its flag."""
     return FLAGS.get(row.parameter, row.parameter) if row.parameter else row.source
-
-
-def _console(*, stderr: bool) -> Console:
-    from rich.console import Console
-
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:
-            # rich's own handling exits 1; the CLI ends a closed pipe in one place (cli.failure).
-            self.quiet = True  # and nothing more is drawn on the way out (a progress bar's last frame)
-            raise  # the BrokenPipeError being handled
-
-    # NO_COLOR (no-color.org) asks for no ANSI styling at all, not only no colours.
-    plain = bool(os.environ.get("NO_COLOR"))
-    return _Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")
 
 
 def _layout_fields(layout: Layout | None) -> dict[str, object]:

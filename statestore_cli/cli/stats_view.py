@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from statestore_cli.cli.render import Output
+    from statestore_cli.cli.writer import Writer
     from statestore_cli.stats import AssetStats, DagFigures, DagRunStats, DayCount, StoreStats, TaskStats
 
 # How each expiry bucket is worded for people; every task key is in exactly one of them.
@@ -43,7 +43,7 @@ NOT_APPLICABLE = "-"  # plain output's null
 PLAIN_COLUMNS = ("section", "name", "value")
 
 
-def show(out: Output, stats: StoreStats) -> None:
+def show(out: Writer, stats: StoreStats) -> None:
     if out.json:
         out.write_json(stats_document(stats))
     elif out.mode == "plain":

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from statestore_cli.cli.safe_text import safe_text
 
 if TYPE_CHECKING:
-    from statestore_cli.cli.render import Output
+    from statestore_cli.cli.writer import Writer
     from statestore_cli.lifecycle import SweepReport, SweptAsset
 
 
@@ -25,7 +25,7 @@ def _assets(count: int) -> str:
     return f"{count:,} inactive asset{'s' if count != 1 else ''}"
 
 
-def show_plan(out: Output, assets: Iterable[SweptAsset]) -> None:
+def show_plan(out: Writer, assets: Iterable[SweptAsset]) -> None:
     """The dry run: every inactive asset with its keys, then what would go."""
     shown = list(assets)  # one entry per asset, not per key: an inactive asset's keys are few
     total = sum(len(a.keys) for a in shown)
@@ -57,7 +57,7 @@ def show_plan(out: Output, assets: Iterable[SweptAsset]) -> None:
     out.line(f"dry run: {_keys(total)} of {_assets(len(shown))} would be deleted")
 
 
-def show_report(out: Output, report: SweepReport) -> None:
+def show_report(out: Writer, report: SweepReport) -> None:
     """The real run: how many keys went per asset, and in all."""
     if out.json:
         out.write_json(
@@ -86,7 +86,7 @@ def show_report(out: Output, report: SweepReport) -> None:
     out.line(f"deleted {_keys(report.deleted)} of {_assets(len(report.assets))} in {batches}")
 
 
-def _table(out: Output, assets: tuple[SweptAsset, ...]) -> None:
+def _table(out: Writer, assets: tuple[SweptAsset, ...]) -> None:
     from rich.table import Table
     from rich.text import Text
 

@@ -6,17 +6,11 @@ from typing import Annotated, BinaryIO, Optional
 
 import typer
 
-from statestore_cli.cli.app import (
-    KeyOpt,
-    LockTimeoutOpt,
-    OutputOpt,
-    StoreOpt,
-    _examples,
-    _output,
-    _settings,
-    app,
-)
+from statestore_cli.cli.apps import app
+from statestore_cli.cli.context import settings_of
+from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.modes import OutputMode
+from statestore_cli.cli.options import KeyOpt, LockTimeoutOpt, OutputOpt, StoreOpt, choose_output
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.scope_options import as_filter, with_scope_options
 from statestore_cli.entries import KeyFilter
@@ -30,7 +24,7 @@ _MAX_IMPORT_BATCH = 100_000  # transfer.MAX_BATCH_SIZE, without importing SQLAlc
 
 @app.command(
     "export",
-    epilog=_examples(
+    epilog=examples(
         "export --file /backup/statestore-2026-11-30.jsonl", "export --dag-id etl > etl.jsonl", "export --store asset"
     ),
 )
@@ -56,7 +50,7 @@ def export(
     from statestore_cli import transfer
 
     filt = as_filter(scope_args, store, key)
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     if file is None:
         summary = transfer.write_export(settings, filt, sys.stdout)
     else:
@@ -66,7 +60,7 @@ def export(
 
 @app.command(
     "import",
-    epilog=_examples(
+    epilog=examples(
         "import --dry-run /backup/statestore-2026-11-30.jsonl",
         "import /backup/statestore-2026-11-30.jsonl",
         "--conn postgresql+psycopg://airflow@db/airflow export | statestore import -",
@@ -94,8 +88,8 @@ def import_(
     The summary goes to stderr (-o json: to stdout)."""
     from statestore_cli import transfer
 
-    out = _output(output)
-    settings = _settings(ctx)
+    out = choose_output(output)
+    settings = settings_of(ctx)
     try:
         stream = sys.stdin.buffer if source == "-" else open(source, "rb")  # noqa: SIM115  (closed below)
     except OSError as exc:

@@ -1,0 +1,37 @@
+"""The question every deleting command asks before it deletes, and how it counts what it deletes."""
+
+import sys
+
+from statestore_cli.errors import InterruptedByUser, InvalidInputError, NotConfirmedError
+
+
+def confirm_delete(yes: bool, action: str, question: str) -> None:
+    """The confirmation rule of every deleting command: --yes, or y/yes typed at a terminal."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InvalidInputError(f"{action} and stdin is not a terminal to confirm on; pass --yes")
+    if not confirm(f"{question} [y/N] "):
+        raise NotConfirmedError("nothing deleted (answered no)")
+
+
+def confirm(question: str) -> bool:
+    """Ask ``question`` on the terminal (stderr, so stdout keeps only results): only y or yes confirms.
+    Ctrl-C and end of input (Ctrl-D) end the command with their own error, on a line of their own."""
+    sys.stdout.flush()
+    try:  # from before the question shows: a Ctrl-C typed as soon as it appears lands here too
+        sys.stderr.write(question)
+        sys.stderr.flush()
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")  # the terminal shows ^C after the question: the error goes below it
+        raise InterruptedByUser("interrupted at the question; nothing deleted") from None
+    if not answer:  # end of input: no line was typed, so the cursor is still after the question
+        sys.stderr.write("\n")
+        raise NotConfirmedError("nothing deleted (no answer: end of input)")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def key_count(count: int) -> str:
+    """``1 key``, ``1,000 keys``: how questions and their answers count keys."""
+    return f"{count:,} key{'s' if count != 1 else ''}"

@@ -1,0 +1,66 @@
+"""What a command knows of the root options: ``CliState`` (set by the root callback, read through the
+click context) and the settings they resolve, loaded once per run and on first use."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from statestore_cli.cli.failure import FLAGS, warn
+from statestore_cli.config import Settings, load_settings
+from statestore_cli.errors import StateStoreError
+
+
+@dataclass
+class CliState:
+    config_path: Optional[Path] = None
+    conn: Optional[str] = None
+    debug: bool = False
+    connect_timeout: Optional[str] = None
+    lock_timeout: Optional[str] = None  # a writing command's --lock-timeout (``options.LockTimeoutOpt``)
+    _settings: Optional[Settings] = field(default=None, repr=False)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings(
+                self.config_path,
+                self.conn,
+                connect_timeout_override=self.connect_timeout,
+                lock_timeout_override=self.lock_timeout,
+            )
+            for note in self._settings.warnings:  # a typo in an option name must not pass unnoticed
+                warn(note.worded(FLAGS))
+        return self._settings
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """The settings of this run: the configuration as the root options (and --lock-timeout) change it."""
+    state: CliState = ctx.find_root().obj
+    return state.settings
+
+
+def take_lock_timeout(ctx: typer.Context, value: Optional[str]) -> Optional[str]:
+    """Hand a writing command's --lock-timeout to the settings as it is parsed: however the command
+    reaches them, they are read with it (and check it, exit 2 when it is no duration)."""
+    state = ctx.find_root().obj
+    if value is not None and isinstance(state, CliState):  # not set while the shell completes a word
+        state.lock_timeout = value
+    return value
+
+
+def metrics_labels(ctx: typer.Context, given: Optional[list[str]]) -> dict[str, str]:
+    """The labels of a metrics file: the pairs ``given`` (checked first: a bad one writes nothing), and
+    the ``database`` the configured URL names unless one of them does. A configuration that cannot be
+    read names no database (``unknown``); the run fails on it and records that."""
+    from statestore_cli.metrics import DATABASE, database_label, metric_labels
+
+    labels = metric_labels(given or [], "unknown")
+    if any(pair.partition("=")[0] == DATABASE for pair in given or []):
+        return labels
+    try:
+        database = database_label(settings_of(ctx).sql_alchemy_conn)
+    except StateStoreError:
+        database = "unknown"
+    return {**labels, DATABASE: database}

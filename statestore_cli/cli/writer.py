@@ -1,0 +1,137 @@
+"""Where and how one command writes (``Writer``): its mode (``table``, ``plain`` or ``json``), its consoles,
+and what each mode writes with: lines for people, JSON documents, tab-separated records, progress bars.
+
+``render.Output`` builds every command's result on it; the views it hands results to (``stats_view``,
+``sweep_view``, ``backend_views``) take a ``Writer``, so they need nothing of ``render``.
+rich is imported only when a table, a styled line or a progress bar is drawn."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from statestore_cli.cli.modes import resolve
+from statestore_cli.cli.safe_text import plain_field, safe_json, safe_text
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from rich.console import Console
+    from rich.text import Text
+
+FIELD_COLUMNS = ("field", "value")  # db check/init and a clean's report: one field per line
+
+
+def cell(value: object) -> Text:
+    """A table cell of stored text: made safe, and never read as rich markup."""
+    from rich.text import Text
+
+    return Text("" if value is None else safe_text(value))
+
+
+class Writer:
+    """Where and how one command writes: ``mode`` is table, plain or json; ``header``: plain records
+    are preceded by a line naming their columns."""
+
+    def __init__(self, mode: str, header: bool = False) -> None:
+        self.mode = mode
+        self.header = header
+
+    @cached_property
+    def console(self) -> Console:
+        return _console(stderr=False)
+
+    @cached_property
+    def stderr(self) -> Console:
+        return _console(stderr=True)
+
+    @classmethod
+    def choose(cls, requested: str = "auto", header: bool = False) -> Self:
+        return cls(resolve(requested), header)
+
+    @property
+    def json(self) -> bool:
+        return self.mode == "json"
+
+    def line(self, text: str) -> None:
+        """A message for people, already safe: on stdout beside a table, else on stderr (plain and JSON
+        stdout hold records only)."""
+        self.message(text, stderr=self.mode != "table")
+
+    def message(self, text: str, *, stderr: bool) -> None:
+        """A line for people, already safe, on the stream asked for."""
+        if self.mode != "table":  # unstyled, unwrapped: what rich prints for it, without loading rich
+            stream = sys.stderr if stderr else sys.stdout
+            stream.write(text + "\n")
+            return
+        from rich.text import Text
+
+        (self.stderr if stderr else self.console).print(Text(text), soft_wrap=True)
+
+    def note(self, text: str) -> None:
+        """Something the user should know that is not the result: on stderr, in every mode."""
+        self.message(f"note: {text}", stderr=True)
+
+    def write_json(self, document: Any) -> None:
+        sys.stdout.write(safe_json(document) + "\n")
+
+    def plain_row(self, *cells: object) -> None:
+        sys.stdout.write("\t".join("" if c is None else plain_field(c) for c in cells) + "\n")
+
+    def plain_header(self, columns: tuple[str, ...]) -> None:
+        if self.header:
+            sys.stdout.write("\t".join(columns) + "\n")
+
+    def plain_fields(self, doc: dict[str, Any]) -> None:
+        """A document as ``field<TAB>value`` records: lists joined by ", ", ``-`` for none."""
+        self.plain_header(FIELD_COLUMNS)
+        for name, value in doc.items():
+            shown = ", ".join(value) if isinstance(value, list) else value
+            self.plain_row(name, "-" if shown in (None, "") else shown)
+
+    # -- progress -----------------------------------------------------------------------------------
+    @property
+    def shows_progress(self) -> bool:
+        """A progress bar only for a person at a terminal: never in JSON, plain output or a pipe."""
+        return self.mode == "table" and self.console.is_terminal
+
+    @contextmanager
+    def progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """A transient bar (rows done, rate, time left) while the block runs; a no-op off a terminal."""
+        if not self.shows_progress:
+            yield lambda _done: None
+            return
+        from statestore_cli.cli.progress import progress_bar  # rich.progress only when a bar is shown
+
+        with progress_bar(self.console, label, total) as advance:
+            yield advance
+
+    @contextmanager
+    def stderr_progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        """A transient bar on stderr, for a command whose stdout is its result (``import -o json``);
+        a no-op unless stderr is a terminal (rich is not even imported then)."""
+        if not sys.stderr.isatty():
+            yield lambda _done: None
+            return
+        from statestore_cli.cli.progress import progress_bar
+
+        with progress_bar(self.stderr, label, total) as advance:
+            yield advance
+
+
+def _console(*, stderr: bool) -> Console:
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own handling exits 1; the CLI ends a closed pipe in one place (cli.failure).
+            self.quiet = True  # and nothing more is drawn on the way out (a progress bar's last frame)
+            raise  # the BrokenPipeError being handled
+
+    # NO_COLOR (no-color.org) asks for no ANSI styling at all, not only no colours.
+    plain = bool(os.environ.get("NO_COLOR"))
+    return _Console(stderr=stderr, highlight=False, soft_wrap=stderr, color_system=None if plain else "auto")

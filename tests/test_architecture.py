@@ -1,0 +1,299 @@
+"""The package's shape, read from its source with ``ast``: no module imports another in a circle (imports
+inside functions count, as they run too), none uses another module's private (underscore) names, and the
+library (everything outside ``statestore_cli.cli``) never imports typer, rich or the CLI package.
+
+Imports under ``if TYPE_CHECKING:`` count as well: a cycle of annotations is still two modules that can
+only be understood together."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import statestore_cli
+
+ROOT = Path(statestore_cli.__file__).parent
+PACKAGE = "statestore_cli"
+CLI = f"{PACKAGE}.cli"
+UI_LIBRARIES = ("typer", "rich", "click")
+
+
+def module_name(path: Path, root: Path = ROOT, package: str = PACKAGE) -> str:
+    parts = [package, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    is_package: bool
+    tree: ast.Module
+    imports: dict[str, int] = field(default_factory=dict)  # module imported -> first line
+    external: dict[str, int] = field(default_factory=dict)  # top-level name outside the package -> line
+    private_uses: list[tuple[int, int, str]] = field(default_factory=list)  # line, column, what
+
+
+def load_modules(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Module]:
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        name = module_name(path, root, package)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        modules[name] = Module(name, path, path.name == "__init__.py", tree)
+    for module in modules.values():
+        _read_imports(module, modules, package)
+    return modules
+
+
+def _absolute(module: Module, node: ast.ImportFrom) -> str:
+    """The module an ``from X import ...`` names, a relative one resolved against ``module``."""
+    if not node.level:
+        return node.module or ""
+    base = module.name.split(".")
+    if not module.is_package:
+        base = base[:-1]  # a module's siblings are its package's
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _read_imports(module: Module, modules: dict[str, Module], package: str) -> None:
+    bound: dict[str, str] = {}  # a local name bound to one of the package's modules -> that module
+
+    def depends(target: str, line: int) -> None:
+        if target == module.name:
+            return
+        module.imports.setdefault(target, line)
+
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top != package:
+                    module.external.setdefault(top, node.lineno)
+                    continue
+                depends(alias.name, node.lineno)
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    bound[top] = top  # `import a.b` binds `a`; `a.b._x` is resolved below
+        elif isinstance(node, ast.ImportFrom):
+            source = _absolute(module, node)
+            top = source.split(".")[0]
+            if top != package:
+                module.external.setdefault(top, node.lineno)
+                continue
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                if submodule in modules:  # `from pkg import module`: the module itself
+                    depends(submodule, node.lineno)
+                    bound[alias.asname or alias.name] = submodule
+                    continue
+                depends(source, node.lineno)
+                if is_private(alias.name) and source != module.name:
+                    used = f"from {source} import {alias.name}"
+                    module.private_uses.append((node.lineno, node.col_offset, used))
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            target = _dotted_module(node.value, bound, modules)
+            if target is not None and target != module.name:
+                module.private_uses.append((node.lineno, node.col_offset, f"{target}.{node.attr}"))
+    module.private_uses.sort()
+
+
+def _dotted_module(node: ast.expr, bound: dict[str, str], modules: dict[str, Module]) -> str | None:
+    """The package's module an expression names (``commands``, ``statestore_cli.cli.app``), else None."""
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        parent = _dotted_module(node.value, bound, modules)
+        if parent is not None and f"{parent}.{node.attr}" in modules:
+            return f"{parent}.{node.attr}"
+    return None
+
+
+def import_cycles(modules: dict[str, Module]) -> list[tuple[list[str], list[str]]]:
+    """Every group of two or more modules that import each other, directly or not (a strongly
+    connected component, Tarjan's algorithm), with the shortest cycle through its first module."""
+    graph = {name: sorted(t for t in module.imports if t in modules) for name, module in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in index:
+            connect(name)
+    return [(group, _cycle_in(group, graph)) for group in sorted(groups)]
+
+
+def _cycle_in(group: list[str], graph: dict[str, list[str]]) -> list[str]:
+    """One cycle through the group's first module, found breadth-first, so the shortest."""
+    members = set(group)
+    start = group[0]
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        for nxt in graph[node]:
+            if nxt == start:
+                return [*paths[node], start]
+            if nxt in members and nxt not in paths:
+                paths[nxt] = [*paths[node], nxt]
+                queue.append(nxt)
+    raise AssertionError(f"no cycle in the strongly connected group {group}")
+
+
+def library_ui_imports(modules: dict[str, Module], cli: str = CLI) -> Iterator[str]:
+    for module in modules.values():
+        if module.name == cli or module.name.startswith(cli + ".") or module.name.endswith(".__main__"):
+            continue  # the CLI, and `python -m statestore_cli`, which runs it
+        for name, line in module.external.items():
+            if name in UI_LIBRARIES:
+                yield f"{module.name} line {line}: imports {name}"
+        for target, line in module.imports.items():
+            if target == cli or target.startswith(cli + "."):
+                yield f"{module.name} line {line}: imports {target}"
+
+
+def _describe(cycle: list[str], modules: dict[str, Module]) -> str:
+    steps = [f"{a} (line {modules[a].imports[b]}) -> {b}" for a, b in itertools.pairwise(cycle)]
+    return "\n  ".join(steps)
+
+
+@pytest.fixture(scope="module")
+def modules() -> dict[str, Module]:
+    return load_modules()
+
+
+def test_no_module_imports_another_in_a_circle(modules):
+    found = [
+        f"{len(group)} modules in a circle ({', '.join(group)}), for one:\n  {_describe(cycle, modules)}"
+        for group, cycle in import_cycles(modules)
+    ]
+    assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_no_module_uses_another_modules_private_names(modules):
+    found = [f"{m.name} line {line}: {use}" for m in modules.values() for line, _col, use in m.private_uses]
+    assert not found, "private names used across modules (make them public where they are shared):\n" + "\n".join(found)
+
+
+def test_the_library_never_imports_the_cli_or_its_libraries(modules):
+    found = list(library_ui_imports(modules))
+    assert not found, "\n".join(found)
+
+
+# -- the checks themselves, on small packages written for them -------------------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> dict[str, Module]:
+    root = tmp_path / "pkg"
+    for relative, source in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+    return load_modules(root, "pkg")
+
+
+def test_a_cycle_through_a_function_level_and_a_relative_import_is_found(tmp_path):
+    modules = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cli/__init__.py": "",
+            "cli/app.py": "from pkg.cli import commands\n",
+            "cli/commands.py": "def run():\n    from .app import APP\n",
+            "plain.py": "from pkg import errors\n",
+            "errors.py": "",
+        },
+    )
+    assert import_cycles(modules) == [
+        (["pkg.cli.app", "pkg.cli.commands"], ["pkg.cli.app", "pkg.cli.commands", "pkg.cli.app"])
+    ]
+    assert modules["pkg.cli.commands"].imports == {"pkg.cli.app": 2}
+    assert modules["pkg.plain"].imports == {"pkg.errors": 1}
+
+
+def test_a_longer_cycle_is_printed_in_import_order(tmp_path):
+    modules = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "import pkg.b\n",
+            "b.py": "from pkg.c import thing\n",
+            "c.py": "if True:\n    from pkg import a\n",
+        },
+    )
+    ((group, cycle),) = import_cycles(modules)
+    assert group == ["pkg.a", "pkg.b", "pkg.c"]
+    assert cycle == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
+    assert _describe(cycle, modules) == "pkg.a (line 1) -> pkg.b\n  pkg.b (line 1) -> pkg.c\n  pkg.c (line 2) -> pkg.a"
+
+
+def test_private_names_are_found_imported_and_as_attributes(tmp_path):
+    modules = _package(
+        tmp_path,
+        {
+            "__init__.py": "__version__ = '1'\n",
+            "shared.py": "_LIMIT = 3\ndef _helper(): ...\nPUBLIC = _LIMIT\n",
+            "user.py": (
+                "import pkg.shared\n"
+                "from pkg import shared as s, __version__\n"
+                "from pkg.shared import PUBLIC, _LIMIT\n"
+                "def f(obj):\n"
+                "    return s._helper(), pkg.shared._LIMIT, obj._private, s.PUBLIC\n"
+            ),
+        },
+    )
+    assert [(line, used) for line, _col, used in modules["pkg.user"].private_uses] == [
+        (3, "from pkg.shared import _LIMIT"),
+        (5, "pkg.shared._helper"),
+        (5, "pkg.shared._LIMIT"),
+    ]
+    assert modules["pkg.shared"].private_uses == []
+
+
+def test_a_library_module_importing_the_cli_or_rich_is_found(tmp_path):
+    modules = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cli/__init__.py": "",
+            "cli/app.py": "import typer\nimport rich.console\n",
+            "store.py": "import json\n\ndef show():\n    from rich.console import Console\n"
+            "    from pkg.cli import app\n",
+        },
+    )
+    found = list(library_ui_imports(modules, "pkg.cli"))
+    assert found == ["pkg.store line 4: imports rich", "pkg.store line 5: imports pkg.cli.app"]
