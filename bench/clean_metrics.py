@@ -13,30 +13,25 @@ runs counts. Wall-clock seconds of the whole process, so start-up is in every fi
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
-import tempfile
-from pathlib import Path
 
 import generate
+import harness
 from generate import Spec, statestore_executable, tool_env
+from harness import table, turns, verdict
 from measure import median, run_process
 
 FLOOR, METRICS, BOTH = "clean (floor)", "clean --metrics-file", "clean --metrics-file --older-than 0"
 TARGET = 1.10  # each within 1.10x of the floor
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--expired", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench-metrics")
-    args = parser.parse_args()
-    spec = Spec(rows=args.rows, expired=args.rows // 2 if args.expired is None else args.expired)
-    args.workdir.mkdir(parents=True, exist_ok=True)
+def main(argv: list[str] | None = None) -> int:
+    p = harness.arguments(
+        __doc__, rows=200_000, expired=True, batch_size=10_000, repeat=5, workdir="statestore-bench-metrics"
+    )
+    args = harness.parse(p, argv)
+    spec = Spec(rows=args.rows, expired=args.expired)
     env = tool_env(args.workdir / "home")
     original = args.workdir / "original.db"
     counts = generate.generate_sqlite(original, spec, env)
@@ -45,25 +40,23 @@ def main() -> int:
     metrics = ["--metrics-file", str(args.workdir / "statestore_clean.prom")]
     commands = {FLOOR: base, METRICS: base + metrics, BOTH: base + metrics + ["--older-than", "0"]}
     seconds: dict[str, list[float]] = {name: [] for name in commands}
-    for round_ in range(args.repeat):
-        names = list(commands)
-        names = names[round_ % len(names) :] + names[: round_ % len(names)]  # each goes first in turn
-        for name in names:
-            copy = args.workdir / "copy.db"
-            shutil.copyfile(original, copy)
-            cmd = list(commands[name])
-            cmd[2] = f"sqlite:///{copy}"
-            sample = run_process(cmd, env=env, scratch=args.workdir / "scratch")
-            if f'"deleted": {counts.expired},' not in sample.stdout:
-                print(f"{name} deleted the wrong number of rows: {sample.stdout}", file=sys.stderr)
-                return 1
-            seconds[name].append(sample.seconds)
+    for name in turns(list(commands), args.repeat):
+        copy = args.workdir / "copy.db"
+        shutil.copyfile(original, copy)
+        cmd = list(commands[name])
+        cmd[2] = f"sqlite:///{copy}"
+        sample = run_process(cmd, env=env, scratch=args.workdir / "scratch")
+        if f'"deleted": {counts.expired},' not in sample.stdout:
+            print(f"{name} deleted the wrong number of rows: {sample.stdout}", file=sys.stderr)
+            return 1
+        seconds[name].append(sample.seconds)
     floor = median(seconds[FLOOR])
-    print(f"{'command':<40} {'median s':>9} {'vs floor':>9}  target")
+    rows = []
     for name, values in seconds.items():
         ratio = median(values) / floor
-        verdict = "" if name == FLOOR else f"<= {TARGET:.2f}x {'PASS' if ratio <= TARGET else 'FAIL'}"
-        print(f"{name:<40} {median(values):>9.3f} {ratio:>8.2f}x  {verdict}")
+        target = "" if name == FLOOR else f"<= {TARGET:.2f}x {verdict(ratio <= TARGET)}"
+        rows.append([name, f"{median(values):.3f}", f"{ratio:.2f}x", target])
+    print(table(["command", "median s", "vs floor", "target"], rows, right={1, 2}))
     return 0
 
 

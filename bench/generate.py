@@ -37,7 +37,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from statestore_cli.schema import asset_state_store, task_state_store
+from statestore_cli.schema import ASSET_STATE_COLUMNS, task_state_store, writer_columns
 
 # -- layout: every run has the same 40 task instances (16 plain tasks, 4 mapped ones of width 6), 5 keys each
 KEYS = ("job_id", "checkpoint", "cursor", "attempt", "external_url")
@@ -60,7 +60,6 @@ LIVE_MIN, LIVE_SPAN = timedelta(days=365), 365 * DAY  # live keys expire 1 to 2 
 UPDATED_SPAN = 90 * DAY
 
 TASK_COLUMNS = tuple(column.name for column in task_state_store.columns)  # id, dag_run_id, ...
-ASSET_STATE_COLUMNS = tuple(column.name for column in asset_state_store.columns)  # asset_id, key, ...
 CHUNK = 100_000  # rows per transaction (SQLite) or per executemany (MariaDB)
 SERVER_BACKENDS = ("postgresql", "mysql", "mariadb")
 CLONED_TABLES = ("dag_run", "asset", "asset_active", "task_state_store", "asset_state_store")  # parents first
@@ -165,12 +164,15 @@ def asset_rows(spec: Spec) -> list[tuple[int, str, str]]:
 
 
 def asset_state_rows(spec: Spec, now: datetime) -> list[tuple[Any, ...]]:
+    """``ASSET_STATE_COLUMNS`` tuples: one watermark per asset, written by the first run's first task."""
     dag_id, run_id = run_ids(0)
-    written_by = ("task", dag_id, run_id, "task_00", -1)
-    return [
-        (asset_id, "watermark", f'"2026-11-{asset_id % 28 + 1:02d}T00:00:00Z"', utc_text(now), *written_by)
-        for asset_id, _name, _uri in asset_rows(spec)
-    ]
+    written_by = writer_columns(kind="task", dag_id=dag_id, run_id=run_id, task_id="task_00", map_index=-1)
+    rows = []
+    for asset_id, _name, _uri in asset_rows(spec):
+        value = f'"2026-11-{asset_id % 28 + 1:02d}T00:00:00Z"'
+        row = {"asset_id": asset_id, "key": "watermark", "value": value, "updated_at": utc_text(now), **written_by}
+        rows.append(tuple(row[name] for name in ASSET_STATE_COLUMNS))
+    return rows
 
 
 def insert_sql(table: str, columns: Iterable[str], placeholder: str, quote: str = '"') -> str:

@@ -13,7 +13,6 @@ SQLAlchemy, so each command is compared with the floor alone and with the floor 
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sqlite3
 import sys
@@ -21,9 +20,12 @@ import tempfile
 from pathlib import Path
 
 import generate
+import harness
+from harness import table, verdict
 from measure import median, run_process
 
 TIME_TARGET = 2.0  # within 2x of the floor plus our start-up
+QUICK = {"task_keys": 10_000, "asset_keys": 4_000, "repeat": 1, "batch_size": 1_000}
 DAG = "etl_orders_daily"
 OTHER = "ml_feature_store_refresh"
 STAMP = "2026-11-29 10:15:30.000000"
@@ -65,17 +67,10 @@ def build(path: Path, task_keys: int, asset_keys: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--task-keys", type=int, default=500_000, help="keys of the cleared dag (the other has as many)"
-    )
-    parser.add_argument("--asset-keys", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=10_000)
-    parser.add_argument("--quick", action="store_true", help="10,000 task keys, 4,000 asset keys, 1 repeat")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.task_keys, args.asset_keys, args.repeat, args.batch_size = 10_000, 4_000, 1, 1_000
+    p = harness.arguments(__doc__, repeat=3, batch_size=10_000, workdir=None, quick=QUICK)
+    p.add_argument("--task-keys", type=int, default=500_000, help="keys of the cleared dag (the other has as many)")
+    p.add_argument("--asset-keys", type=int, default=200_000, help="asset keys, half of them of inactive assets")
+    args = harness.parse(p, argv)
     shell = shutil.which("sqlite3")
     if shell is None:
         raise SystemExit("the sqlite3 shell is needed for the floor")
@@ -103,8 +98,8 @@ def main(argv: list[str] | None = None) -> None:
             batch,
         ],
         "sweep floor": [shell, str(store), FLOOR_SWEEP],
-        "assets sweep, one statement": [ours, "--conn", url, "assets", "sweep", "--batch-size", "0"],
-        f"assets sweep, batches of {batch}": [ours, "--conn", url, "assets", "sweep", "--batch-size", batch],
+        "assets sweep, one statement": [ours, "--conn", url, "assets", "sweep", "--yes", "--batch-size", "0"],
+        f"assets sweep, batches of {batch}": [ours, "--conn", url, "assets", "sweep", "--yes", "--batch-size", batch],
     }
     seconds: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(args.repeat):
@@ -124,14 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     startup = median(seconds["start-up (db check)"])
     swept = args.asset_keys // 2
     print(f"SQLite, {args.task_keys:,} task keys cleared of {2 * args.task_keys:,}; {swept:,} asset keys swept")
-    for name, values in seconds.items():
-        print(f"  {name:<36} {median(values):8.3f} s")
+    print(table(["command", "median s"], [[name, f"{median(values):.3f}"] for name, values in seconds.items()], {1}))
     for name in commands:
         if name.startswith(("clear --", "assets sweep")):
             floor = median(seconds["clear floor" if name.startswith("clear") else "sweep floor"])
             ratio = median(seconds[name]) / (floor + startup)
-            verdict = "PASS" if ratio <= TIME_TARGET else "FAIL"
-            print(f"{name}: {ratio:.2f}x floor + start-up (target <= {TIME_TARGET}x): {verdict}")
+            print(f"{name}: {ratio:.2f}x floor + start-up (target <= {TIME_TARGET}x): {verdict(ratio <= TIME_TARGET)}")
     shutil.rmtree(work, ignore_errors=True)
 
 

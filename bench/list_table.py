@@ -18,19 +18,21 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import generate
+import harness
 import stores
 from generate import Spec
+from harness import table, verdict
 from measure import GNU_TIME, RSS_METHOD, median
 
 TARGET_RATIO = 2.0
 TARGET_FIRST_SCREEN = 1.0
 TARGET_RSS_GROWTH = 1.10
+QUICK = {"rows": 4000, "small_rows": 400, "repeat": 1}
 
 
 @dataclass(frozen=True)
@@ -75,23 +77,12 @@ def measure(url: str, mode: str, args: argparse.Namespace, env: dict[str, str], 
     return runs
 
 
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--small-rows", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--lines", type=int, default=50, help="lines that make the first screen")
-    parser.add_argument("--columns", type=int, default=100)
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
-    parser.add_argument("--regenerate", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="4000 and 400 keys, one run each")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rows, args.small_rows, args.repeat = 4000, 400, 1
+    p = harness.arguments(__doc__, rows=1_000_000, small_rows=10_000, repeat=3, quick=QUICK)
+    p.add_argument("--lines", type=int, default=50, help="lines that make the first screen (50)")
+    p.add_argument("--columns", type=int, default=100, help="the terminal's width, COLUMNS (100)")
+    p.add_argument("--regenerate", action="store_true", help="generate the SQLite stores even when cached")
+    args = harness.parse(p, argv)
     env = generate.tool_env(args.workdir / "airflow-home")
     cache = stores.SqliteStores(args.workdir, env, args.regenerate)
     scratch = args.workdir / "run" / "list-table"
@@ -107,15 +98,20 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"statestore list on SQLite, COLUMNS={args.columns}, stdout a pipe; median of {args.repeat}")
     print(f"peak RSS: {RSS_METHOD}")
-    first_n = f"first {args.lines} lines"
-    print(f"{'command':<16} {'keys':>10} {first_n:>15} {'total':>9} {'lines':>10} {'peak RSS':>10}")
-    for rows in (args.rows, args.small_rows):
-        for mode in ("plain", "table"):
-            lines = results[(rows, mode)][0].lines
-            print(
-                f"{'list -o ' + mode:<16} {rows:>10,} {med(rows, mode, 'first_screen'):>13.3f} s "
-                f"{med(rows, mode, 'seconds'):>7.2f} s {lines:>10,} {med(rows, mode, 'peak_rss_kb') / 1024:>7.1f} MB"
-            )
+    header = ["command", "keys", f"first {args.lines} lines", "total", "lines", "peak RSS"]
+    table_rows = [
+        [
+            f"list -o {mode}",
+            f"{rows:,}",
+            f"{med(rows, mode, 'first_screen'):.3f} s",
+            f"{med(rows, mode, 'seconds'):.2f} s",
+            f"{results[(rows, mode)][0].lines:,}",
+            f"{med(rows, mode, 'peak_rss_kb') / 1024:.1f} MB",
+        ]
+        for rows in (args.rows, args.small_rows)
+        for mode in ("plain", "table")
+    ]
+    print(table(header, table_rows, right={1, 2, 3, 4, 5}))
     ratio = med(args.rows, "table", "seconds") / med(args.rows, "plain", "seconds")
     first = med(args.rows, "table", "first_screen")
     growth = med(args.rows, "table", "peak_rss_kb") / med(args.small_rows, "table", "peak_rss_kb")

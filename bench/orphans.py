@@ -14,14 +14,14 @@ median of --repeat runs, the three commands taking turns.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sqlite3
 import sys
-import tempfile
 from pathlib import Path
 
 import generate
+import harness
+from harness import turns, verdict
 from measure import RSS_METHOD, median, run_process
 
 from statestore_cli.backends.base import REF_MARKER
@@ -31,6 +31,7 @@ from statestore_cli.scopes import TaskScope
 FS = "statestore_cli.backends.filesystem.FilesystemBackend"
 FLOOR, STARTUP, OURS = "bare script (floor)", "start-up (db check)", "orphans -o json"
 TIME_TARGET = 1.5  # orphans within 1.5x of the floor plus our start-up
+QUICK = {"referenced": 2000, "orphans": 20, "repeat": 1}
 FLOOR_SCRIPT = """
 import json, os, sqlite3, sys
 root, db = sys.argv[1], sys.argv[2]
@@ -96,17 +97,11 @@ def build(workdir: Path, referenced: int, orphans: int, env: dict[str, str]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.arguments(__doc__, repeat=5, workdir="statestore-bench/orphans", quick=QUICK)
     p.add_argument("--referenced", type=int, default=100_000, help="objects a row points to (100000)")
     p.add_argument("--orphans", type=int, default=1_000, help="objects no row points to (1000)")
-    p.add_argument("--repeat", type=int, default=5, help="runs of each command; the median counts (5)")
-    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench" / "orphans")
-    p.add_argument("--quick", action="store_true", help="2000 + 20 objects, one run each: a smoke test")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.referenced, args.orphans, args.repeat = 2000, 20, 1
-    workdir = args.workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    args = harness.parse(p, argv)
+    workdir = args.workdir
     env = generate.tool_env(workdir / "airflow-home")
     print(f"building {args.referenced:,} referenced + {args.orphans:,} orphaned objects", file=sys.stderr)
     db, root = build(workdir, args.referenced, args.orphans, env)
@@ -121,27 +116,25 @@ def main(argv: list[str] | None = None) -> int:
     seconds: dict[str, list[float]] = {name: [] for name in commands}
     rss: list[int] = []
     run_process(commands[OURS], env=tool_env, scratch=workdir / "run")  # warm the caches once, not measured
-    order = list(commands)
-    for round_ in range(max(1, args.repeat)):
-        for name in order[round_ % 3 :] + order[: round_ % 3]:
-            sample = run_process(commands[name], env=tool_env, scratch=workdir / "run")
-            seconds[name].append(sample.seconds)
-            if name == OURS:
-                rss.append(sample.peak_rss_kb)
-                found = json.loads(sample.stdout)["count"]
-            elif name == FLOOR:
-                found = int(sample.stdout.split()[-1])
-            else:
-                continue
-            if found != args.orphans:
-                raise SystemExit(f"{name} found {found} orphans, expected {args.orphans}")
+    for name in turns(list(commands), args.repeat):
+        sample = run_process(commands[name], env=tool_env, scratch=workdir / "run")
+        seconds[name].append(sample.seconds)
+        if name == OURS:
+            rss.append(sample.peak_rss_kb)
+            found = json.loads(sample.stdout)["count"]
+        elif name == FLOOR:
+            found = int(sample.stdout.split()[-1])
+        else:
+            continue
+        if found != args.orphans:
+            raise SystemExit(f"{name} found {found} orphans, expected {args.orphans}")
     floor, startup, total = median(seconds[FLOOR]), median(seconds[STARTUP]), median(seconds[OURS])
     ratio = total / (floor + startup)
     print(f"objects: {args.referenced + args.orphans:,} ({args.orphans:,} orphans), repeat {args.repeat}")
     print(f"{FLOOR}: {floor:.3f} s   {STARTUP}: {startup:.3f} s   {OURS}: {total:.3f} s")
     print(
         f"orphans is {total / floor:.2f}x the floor, {ratio:.2f}x floor + start-up "
-        f"(target <= {TIME_TARGET}x): {'PASS' if ratio <= TIME_TARGET else 'FAIL'}"
+        f"(target <= {TIME_TARGET}x): {verdict(ratio <= TIME_TARGET)}"
     )
     print(f"peak RSS of orphans: {max(rss) / 1024:.1f} MB ({RSS_METHOD})")
     return 0

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -39,9 +38,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import generate
+import harness
 from generate import Spec, analyze, connect, tool_env
+from harness import in_turn
 from measure import RSS_METHOD, Sample, median, run_process
 from sqlalchemy.engine import make_url
+from stores import SERVERS
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -159,20 +161,15 @@ def one_clean(
         drop_database(admin_url, database)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--expired", type=int, default=None)
-    parser.add_argument("--batch-sizes", default="500,5000")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--pg-url", default=generate.os.environ.get("STATESTORE_TEST_PG", ""))
-    parser.add_argument("--baseline-rev", default=None, help="also measure the code of this commit, direct")
-    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench-pgbouncer")
-    args = parser.parse_args()
-    admin_url = args.pg_url or "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-    spec = Spec(rows=args.rows, expired=args.rows // 2 if args.expired is None else args.expired)
+def main(argv: list[str] | None = None) -> int:
+    p = harness.arguments(__doc__, rows=1_000_000, expired=True, repeat=3, workdir="statestore-bench-pgbouncer")
+    p.add_argument("--batch-sizes", default="500,5000", help="comma-separated: the cleans' --batch-size (500,5000)")
+    p.add_argument("--pg-url", default=SERVERS["postgresql"], help="PostgreSQL server (a fresh database is used)")
+    p.add_argument("--baseline-rev", default=None, help="also measure the code of this commit, direct")
+    args = harness.parse(p, argv)
+    admin_url = args.pg_url
+    spec = Spec(rows=args.rows, expired=args.expired)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    args.workdir.mkdir(parents=True, exist_ok=True)
     env = tool_env(args.workdir / "home")
     trees = {"current": REPO}
     if args.baseline_rev:
@@ -201,9 +198,7 @@ def main() -> int:
             others_seen: dict[tuple[str, int], list[int]] = {}
             for round_ in range(args.repeat):
                 for batch in batch_sizes:
-                    names = list(variants)
-                    names = names[round_ % len(names) :] + names[: round_ % len(names)]  # each goes first in turn
-                    for name in names:
+                    for name in in_turn(list(variants), round_):
                         path, program, tree = variants[name]
                         url_of = bouncer.url if path == "pgbouncer" else None
                         sample, others = one_clean(admin_url, template, schema, url_of, program, tree, batch, env, args)
@@ -219,15 +214,23 @@ def main() -> int:
 
     print(f"clean of {spec.rows:,} rows ({counts.expired:,} expired), median of {args.repeat}; peak RSS: {RSS_METHOD}")
     print(f"{OTHERS} other clients, a transaction every {PAUSE * 1000:g} ms each, beside every clean")
-    print(f"{'variant':<36} {'batch':>6} {'median s':>9} {'vs floor':>9} {'peak RSS MB':>12} {'others tx':>10}")
+    rows = []
     for batch in batch_sizes:
         floor = median(seconds[("direct (floor)", batch)])
         for name in variants:
             key = (name, batch)
-            print(
-                f"{name:<36} {batch:>6} {median(seconds[key]):>9.3f} {median(seconds[key]) / floor:>8.2f}x"
-                f" {max(rss[key]) / 1024:>12.1f} {int(median(others_seen[key])):>10}"
+            rows.append(
+                [
+                    name,
+                    str(batch),
+                    f"{median(seconds[key]):.3f}",
+                    f"{median(seconds[key]) / floor:.2f}x",
+                    f"{max(rss[key]) / 1024:.1f}",
+                    str(int(median(others_seen[key]))),
+                ]
             )
+    header = ["variant", "batch", "median s", "vs floor", "peak RSS MB", "others tx"]
+    print(harness.table(header, rows, right={1, 2, 3, 4, 5}))
     for problem in problems:
         print(f"problem: {problem}")
     return 1 if problems else 0

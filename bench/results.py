@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness
+from harness import table
 from measure import Sample, median
 
 # Measurement names; the batch size is filled in by the run.
@@ -174,16 +175,6 @@ def _memory_targets(results: Results, engine: str, batch: int, large: int, small
 
 
 # -- output -----------------------------------------------------------------------------------------------
-def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        return "  ".join(padded).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
 def _fmt(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.3f}x"
@@ -192,7 +183,7 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.1f} MB"
 
 
-def measurement_table(results: Results) -> str:
+def measurementtable(results: Results) -> str:
     rows = []
     for m in results.measurements:
         ratio = results.ratio(m)
@@ -209,18 +200,18 @@ def measurement_table(results: Results) -> str:
             ]
         )
     header = ["engine", "measurement", "rows", "runs", "median s", "compared with", "ratio", "peak RSS MB"]
-    return _table(header, rows, right={2, 3, 4, 6, 7})
+    return table(header, rows, right={2, 3, 4, 6, 7})
 
 
-def target_table(targets: list[Target]) -> str:
+def targettable(targets: list[Target]) -> str:
     rows = [
-        [t.engine, t.what, _fmt(t.measured, t.unit), f"<= {_fmt(t.limit, t.unit)}", "PASS" if t.passed else "FAIL"]
+        [t.engine, t.what, _fmt(t.measured, t.unit), f"<= {_fmt(t.limit, t.unit)}", harness.verdict(t.passed)]
         for t in targets
     ]
-    return _table(["engine", "target", "measured", "limit", "result"], rows, right={2, 3})
+    return table(["engine", "target", "measured", "limit", "result"], rows, right={2, 3})
 
 
-def writer_table(results: Results) -> str:
+def writertable(results: Results) -> str:
     rows = []
     for engine, phases in results.writer_latency.items():
         for phase in ("idle", "during_clean"):
@@ -228,7 +219,7 @@ def writer_table(results: Results) -> str:
             timings = [f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}", f"{s['max_ms']:.2f}"]
             rows.append([engine, phase, str(s["writes"]), str(s["errors"]), *timings, (s["first_error"] or "")[:100]])
     header = ["engine", "phase", "writes", "errors", "p50 ms", "p99 ms", "max ms", "first error"]
-    return _table(header, rows, right={2, 3, 4, 5, 6})
+    return table(header, rows, right={2, 3, 4, 5, 6})
 
 
 def report(results: Results, targets: list[Target]) -> str:
@@ -239,14 +230,14 @@ def report(results: Results, targets: list[Target]) -> str:
         f"cold start of {meta['cold_runs']}; "
         f"commit {meta['commit']}, {meta['date']}",
         "",
-        measurement_table(results),
+        measurementtable(results),
         "",
         "Targets",
-        target_table(targets),
+        targettable(targets),
     ]
     if results.writer_latency:
         parts += ["", f"Writer latency (MetastoreBackend.set of other keys every {meta['writer_interval_ms']} ms)"]
-        parts.append(writer_table(results))
+        parts.append(writertable(results))
     parts += ["", *notes(results)]
     return "\n".join(parts)
 
@@ -273,5 +264,4 @@ def write_json(path: Path, results: Results, targets: list[Target]) -> None:
         "problems": results.problems,
         "skipped": results.skipped,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    harness.write_json(path, doc)

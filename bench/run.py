@@ -24,8 +24,10 @@ from typing import Any
 
 import floors
 import generate
+import harness
 import stores
 from generate import Spec
+from harness import turns
 from measure import RSS_METHOD, ProcessFailed, Sample, run_process
 from results import (
     CLEAN_BATCHED,
@@ -142,13 +144,12 @@ class EngineBench:
     def deletes(self, original: stores.Original) -> None:
         """The raw DELETE and our clean, one statement and batched, rotating their order each round."""
         cases = [FLOOR_DELETE, CLEAN_ONE, self.plan.batched]
-        for round_ in range(self.plan.repeat):
-            for name in cases[round_ % 3 :] + cases[: round_ % 3]:
-                with self.stores.fresh(original) as url:
-                    if name == FLOOR_DELETE:
-                        self.floor_delete(url, original.spec)
-                    else:
-                        self.clean(url, name, original.spec)
+        for name in turns(cases, self.plan.repeat):
+            with self.stores.fresh(original) as url:
+                if name == FLOOR_DELETE:
+                    self.floor_delete(url, original.spec)
+                else:
+                    self.clean(url, name, original.spec)
 
     def floor_delete(self, url: str, spec: Spec) -> None:
         cmd = floors.delete_command(self.engine, url)
@@ -193,14 +194,13 @@ class EngineBench:
         """The bare script, our JSON dry run and our terminal view, all with stdout to /dev/null."""
         spec, url = original.spec, original.url
         cases = [FLOOR_DRY_RUN, DRY_JSON, DRY_TABLE]
-        for round_ in range(self.plan.repeat):
-            for name in cases[round_ % 3 :] + cases[: round_ % 3]:
-                if name == FLOOR_DRY_RUN:
-                    cmd = floors.dry_run_command(self.engine, url)
-                    sample = self._run(cmd.argv, extra_env=cmd.env, keep_stdout=False)
-                    self._record(name, spec, sample, how=cmd.label)
-                else:
-                    self.dry_run(url, name, spec, keep_stdout=False)
+        for name in turns(cases, self.plan.repeat):
+            if name == FLOOR_DRY_RUN:
+                cmd = floors.dry_run_command(self.engine, url)
+                sample = self._run(cmd.argv, extra_env=cmd.env, keep_stdout=False)
+                self._record(name, spec, sample, how=cmd.label)
+            else:
+                self.dry_run(url, name, spec, keep_stdout=False)
 
     def dry_run(self, url: str, name: str, spec: Spec, keep_stdout: bool) -> None:
         output = "json" if name == DRY_JSON else "table"
@@ -259,27 +259,23 @@ class EngineBench:
 
 # -- setup --------------------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, default=1_000_000, help="task keys in the large store (default 1000000)")
-    p.add_argument("--expired", type=int, help="of which expired (default half)")
-    p.add_argument("--small-rows", type=int, default=10_000, help="the small store of the memory targets (10000)")
-    p.add_argument("--repeat", type=int, default=3, help="runs of each timed command; the median counts (3)")
+    p = harness.arguments(
+        __doc__,
+        rows=1_000_000,
+        expired=True,
+        small_rows=10_000,
+        repeat=3,
+        batch_size=10_000,
+        engines=True,
+        json_out=True,
+        quick=QUICK,
+    )
     p.add_argument("--cold-runs", type=int, default=15, help="runs of the cold-start get and its floor (15)")
-    p.add_argument("--batch-size", type=int, default=10_000, help="batch size of the batched clean (10000)")
-    stores.add_engine_arguments(p)
     p.add_argument("--require-servers", action="store_true", help="fail, not skip, when a server is unreachable")
     p.add_argument("--regenerate", action="store_true", help="generate the SQLite stores even when cached")
-    p.add_argument("--json-out", type=Path, help="write the results as JSON here")
     p.add_argument("--writer-interval", type=float, default=0.005, help="seconds between the writer's upserts")
     p.add_argument("--timeout", type=float, default=3600.0, help="kill a measured process after this many seconds")
-    p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke test: " + str(QUICK))
-    args = p.parse_args(argv)
-    if args.quick:
-        for name, value in QUICK.items():
-            setattr(args, name, value)
-    if args.expired is None:
-        args.expired = args.rows // 2
-    return args
+    return harness.parse(p, argv)
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -296,21 +292,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
         max_writes=100_000,
         timeout=args.timeout,
     )
-
-
-def open_stores(
-    engine: str, args: argparse.Namespace, workdir: Path, env: dict[str, str], results: Results
-) -> stores.Stores | None:
-    store = stores.open_stores(engine, args, workdir, env, args.regenerate)
-    if isinstance(store, str):
-        if args.require_servers:
-            raise SystemExit(f"{engine} is not reachable: {store}")
-        url = make_url(stores.server_url(engine, args)).render_as_string(hide_password=True)
-        results.skipped[engine] = f"not reachable at {url} ({store})"
-        return None
-    if engine != "sqlite":
-        results.meta.setdefault("servers", {})[engine] = server_version(stores.server_url(engine, args))
-    return store
 
 
 def server_version(url: str) -> str:
@@ -357,18 +338,17 @@ def metadata(args: argparse.Namespace, plan: Plan, workdir: Path) -> dict[str, o
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     plan = make_plan(args)
-    workdir = stores.check_workdir(args.workdir)
-    env = generate.tool_env(workdir / "airflow-home")
-    results = Results(meta=metadata(args, plan, workdir))
+    env = generate.tool_env(args.workdir / "airflow-home")
+    results = Results(meta=metadata(args, plan, args.workdir))
     started = time.perf_counter()
-    for engine in stores.engines(args):
-        store = open_stores(engine, args, workdir, env, results)
-        if store is None:
-            continue
-        try:
-            EngineBench(store, plan, env, workdir / "run" / engine, results).run()
-        finally:
-            store.close()
+
+    def measure(engine: str, store: stores.Stores) -> None:
+        if isinstance(store, stores.ServerStores):
+            results.meta.setdefault("servers", {})[engine] = server_version(store.admin_url)
+        EngineBench(store, plan, env, args.workdir / "run" / engine, results).run()
+
+    skipped = harness.each_engine(args, env, measure, regenerate=args.regenerate, require_servers=args.require_servers)
+    results.skipped.update(skipped)
     results.meta["total_seconds"] = round(time.perf_counter() - started, 1)
     targets = evaluate(results, plan.batch_size, plan.large.rows, plan.small.rows)
     print(report(results, targets))

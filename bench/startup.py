@@ -15,7 +15,6 @@ version and shell completion (which load neither SQLAlchemy nor a connection) at
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -27,9 +26,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import harness
 from generate import statestore_executable, tool_env
+from harness import verdict
 from measure import median
-from results import _table
 
 FLOOR = ("python", "-c", "import sqlalchemy, typer")
 DB_TARGET = 1.2
@@ -136,18 +136,18 @@ def measure(runs: int, env: dict[str, str], commands: tuple[Command, ...] = COMM
 
 
 def report(floor: float, floor_runs: int, rows: list[Row], runs: int) -> tuple[str, list[dict[str, Any]]]:
-    table, doc = [], []
+    lines, doc = [], []
     for row in rows:
         ratio = None if row.seconds is None or row.floor is None else row.seconds / row.floor
         passed = ratio is not None and ratio <= row.command.target
-        table.append(
+        lines.append(
             [
                 row.command.name,
                 "-" if row.seconds is None else f"{row.seconds:.3f}",
                 "-" if row.floor is None else f"{row.floor:.3f}",
                 "-" if ratio is None else f"{ratio:.2f}x",
                 f"<= {row.command.target:.1f}x",
-                "PASS" if passed else "FAIL",
+                verdict(passed),
             ]
         )
         doc.append(
@@ -173,15 +173,14 @@ def report(floor: float, floor_runs: int, rows: list[Row], runs: int) -> tuple[s
     ]
     errors = [f"{row.command.name}: {row.error}" for row in rows if row.error]
     header = ["command", "median s", "floor s", "ratio", "target", "result"]
-    table_text = _table(header, table, right={1, 2, 3, 4})
+    table_text = harness.table(header, lines, right={1, 2, 3, 4})
     return "\n".join([*head, table_text, *errors]), doc
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.arguments(__doc__, workdir=None, json_out=True)
     p.add_argument("--runs", type=int, default=5, help="runs of each command (and of the floor before each); 5")
-    p.add_argument("--json-out", type=Path, help="write the results as JSON here")
-    return p.parse_args(argv)
+    return harness.parse(p, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,7 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     failed = [d["command"] for d in doc if not d["passed"]]
     if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         meta = {
             "date": datetime.now().isoformat(timespec="seconds"),
             "python": sys.version.split()[0],
@@ -213,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         floor_doc = {"argv": list(FLOOR), "samples": floors, "seconds": floor}
         document = {"meta": meta, "floor": floor_doc, "commands": doc, "failed": failed}
-        args.json_out.write_text(json.dumps(document, indent=2))
+        harness.write_json(args.json_out, document)
     return 1 if any(row.error for row in rows) else 0
 
 

@@ -15,7 +15,6 @@ turns; peak RSS is the stats process's own, at the large store and at the small 
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -23,9 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import generate
+import harness
 import stores
 from floors import libpq_env
-from generate import Spec, driver_params
+from generate import driver_params
+from harness import table, turns, verdict
 from measure import RSS_METHOD, Sample, median, run_process
 from sqlalchemy.engine import make_url
 
@@ -33,6 +34,7 @@ COUNT = "SELECT count(*) FROM task_state_store"
 FLOOR, STARTUP, STATS = "count(*) floor", "start-up (db check)", "stats -o json"
 TIME_TARGET = 2.0  # stats within 2x of the floor plus our start-up
 MEMORY_TARGET = 1.10  # peak RSS at the large store within 1.10x of the small store's
+QUICK = {"rows": 4000, "small_rows": 400, "repeat": 1}
 
 
 @dataclass
@@ -75,25 +77,23 @@ def measure_store(engine: str, original: stores.Original, repeat: int, env: dict
     }
     row = Row(engine, spec.rows, {name: [] for name in commands}, floor_how=how)
     run_process(commands[STATS][0], env=env, scratch=scratch)  # warm the caches once, not measured
-    order = list(commands)
-    for round_ in range(repeat):
-        for name in order[round_ % 3 :] + order[: round_ % 3]:
-            argv, run_env = commands[name]
-            sample: Sample = run_process(argv, env=run_env, scratch=scratch)
-            row.seconds[name].append(sample.seconds)
-            if name == STATS:
-                row.stats_rss_kb.append(sample.peak_rss_kb)
-                counted = json.loads(sample.stdout)["task"]["rows"]
-                if counted != spec.rows:
-                    raise SystemExit(f"{engine}: stats counted {counted} task rows, the store has {spec.rows}")
-            elif name == FLOOR and int(sample.stdout.split()[-1]) != spec.rows:
-                raise SystemExit(f"{engine}: the floor counted {sample.stdout.strip()}, expected {spec.rows}")
+    for name in turns(list(commands), repeat):
+        argv, run_env = commands[name]
+        sample: Sample = run_process(argv, env=run_env, scratch=scratch)
+        row.seconds[name].append(sample.seconds)
+        if name == STATS:
+            row.stats_rss_kb.append(sample.peak_rss_kb)
+            counted = json.loads(sample.stdout)["task"]["rows"]
+            if counted != spec.rows:
+                raise SystemExit(f"{engine}: stats counted {counted} task rows, the store has {spec.rows}")
+        elif name == FLOOR and int(sample.stdout.split()[-1]) != spec.rows:
+            raise SystemExit(f"{engine}: the floor counted {sample.stdout.strip()}, expected {spec.rows}")
     return row
 
 
 def report(rows: list[Row], large: int, small: int) -> str:
     header = ["engine", "rows", FLOOR, STARTUP, STATS, "x floor", "x (floor+start-up)", "peak RSS"]
-    lines = [header]
+    lines = []
     for r in rows:
         floor, startup, ours = r.median(FLOOR), r.median(STARTUP), r.median(STATS)
         lines.append(
@@ -108,29 +108,22 @@ def report(rows: list[Row], large: int, small: int) -> str:
                 f"{max(r.stats_rss_kb) / 1024:.1f} MB",
             ]
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = [
-        "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
-        for line in lines
-    ]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    out.append("")
+    out = [table(header, lines, right=set(range(2, len(header)))), ""]
     for engine in dict.fromkeys(r.engine for r in rows):
         big = next((r for r in rows if r.engine == engine and r.rows == large), None)
         little = next((r for r in rows if r.engine == engine and r.rows == small), None)
         if big is None:
             continue
         ratio = big.median(STATS) / (big.median(FLOOR) + big.median(STARTUP))
-        verdict = "PASS" if ratio <= TIME_TARGET else "FAIL"
         out.append(
-            f"{engine}: stats at {large:,} rows is {ratio:.2f}x floor + start-up (target <= {TIME_TARGET}x): {verdict}"
+            f"{engine}: stats at {large:,} rows is {ratio:.2f}x floor + start-up (target <= {TIME_TARGET}x): "
+            f"{verdict(ratio <= TIME_TARGET)}"
         )
         if little is not None:
             memory = max(big.stats_rss_kb) / max(little.stats_rss_kb)
-            verdict = "PASS" if memory <= MEMORY_TARGET else "FAIL"
             out.append(
                 f"{engine}: peak RSS at {large:,} rows is {memory:.2f}x that at {small:,} "
-                f"(target <= {MEMORY_TARGET}x): {verdict}"
+                f"(target <= {MEMORY_TARGET}x): {verdict(memory <= MEMORY_TARGET)}"
             )
     floors_used = sorted({f"{r.engine}: {r.floor_how}" for r in rows})
     out.append(f"floors: {'; '.join(floors_used)}; peak RSS: {RSS_METHOD}")
@@ -138,28 +131,20 @@ def report(rows: list[Row], large: int, small: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    stores.add_two_store_arguments(p, repeat=5)
-    args = stores.parse_two_store_arguments(p, argv)
-    workdir = stores.check_workdir(args.workdir)
-    env = generate.tool_env(workdir / "airflow-home")
+    p = harness.arguments(
+        __doc__, rows=1_000_000, small_rows=10_000, repeat=5, engines=True, json_out=True, quick=QUICK
+    )
+    args = harness.parse(p, argv)
+    env = generate.tool_env(args.workdir / "airflow-home")
     rows: list[Row] = []
-    skipped: dict[str, str] = {}
-    for engine in stores.engines(args):
-        store = stores.open_stores(engine, args, workdir, env)
-        if isinstance(store, str):
-            skipped[engine] = store
-            continue
-        try:
-            for size in (args.rows, args.small_rows):
-                print(f"{engine}: store of {size:,} rows", file=sys.stderr, flush=True)
-                original = store.original(Spec(rows=size, expired=size // 2))
-                rows.append(measure_store(engine, original, max(1, args.repeat), env, workdir / "run" / engine))
-        finally:
-            store.close()
+
+    def measure(engine: str, store: stores.Stores) -> None:
+        for original in harness.large_and_small(engine, store, args):
+            rows.append(measure_store(engine, original, args.repeat, env, args.workdir / "run" / engine))
+
+    skipped = harness.each_engine(args, env, measure)
     print(report(rows, args.rows, args.small_rows))
-    for engine, problem in skipped.items():
-        print(f"{engine}: skipped ({problem})")
+    harness.print_skipped(skipped)
     if args.json_out:
         doc = {
             "rows": args.rows,
@@ -179,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows
             ],
         }
-        args.json_out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        harness.write_json(args.json_out, doc)
     return 0
 
 

@@ -7,12 +7,9 @@ copy is a new schema/database filled with ``INSERT ... SELECT``; all of them are
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sqlite3
-import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -131,69 +128,3 @@ def live_scope(original: Original) -> tuple[str, str, str, int, str]:
     if row is None:
         raise RuntimeError("the store has no live key in its second half to read")
     return row
-
-
-# -- what every benchmark over the three engines shares ------------------------------------------------------
-def add_engine_arguments(p: argparse.ArgumentParser) -> None:
-    """--engines, --pg-url, --mysql-url and --workdir."""
-    p.add_argument(
-        "--engines",
-        default="sqlite,postgresql,mariadb",
-        help="comma-separated: sqlite, postgresql, mariadb (servers not reachable are skipped)",
-    )
-    p.add_argument("--pg-url", default=SERVERS["postgresql"], help="PostgreSQL server (a fresh schema is used)")
-    p.add_argument("--mysql-url", default=SERVERS["mariadb"], help="MariaDB server (a fresh database is used)")
-    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "statestore-bench")
-
-
-def add_two_store_arguments(p: argparse.ArgumentParser, repeat: int) -> None:
-    """The options of a benchmark that measures a large and a small store on every engine; read them back
-    with ``parse_two_store_arguments``."""
-    p.add_argument("--rows", type=int, default=1_000_000, help="task keys in the large store (1000000)")
-    p.add_argument("--small-rows", type=int, default=10_000, help="task keys in the small store (10000)")
-    p.add_argument("--repeat", type=int, default=repeat, help=f"runs of each command; the median counts ({repeat})")
-    add_engine_arguments(p)
-    p.add_argument("--json-out", type=Path, help="write the medians and samples as JSON here")
-    p.add_argument("--quick", action="store_true", help="4000 and 400 rows, one run each: a smoke test")
-
-
-def parse_two_store_arguments(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    args = p.parse_args(argv)
-    if args.quick:
-        args.rows, args.small_rows, args.repeat = 4000, 400, 1
-    return args
-
-
-def engines(args: argparse.Namespace) -> list[str]:
-    names = [e.strip() for e in args.engines.split(",") if e.strip()]
-    for name in names:
-        if name != "sqlite" and name not in SERVERS:
-            raise SystemExit(f"unknown engine {name!r}: use sqlite, postgresql or mariadb")
-    return names
-
-
-def check_workdir(workdir: Path) -> Path:
-    """The work directory, made; never inside the repository, except under bench/data/."""
-    workdir = workdir.resolve()
-    if workdir.is_relative_to(REPO) and not workdir.is_relative_to(REPO / "bench" / "data"):
-        raise SystemExit(f"--workdir {workdir} is inside the repository: use a temporary directory or bench/data/")
-    workdir.mkdir(parents=True, exist_ok=True)
-    return workdir
-
-
-def server_url(engine: str, args: argparse.Namespace) -> str:
-    return args.pg_url if engine == "postgresql" else args.mysql_url
-
-
-def open_stores(
-    engine: str, args: argparse.Namespace, workdir: Path, env: dict[str, str], regenerate: bool = False
-) -> Stores | str:
-    """The stores to measure ``engine`` on, or why its server is skipped (it does not answer)."""
-    if engine == "sqlite":
-        return SqliteStores(workdir, env, regenerate)
-    url = server_url(engine, args)
-    problem = reachable(url)
-    if problem is not None:
-        print(f"{engine}: skipped, not reachable ({problem})", file=sys.stderr)
-        return problem
-    return ServerStores(engine, url, env)

@@ -19,7 +19,6 @@ two taking turns; peak RSS is each process's own (``/usr/bin/time -f %M``), at t
 
 from __future__ import annotations
 
-import argparse
 import filecmp
 import json
 import sys
@@ -27,14 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import generate
+import harness
 import stores
-from generate import Spec, driver_params
+from generate import driver_params
+from harness import in_turn, table, turns, verdict
 from measure import RSS_METHOD, Sample, median, run_process
+
+from statestore_cli.schema import ASSET_WRITER_COLUMNS, ASSET_WRITER_FIELDS
 
 EXPORT, EXPORT_FLOOR = "export --file", "bare export script (floor)"
 IMPORT, IMPORT_FLOOR = "import", "bare import script (floor)"
 TARGETS = {EXPORT: (EXPORT_FLOOR, 2.0), IMPORT: (IMPORT_FLOOR, 3.0)}
 MEMORY_TARGET = 1.10  # peak RSS at the large store within 1.10x of the small store's
+QUICK = {"rows": 4000, "small_rows": 400, "repeat": 1}
 
 _CONNECT = {
     "sqlite": "import sqlite3\ncon = sqlite3.connect(sys.argv[1])\n",
@@ -69,13 +73,11 @@ for dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value in cu
     record["value"] = json.loads(value)
     out.write(json.dumps(record, ensure_ascii=False) + "\\n")
 cur.execute(
-    "SELECT a.name, a.uri, s.{key}, s.updated_at, s.value, s.last_updated_by_kind, s.last_updated_by_dag_id, "
-    "s.last_updated_by_run_id, s.last_updated_by_task_id, s.last_updated_by_map_index "
+    "SELECT a.name, a.uri, s.{key}, s.updated_at, s.value, {writer_columns} "
     "FROM asset_state_store s JOIN asset a ON a.id = s.asset_id ORDER BY a.name, a.uri, s.{key}"
 )
-for name, uri, key, updated_at, value, kind, by_dag, by_run, by_task, by_map in cur:
-    by = None if (kind, by_dag, by_run, by_task, by_map) == (None,) * 5 else {{
-        "kind": kind, "dag_id": by_dag, "run_id": by_run, "task_id": by_task, "map_index": by_map}}
+for name, uri, key, updated_at, value, *writer in cur:
+    by = None if all(w is None for w in writer) else dict(zip({writer_fields!r}, writer))
     record = {{"store": "asset", "name": name, "uri": uri, "key": key, "updated_at": iso(updated_at)}}
     record.update(expires_at=None, updated_by=by, value=json.loads(value))
     out.write(json.dumps(record, ensure_ascii=False) + "\\n")
@@ -103,9 +105,8 @@ from datetime import UTC, datetime
 P = "{mark}"
 TASK = ("INSERT INTO task_state_store (dag_run_id, task_id, map_index, {key}, dag_id, run_id, value, updated_at, "
         "expires_at) VALUES (" + ", ".join([P] * 9) + ") {task_update}")
-ASSET = ("INSERT INTO asset_state_store (asset_id, {key}, value, updated_at, last_updated_by_kind, "
-         "last_updated_by_dag_id, last_updated_by_run_id, last_updated_by_task_id, last_updated_by_map_index) "
-         "VALUES (" + ", ".join([P] * 9) + ") {asset_update}")
+ASSET = ("INSERT INTO asset_state_store (asset_id, {key}, value, updated_at, {writer_columns}) "
+         "VALUES (" + ", ".join([P] * {asset_columns}) + ") {asset_update}")
 batch = int(sys.argv[3])
 cur = con.cursor()
 runs, assets, tasks, asset_keys = {{}}, {{}}, [], []
@@ -148,18 +149,16 @@ with open(sys.argv[2], "rb") as source:
             tasks.append((run, r["task_id"], r["map_index"], r["key"], r["dag_id"], r["run_id"], value,
                           moment(r["updated_at"]), expires))
         else:
-            by = r["updated_by"] or dict.fromkeys(("kind", "dag_id", "run_id", "task_id", "map_index"))
-            asset_keys.append((asset_pk(r["name"], r["uri"]), r["key"], value, moment(r["updated_at"]), by["kind"],
-                               by["dag_id"], by["run_id"], by["task_id"], by["map_index"]))
+            by = r["updated_by"] or dict.fromkeys({writer_fields!r})
+            asset_keys.append((asset_pk(r["name"], r["uri"]), r["key"], value, moment(r["updated_at"]),
+                               *(by[field] for field in {writer_fields!r})))
         if len(tasks) + len(asset_keys) == batch:
             flush()
 flush()
 con.close()
 """
 _TASK_UPDATE = ("value", "updated_at", "expires_at")
-_ASSET_UPDATE = _TASK_UPDATE[:2] + tuple(
-    f"last_updated_by_{c}" for c in ("kind", "dag_id", "run_id", "task_id", "map_index")
-)
+_ASSET_UPDATE = ("value", "updated_at", *ASSET_WRITER_COLUMNS)
 
 
 def _update(kind: str, conflict: str, columns: tuple[str, ...]) -> str:
@@ -170,7 +169,10 @@ def _update(kind: str, conflict: str, columns: tuple[str, ...]) -> str:
 
 def export_script(engine: str) -> str:
     key = "`key`" if engine == "mariadb" else "key"
-    return _EXPORT.format(connect=_CONNECT[engine], iso=_ISO[engine], key=key)
+    writer = ", ".join(f"s.{name}" for name in ASSET_WRITER_COLUMNS)
+    return _EXPORT.format(
+        connect=_CONNECT[engine], iso=_ISO[engine], key=key, writer_columns=writer, writer_fields=ASSET_WRITER_FIELDS
+    )
 
 
 def import_script(engine: str) -> str:
@@ -184,6 +186,9 @@ def import_script(engine: str) -> str:
         asset_update=_update(engine, f"asset_id, {key}", _ASSET_UPDATE),
         returning=" RETURNING id" if engine == "postgresql" else "",
         new_id=_NEW_ID[engine],
+        writer_columns=", ".join(ASSET_WRITER_COLUMNS),
+        writer_fields=ASSET_WRITER_FIELDS,
+        asset_columns=4 + len(ASSET_WRITER_COLUMNS),
     )
 
 
@@ -286,25 +291,24 @@ def measure_store(
         ),
     }
     for round_ in range(repeat):
-        for name in list(exports)[round_ % 2 :] + list(exports)[: round_ % 2]:
+        for name in in_turn(list(exports), round_):
             argv, run_env = exports[name]
             row.add(name, run_process(argv, env=run_env, scratch=scratch / "p", keep_stdout=False))
         if not filecmp.cmp(exported, floor_file, shallow=False):
             raise SystemExit(f"{engine}: the export and the floor's file differ ({exported}, {floor_file})")
     row.file_mb = exported.stat().st_size / 1e6
     floor_file.unlink()
-    for round_ in range(repeat):
-        for name in (IMPORT, IMPORT_FLOOR) if round_ % 2 == 0 else (IMPORT_FLOOR, IMPORT):
-            target = empty.new()
-            if name == IMPORT:
-                argv = [ours, "--conn", target, "import", str(exported), "--batch-size", str(batch), "-o", "json"]
-                run_env = env
-            else:
-                argv = floor_argv(engine, import_script(engine), target, str(exported), str(batch))
-                run_env = {**env, **floor_env(engine, target)}
-            row.add(name, run_process(argv, env=run_env, scratch=scratch / "p", keep_stdout=False))
-            if stored_keys(target) != keys:
-                raise SystemExit(f"{engine}: {name} left {stored_keys(target)} keys in the store, expected {keys}")
+    for name in turns([IMPORT, IMPORT_FLOOR], repeat):
+        target = empty.new()
+        if name == IMPORT:
+            argv = [ours, "--conn", target, "import", str(exported), "--batch-size", str(batch), "-o", "json"]
+            run_env = env
+        else:
+            argv = floor_argv(engine, import_script(engine), target, str(exported), str(batch))
+            run_env = {**env, **floor_env(engine, target)}
+        row.add(name, run_process(argv, env=run_env, scratch=scratch / "p", keep_stdout=False))
+        if stored_keys(target) != keys:
+            raise SystemExit(f"{engine}: {name} left {stored_keys(target)} keys in the store, expected {keys}")
     empty.drop()
     exported.unlink()
     return row
@@ -313,18 +317,12 @@ def measure_store(
 # -- the report -----------------------------------------------------------------------------------------------
 def report(rows: list[Row], large: int, small: int, batch: int) -> str:
     header = ["engine", "rows", "measurement", "median s", "x floor", "peak RSS"]
-    lines = [header]
+    lines = []
     for r in rows:
         for name in (EXPORT_FLOOR, EXPORT, IMPORT_FLOOR, IMPORT):
             ratio = f"{r.median(name) / r.median(TARGETS[name][0]):.2f}x" if name in TARGETS else ""
             lines.append([r.engine, f"{r.rows:,}", name, f"{r.median(name):.3f}", ratio, f"{r.peak_mb(name):.1f} MB"])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = [
-        "  ".join(c.ljust(w) if i in (0, 2) else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True)))
-        for line in lines
-    ]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    out.append("")
+    out = [table(header, lines, right={1, 3, 4, 5}), ""]
     for engine in dict.fromkeys(r.engine for r in rows):
         big = next((r for r in rows if r.engine == engine and r.rows == large), None)
         little = next((r for r in rows if r.engine == engine and r.rows == small), None)
@@ -335,48 +333,42 @@ def report(rows: list[Row], large: int, small: int, batch: int) -> str:
         )
         for name, (floor, limit) in TARGETS.items():
             ratio = big.median(name) / big.median(floor)
-            verdict = "PASS" if ratio <= limit else "FAIL"
-            out.append(f"{engine}: {name} at {large:,} rows is {ratio:.2f}x its floor (target <= {limit}x): {verdict}")
+            out.append(
+                f"{engine}: {name} at {large:,} rows is {ratio:.2f}x its floor (target <= {limit}x): "
+                f"{verdict(ratio <= limit)}"
+            )
             if little is not None:
                 memory = big.peak_mb(name) / little.peak_mb(name)
-                verdict = "PASS" if memory <= MEMORY_TARGET else "FAIL"
                 out.append(
                     f"{engine}: {name} peak RSS at {large:,} rows is {memory:.2f}x that at {small:,} "
-                    f"(target <= {MEMORY_TARGET}x): {verdict}"
+                    f"(target <= {MEMORY_TARGET}x): {verdict(memory <= MEMORY_TARGET)}"
                 )
     out.append(f"peak RSS: {RSS_METHOD}")
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    stores.add_two_store_arguments(p, repeat=3)
-    p.add_argument("--batch-size", type=int, default=1000, help="the imports' batch size (1000)")
-    args = stores.parse_two_store_arguments(p, argv)
-    workdir = stores.check_workdir(args.workdir)
-    env = generate.tool_env(workdir / "airflow-home")
+    p = harness.arguments(
+        __doc__, rows=1_000_000, small_rows=10_000, repeat=3, batch_size=1000, engines=True, json_out=True, quick=QUICK
+    )
+    args = harness.parse(p, argv)
+    env = generate.tool_env(args.workdir / "airflow-home")
     rows: list[Row] = []
-    skipped: dict[str, str] = {}
-    for engine in stores.engines(args):
-        store = stores.open_stores(engine, args, workdir, env)
-        if isinstance(store, str):
-            skipped[engine] = store
-            continue
-        admin_url = None if engine == "sqlite" else stores.server_url(engine, args)
-        empty = EmptyStores(engine, workdir / "transfer" / engine, env, admin_url)
-        (workdir / "transfer" / engine).mkdir(parents=True, exist_ok=True)
+
+    def measure(engine: str, store: stores.Stores) -> None:
+        admin_url = None if engine == "sqlite" else harness.server_url(engine, args)
+        scratch = args.workdir / "transfer" / engine
+        scratch.mkdir(parents=True, exist_ok=True)
+        empty = EmptyStores(engine, scratch, env, admin_url)
         try:
-            for size in (args.rows, args.small_rows):
-                print(f"{engine}: store of {size:,} rows", file=sys.stderr, flush=True)
-                original = store.original(Spec(rows=size, expired=size // 2))
-                scratch = workdir / "transfer" / engine
-                rows.append(measure_store(engine, original, empty, max(1, args.repeat), args.batch_size, scratch, env))
+            for original in harness.large_and_small(engine, store, args):
+                rows.append(measure_store(engine, original, empty, args.repeat, args.batch_size, scratch, env))
         finally:
             empty.drop()
-            store.close()
+
+    skipped = harness.each_engine(args, env, measure)
     print(report(rows, args.rows, args.small_rows, args.batch_size))
-    for engine, problem in skipped.items():
-        print(f"{engine}: skipped ({problem})")
+    harness.print_skipped(skipped)
     if args.json_out:
         doc = {
             "rows": args.rows,
@@ -397,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in rows
             ],
         }
-        args.json_out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        harness.write_json(args.json_out, doc)
     return 0
 
 

@@ -30,13 +30,14 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from statestore_cli.mysql_text import outside_latin1
+from statestore_cli.schema import ASSET_WRITER_FIELDS
 from statestore_cli.scopes import ID_MAX_LENGTH, KEY_MAX_LENGTH, NIL_REGION
 
 TASK_FIELDS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at", "value")
 TASK_OPTIONAL = ("region_id",)  # a task line may have it; absent: outside any region
 DAG_RUN_FIELDS = ("store", "dag_id", "run_id", "key", "updated_at", "expires_at", "value")
 ASSET_FIELDS = ("store", "name", "uri", "key", "updated_at", "expires_at", "updated_by", "value")
-UPDATED_BY_FIELDS = ("kind", "dag_id", "run_id", "task_id", "map_index")
+UPDATED_BY_FIELDS = ASSET_WRITER_FIELDS  # one field per last_updated_by_* column of the asset store
 WRITER_KINDS = ("task", "watcher", "api")
 ASSET_TEXT_MAX_LENGTH = 1500  # the asset table's name and uri columns
 _TASK_SET, _ASSET_SET, _BY_SET = frozenset(TASK_FIELDS), frozenset(ASSET_FIELDS), frozenset(UPDATED_BY_FIELDS)
@@ -103,11 +104,7 @@ class AssetRow(NamedTuple):
     key: str
     updated_at: datetime
     value: str
-    kind: str | None
-    by_dag_id: str | None
-    by_run_id: str | None
-    by_task_id: str | None
-    by_map_index: int | None
+    updated_by: tuple[Any, ...]  # who last wrote it, in UPDATED_BY_FIELDS' order; all None: never recorded
 
 
 def _no_constant(name: str) -> Any:
@@ -221,7 +218,7 @@ def _asset_row(number: int, record: dict[str, Any], max_value_bytes: int) -> Ass
         _text(number, record, "key", KEY_MAX_LENGTH),
         _moment(number, "updated_at", record["updated_at"]),
         _value(number, record["value"], max_value_bytes),
-        *by,
+        by,
     )
 
 
@@ -239,11 +236,10 @@ def _updated_by(number: int, by: Any) -> tuple[Any, ...]:
         raise BadRecord(
             number, f"updated_by.map_index must be an integer, -1 or more, or null, got {_shown(map_index)}"
         )
-    ids = tuple(
-        None if by[name] is None else _text(number, by, name, ID_MAX_LENGTH, f"updated_by.{name}")
-        for name in ("dag_id", "run_id", "task_id")
-    )
-    return (kind, *ids, map_index)
+    checked = {"kind": kind, "map_index": map_index}
+    for name in ("dag_id", "run_id", "task_id"):
+        checked[name] = None if by[name] is None else _text(number, by, name, ID_MAX_LENGTH, f"updated_by.{name}")
+    return tuple(checked[name] for name in UPDATED_BY_FIELDS)
 
 
 def _text(number: int, record: dict[str, Any], name: str, max_length: int, label: str | None = None) -> str:

@@ -250,6 +250,24 @@ asset_state_store = Table(
     PrimaryKeyConstraint("asset_id", "key", name="asset_state_store_pkey"),
 )
 
+# Every column of the asset store, in the table's order; who last wrote a key is in its last_updated_by_*
+# columns, named for the fields they hold (kind, dag_id, run_id, task_id, map_index), which the export's
+# `updated_by` object has too. Statements and rows are built from these, never from a list of their own.
+ASSET_STATE_COLUMNS = tuple(column.name for column in asset_state_store.columns)
+_WRITER_PREFIX = "last_updated_by_"
+ASSET_WRITER_COLUMNS = tuple(name for name in ASSET_STATE_COLUMNS if name.startswith(_WRITER_PREFIX))
+ASSET_WRITER_FIELDS = tuple(name.removeprefix(_WRITER_PREFIX) for name in ASSET_WRITER_COLUMNS)
+
+
+def writer_columns(**fields: object) -> dict[str, object]:
+    """The ``last_updated_by_*`` values of an asset key's row: each field of ``ASSET_WRITER_FIELDS``
+    given (``kind="api"``), the others None."""
+    unknown = set(fields) - set(ASSET_WRITER_FIELDS)
+    if unknown:
+        raise ValueError(f"not a writer field of asset_state_store: {', '.join(sorted(unknown))}")
+    return {_WRITER_PREFIX + name: fields.get(name) for name in ASSET_WRITER_FIELDS}
+
+
 STATE_TABLES = (task_state_store.name, asset_state_store.name)
 PARENT_TABLES = (dag_run.name, asset.name, asset_active.name)
 

@@ -38,7 +38,15 @@ from statestore_cli.records import (
     load_strict,
     parse_line,
 )
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, qualified
+from statestore_cli.schema import (
+    ASSET_WRITER_COLUMNS,
+    ASSET_WRITER_FIELDS,
+    asset,
+    asset_active,
+    asset_state_store,
+    dag_run,
+    qualified,
+)
 from statestore_cli.scopes import NIL_REGION
 from statestore_cli.stores import open_backend
 from statestore_cli.timestamps import iso_utc
@@ -164,13 +172,7 @@ def _dag_run_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, An
 
 
 def _asset_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
-    by = (
-        _asset_kv.c.last_updated_by_kind,
-        _asset_kv.c.last_updated_by_dag_id,
-        _asset_kv.c.last_updated_by_run_id,
-        _asset_kv.c.last_updated_by_task_id,
-        _asset_kv.c.last_updated_by_map_index,
-    )
+    by = tuple(_asset_kv.c[name] for name in ASSET_WRITER_COLUMNS)
     query = select(asset.c.name, asset.c.uri, _asset_kv.c.key, _raw(_asset_kv.c.updated_at), _asset_kv.c.value, *by)
     query = query.join(asset, asset.c.id == _asset_kv.c.asset_id)
     for column, wanted in ((asset.c.id, filt.asset_id), (asset.c.name, filt.name), (asset.c.uri, filt.uri)):
@@ -180,8 +182,7 @@ def _asset_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]
         query = query.where(_asset_kv.c.key == filt.key)
     query = query.order_by(asset.c.name, asset.c.uri, _asset_kv.c.key)
     for chunk in conn.execution_options(yield_per=FETCH).execute(query).partitions():
-        for name, uri, key, updated_at, value, kind, dag_id, run_id, task_id, map_index in chunk:
-            writer = (kind, dag_id, run_id, task_id, map_index)
+        for name, uri, key, updated_at, value, *writer in chunk:
             try:
                 decoded = load_strict(value)
             except ValueError as exc:
@@ -194,8 +195,8 @@ def _asset_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]
                 "updated_at": iso_utc(updated_at),
                 "expires_at": None,
                 "updated_by": None
-                if writer == (None,) * 5
-                else {"kind": kind, "dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": map_index},
+                if all(v is None for v in writer)
+                else dict(zip(ASSET_WRITER_FIELDS, writer, strict=True)),
                 "value": decoded,
             }
 
@@ -585,17 +586,7 @@ class _Importer:
         if not self.dry_run:
             moment = _binder(self.dialect)
             params = [
-                (
-                    k[0],
-                    r.key,
-                    r.value,
-                    moment(r.updated_at),
-                    r.kind,
-                    r.by_dag_id,
-                    r.by_run_id,
-                    r.by_task_id,
-                    r.by_map_index,
-                )
+                (k[0], r.key, r.value, moment(r.updated_at), *r.updated_by)  # as _ASSET_COLUMNS
                 for k, r in zip(known, rows, strict=True)
             ]
             self._write(conn, _asset_upsert(self.dialect, qualified(conn, _asset_kv.name)), params, rows)
@@ -847,6 +838,10 @@ def _task_upsert(dialect: str, layout: Layout, table: str) -> str:
     return _upsert_sql(dialect, table, columns, conflict, ("value", "updated_at", "expires_at"))
 
 
+# The asset rows' upsert: each parameter row is these columns' values (``updated_by`` in the order of
+# ``ASSET_WRITER_FIELDS``, as records.AssetRow holds it).
+_ASSET_COLUMNS = ("asset_id", "key", "value", "updated_at", *ASSET_WRITER_COLUMNS)
+
+
 def _asset_upsert(dialect: str, table: str) -> str:
-    columns = tuple(column.name for column in _asset_kv.columns)  # asset_id, key, value, updated_at, ...
-    return _upsert_sql(dialect, table, columns, ("asset_id", "key"), columns[2:])
+    return _upsert_sql(dialect, table, _ASSET_COLUMNS, ("asset_id", "key"), _ASSET_COLUMNS[2:])

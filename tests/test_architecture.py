@@ -1,6 +1,7 @@
 """The package's shape, read from its source with ``ast``: no module imports another in a circle (imports
-inside functions count, as they run too), none uses another module's private (underscore) names, and the
-library (everything outside ``statestore_cli.cli``) never imports typer, rich or the CLI package.
+inside functions count, as they run too), none uses another module's private (underscore) names (nor do
+the tests and benchmarks), the library (everything outside ``statestore_cli.cli``) never imports typer,
+rich or the CLI package, and only ``schema`` spells the asset store's writer columns.
 
 Imports under ``if TYPE_CHECKING:`` count as well: a cycle of annotations is still two modules that can
 only be understood together."""
@@ -18,6 +19,7 @@ import pytest
 import statestore_cli
 
 ROOT = Path(statestore_cli.__file__).parent
+REPO = ROOT.parent
 PACKAGE = "statestore_cli"
 CLI = f"{PACKAGE}.cli"
 UI_LIBRARIES = ("typer", "rich", "click")
@@ -212,6 +214,47 @@ def test_no_module_uses_another_modules_private_names(modules):
 def test_the_library_never_imports_the_cli_or_its_libraries(modules):
     found = list(library_ui_imports(modules))
     assert not found, "\n".join(found)
+
+
+def outside_private_uses(modules: dict[str, Module], folder: Path) -> Iterator[str]:
+    """The package's private names that the scripts in ``folder`` (tests, benchmarks) use."""
+    for path in sorted(folder.rglob("*.py")):
+        name = f"{folder.name}.{path.relative_to(folder).with_suffix('').as_posix().replace('/', '.')}"
+        script = Module(name, path, False, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        _read_imports(script, modules, PACKAGE)
+        for line, _col, used in script.private_uses:
+            yield f"{path.relative_to(folder.parent)} line {line}: {used}"
+
+
+def string_constants(path: Path) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+@pytest.mark.parametrize("folder", ["tests", "bench"])
+def test_tests_and_benchmarks_use_no_private_names_of_the_package(modules, folder):
+    found = list(outside_private_uses(modules, REPO / folder))
+    assert not found, "\n".join(found)
+
+
+def test_only_the_schema_spells_the_asset_stores_writer_columns():
+    """``last_updated_by_*`` is written once, in the table's definition; everything else (statements, the
+    export, the benchmarks' stores and floors) takes the names from ``schema.ASSET_WRITER_COLUMNS``."""
+    from statestore_cli.schema import ASSET_WRITER_COLUMNS, ASSET_WRITER_FIELDS, asset_state_store
+
+    assert ASSET_WRITER_FIELDS == ("kind", "dag_id", "run_id", "task_id", "map_index")
+    assert tuple(f"last_updated_by_{f}" for f in ASSET_WRITER_FIELDS) == ASSET_WRITER_COLUMNS
+    assert set(ASSET_WRITER_COLUMNS) < set(asset_state_store.c.keys())
+    spelled = [
+        f"{path.relative_to(REPO)} line {line}"
+        for folder in (ROOT, REPO / "bench")
+        for path in sorted(folder.rglob("*.py"))
+        if path != ROOT / "schema.py"
+        for line, text in string_constants(path)
+        if "last_updated_by_" in text
+    ]
+    assert not spelled, "\n".join(spelled)
 
 
 # -- the checks themselves, on small packages written for them -------------------------------------------

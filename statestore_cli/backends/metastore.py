@@ -20,7 +20,7 @@ from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.layout import Layout, layout_of
 from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
 from statestore_cli.retention import utcnow
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
+from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, writer_columns
 from statestore_cli.schema_state import alembic_version_table
 from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
@@ -30,7 +30,7 @@ _asset_kv = asset_state_store  # the same in every layout (3.4's extra writer co
 
 
 class UpdatedBy(NamedTuple):
-    """Who wrote an asset key (``last_updated_by_*``): kind is ``task``, ``watcher`` or ``api``."""
+    """Who wrote an asset key (its ``schema.ASSET_WRITER_COLUMNS``): kind is ``task``, ``watcher`` or ``api``."""
 
     kind: str
     task: TaskScope | None = None
@@ -242,17 +242,10 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         task = writer.task
         asset_id = self._asset_id(conn, scope, create=True)
         _refuse_twin_row(conn, f"key {key!r} for {scope.describe()}", _asset_kv, {"key": key}, {"asset_id": asset_id})
-        row = {
-            "asset_id": asset_id,
-            "key": key,
-            "value": value,
-            "updated_at": now,
-            "last_updated_by_kind": writer.kind,
-            "last_updated_by_dag_id": task.dag_id if task else None,
-            "last_updated_by_run_id": task.run_id if task else None,
-            "last_updated_by_task_id": task.task_id if task else None,
-            "last_updated_by_map_index": task.map_index if task else None,
-        }
+        by: dict[str, object] = {"kind": writer.kind}
+        if task is not None:
+            by.update(dag_id=task.dag_id, run_id=task.run_id, task_id=task.task_id, map_index=task.map_index)
+        row = {"asset_id": asset_id, "key": key, "value": value, "updated_at": now, **writer_columns(**by)}
         return upsert(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"))
 
     def replace(self, scope: StoreScope, key: str, value: str, *, session: Any = None) -> int:
@@ -270,11 +263,10 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             asset_id = self._asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
-            writer = {f"last_updated_by_{f}": None for f in ("dag_id", "run_id", "task_id", "map_index")}
             stmt = (
                 update(_asset_kv)
                 .where(_asset_kv.c.asset_id == asset_id, _asset_kv.c.key == key)
-                .values(value=value, updated_at=now, last_updated_by_kind="api", **writer)
+                .values(value=value, updated_at=now, **writer_columns(kind="api"))
             )
             return int(conn.execute(stmt).rowcount)
 
