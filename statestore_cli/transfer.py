@@ -21,7 +21,13 @@ from typing import IO, Any, NamedTuple
 from sqlalchemy import String, bindparam, or_, select, type_coerce
 from sqlalchemy.engine import Connection, Engine
 
-from statestore_cli.backends.metastore import MetastoreBackend, run_filters, stores_selected
+from statestore_cli.backends.metastore import (
+    MetastoreBackend,
+    dag_run_store,
+    run_filters,
+    stores_selected,
+    task_filters,
+)
 from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.entries import KeyFilter
@@ -130,7 +136,7 @@ def _task_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]
     region = [task.c.region_id] if layout.has_region else []
     order = (task.c.dag_id, task.c.run_id, task.c.task_id, *region, task.c.map_index, task.c.key)
     shown = (task.c.dag_id, task.c.run_id, task.c.task_id, task.c.map_index, task.c.key)
-    wanted = MetastoreBackend._task_filters(layout, filt)
+    wanted = task_filters(layout, filt)
     query = select(*shown, _raw(task.c.updated_at), _raw(task.c.expires_at), task.c.value, *region)
     for chunk in conn.execution_options(yield_per=FETCH).execute(query.where(*wanted).order_by(*order)).partitions():
         for dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value, *in_region in chunk:
@@ -150,7 +156,7 @@ def _task_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]
 
 
 def _dag_run_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
-    table = MetastoreBackend._run_store(conn)  # a database without the store says so
+    table = dag_run_store(conn)  # a database without the store says so
     order = (table.c.dag_id, table.c.run_id, table.c.key)
     query = select(*order, _raw(table.c.updated_at), _raw(table.c.expires_at), table.c.value)
     query = query.where(*run_filters(table, filt)).order_by(*order)
@@ -535,7 +541,7 @@ class _Importer:
     def _dag_run_statements(self, conn: Connection) -> tuple[Any, str]:
         """The existence query and the upsert of dag-run rows (``_check_layout`` saw the table exists)."""
         if self.dag_run_statements is None:
-            table = MetastoreBackend._run_store(conn)
+            table = dag_run_store(conn)
             identity = (table.c.dag_run_id, table.c.key)
             present = select(*identity).where(*(_in(c, f"v{i}") for i, c in enumerate(identity)))
             columns = ("dag_run_id", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")

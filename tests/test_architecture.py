@@ -69,6 +69,7 @@ def _absolute(module: Module, node: ast.ImportFrom) -> str:
 
 def _read_imports(module: Module, modules: dict[str, Module], package: str) -> None:
     bound: dict[str, str] = {}  # a local name bound to one of the package's modules -> that module
+    imported: dict[str, str] = {}  # a local name bound to a module's class, function or value -> its dotted name
 
     def depends(target: str, line: int) -> None:
         if target == module.name:
@@ -100,12 +101,15 @@ def _read_imports(module: Module, modules: dict[str, Module], package: str) -> N
                     bound[alias.asname or alias.name] = submodule
                     continue
                 depends(source, node.lineno)
+                imported[alias.asname or alias.name] = f"{source}.{alias.name}"
                 if is_private(alias.name) and source != module.name:
                     used = f"from {source} import {alias.name}"
                     module.private_uses.append((node.lineno, node.col_offset, used))
     for node in ast.walk(module.tree):
         if isinstance(node, ast.Attribute) and is_private(node.attr):
             target = _dotted_module(node.value, bound, modules)
+            if target is None and isinstance(node.value, ast.Name):  # an imported class's private member
+                target = imported.get(node.value.id)
             if target is not None and target != module.name:
                 module.private_uses.append((node.lineno, node.col_offset, f"{target}.{node.attr}"))
     module.private_uses.sort()
@@ -309,13 +313,13 @@ def test_private_names_are_found_imported_and_as_attributes(tmp_path):
         tmp_path,
         {
             "__init__.py": "__version__ = '1'\n",
-            "shared.py": "_LIMIT = 3\ndef _helper(): ...\nPUBLIC = _LIMIT\n",
+            "shared.py": "_LIMIT = 3\ndef _helper(): ...\nPUBLIC = _LIMIT\nclass Store:\n    _table = 1\n",
             "user.py": (
                 "import pkg.shared\n"
                 "from pkg import shared as s, __version__\n"
-                "from pkg.shared import PUBLIC, _LIMIT\n"
+                "from pkg.shared import PUBLIC, _LIMIT, Store\n"
                 "def f(obj):\n"
-                "    return s._helper(), pkg.shared._LIMIT, obj._private, s.PUBLIC\n"
+                "    return s._helper(), pkg.shared._LIMIT, obj._private, s.PUBLIC, Store._table, Store.__name__\n"
             ),
         },
     )
@@ -323,6 +327,7 @@ def test_private_names_are_found_imported_and_as_attributes(tmp_path):
         (3, "from pkg.shared import _LIMIT"),
         (5, "pkg.shared._helper"),
         (5, "pkg.shared._LIMIT"),
+        (5, "pkg.shared.Store._table"),
     ]
     assert modules["pkg.shared"].private_uses == []
 

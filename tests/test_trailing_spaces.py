@@ -14,7 +14,7 @@ import pytest
 from helpers import sql
 from sqlalchemy import select, text
 
-from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.backends.metastore import task_where
 from statestore_cli.database import make_engine
 from statestore_cli.layout import AIRFLOW_33
 from statestore_cli.schema import asset, asset_state_store, task_state_store
@@ -336,7 +336,7 @@ def test_exact_lookups_still_seek_the_index(cli, db_url):
     engine = make_engine(db_url)
     queries = {
         "idx_task_state_store_lookup": select(task_state_store.c.value).where(
-            MetastoreBackend._task_where(AIRFLOW_33, TaskScope("d", "r", "t"), "a")
+            task_where(AIRFLOW_33, TaskScope("d", "r", "t"), "a")
         ),
         "PRIMARY": select(asset_state_store.c.value).where(
             asset_state_store.c.asset_id == 1, asset_state_store.c.key == "k"

@@ -68,33 +68,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def layout(self, conn: Connection, needs: str = "read") -> Layout:
         return layout_of(conn, needs)
 
-    @staticmethod
-    def _task_where(
-        layout: Layout, scope: TaskScope, key: str | None = None, all_map_indices: bool = False
-    ) -> ColumnElement[bool]:
-        task = layout.task
-        parts = [task.c.dag_id == scope.dag_id, task.c.run_id == scope.run_id, task.c.task_id == scope.task_id]
-        parts += _region_where(layout, scope)
-        if not all_map_indices:
-            parts.append(task.c.map_index == scope.map_index)
-        if key is not None:
-            parts.append(task.c.key == key)
-        return and_(*parts)
-
-    @staticmethod
-    def _run_store(conn: Connection) -> Any:
-        """The dag-run state store table, or an ``InvalidInputError`` where the database has none."""
-        layout = layout_of(conn, needs=None)  # the task table's problems are not the dag-run store's
-        if layout.dag_run_store is None:
-            raise InvalidInputError(
-                f"this database has no dag-run state store (Airflow {layout.name} layout): dag-run keys need "
-                "Airflow 3.4's dag_run_state_store; give --task-id for a task key"
-            )
-        return layout.dag_run_store
-
     @classmethod
     def _run_where(cls, conn: Connection, scope: DagRunScope, key: str | None = None) -> tuple[Any, Any]:
-        table = cls._run_store(conn)
+        table = dag_run_store(conn)
         parts = [table.c.dag_id == scope.dag_id, table.c.run_id == scope.run_id]
         return table, and_(*parts, *([table.c.key == key] if key is not None else []))
 
@@ -222,7 +198,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         self, conn: Connection, scope: DagRunScope, key: str, value: str, now: datetime, expires_at: datetime | None
     ) -> CursorResult[Any]:
         _check_mysql_expiry(conn, expires_at)
-        table = self._run_store(conn)
+        table = dag_run_store(conn)
         run_pk = self._dag_run_id(conn, scope)
         _refuse_twin_row(conn, f"key {key!r} for {scope.describe()}", table, {"key": key}, {"dag_run_id": run_pk})
         row = {
@@ -255,7 +231,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         with self.connection(session) as conn:
             if isinstance(scope, TaskScope):
                 layout = self.layout(conn)
-                stmt = update(layout.task).where(self._task_where(layout, scope, key))
+                stmt = update(layout.task).where(task_where(layout, scope, key))
                 return int(conn.execute(stmt.values(value=value, updated_at=now)).rowcount)
             if isinstance(scope, DagRunScope):
                 table, where = self._run_where(conn, scope, key)
@@ -280,7 +256,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         with self.connection(session) as conn:
             if isinstance(scope, TaskScope):
                 layout = self.layout(conn)
-                where = self._task_where(layout, scope, key, all_map_indices)
+                where = task_where(layout, scope, key, all_map_indices)
                 return int(conn.execute(delete(layout.task).where(where)).rowcount)
             if isinstance(scope, DagRunScope):
                 table, where = self._run_where(conn, scope, key)
@@ -308,7 +284,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                     region_id=scope.region_id,
                 )
             elif isinstance(scope, DagRunScope):
-                self._run_store(conn)  # a database without the store says so, rather than "no key"
+                dag_run_store(conn)  # a database without the store says so, rather than "no key"
                 filt = KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id, key=key)
             else:
                 asset_id = self._asset_id(conn, scope, create=False)
@@ -327,9 +303,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         with self.connection() as conn:
             layout = self.layout(conn)
             task = layout.task
-            where = and_(
-                self._task_where(layout, scope, key, all_map_indices=True), task.c.map_index != scope.map_index
-            )
+            where = and_(task_where(layout, scope, key, all_map_indices=True), task.c.map_index != scope.map_index)
             query = select(task.c.map_index, func.count()).where(where).group_by(task.c.map_index)
             return sorted((int(index), int(count)) for index, count in conn.execute(query))
 
@@ -382,7 +356,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         with self.connection() as conn:
             if isinstance(scope, TaskScope):
                 layout = self.layout(conn)
-                where = self._task_where(layout, scope, None, all_map_indices)
+                where = task_where(layout, scope, None, all_map_indices)
                 return int(conn.execute(select(func.count()).select_from(layout.task).where(where)).scalar_one())
             if isinstance(scope, DagRunScope):
                 table, where = self._run_where(conn, scope)
@@ -438,16 +412,16 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _store_count(self, store: str, conn: Connection, filt: KeyFilter) -> int:
         layout = layout_of(conn)
         if store == "task":
-            table, where = layout.task, self._task_filters(layout, filt)
+            table, where = layout.task, task_filters(layout, filt)
         else:
-            table = self._run_store(conn)
+            table = dag_run_store(conn)
             where = run_filters(table, filt)
         return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
     def _dag_run_entries(
         self, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
     ) -> Iterator[Entry]:
-        table = self._run_store(conn)
+        table = dag_run_store(conn)
         cols = [table.c.dag_id, table.c.run_id, table.c.key]
         query = select(*cols, table.c.updated_at, table.c.expires_at, *([table.c.value] if with_values else []))
         query = query.where(*run_filters(table, filt)).order_by(*cols).limit(limit).offset(offset or None)
@@ -462,15 +436,6 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 value=row.value if with_values else None,
             )
 
-    @staticmethod
-    def _task_filters(layout: Layout, filt: KeyFilter) -> list[ColumnElement[bool]]:
-        names = ("dag_id", "run_id", "task_id", "map_index", "key")
-        task = layout.task
-        found = [task.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
-        if filt.region_id is not None and layout.has_region:
-            found.append(task.c.region_id == filt.region_id)
-        return found
-
     @classmethod
     def _task_entries(
         cls, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
@@ -481,7 +446,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         cols = [task.c.dag_id, task.c.run_id, task.c.task_id, *region, task.c.map_index, task.c.key]
         shown = [c.label(c.key) for c in cols]  # by the key: the map index may be region_index in the database
         query = select(*shown, task.c.updated_at, task.c.expires_at, *([task.c.value] if with_values else []))
-        query = query.where(*cls._task_filters(layout, filt)).order_by(*cols).limit(limit).offset(offset or None)
+        query = query.where(*task_filters(layout, filt)).order_by(*cols).limit(limit).offset(offset or None)
         for row in conn.execution_options(yield_per=1000).execute(query):
             region_id = row.region_id if layout.has_region and row.region_id.int else None
             yield Entry(
@@ -546,6 +511,41 @@ def _refuse_twin_row(
                 f"cannot write {what}: {', '.join(pairs)} are one in the database's unique index (its "
                 "collation ignores letter case or accents), so they cannot be stored apart"
             )
+
+
+def task_where(
+    layout: Layout, scope: TaskScope, key: str | None = None, all_map_indices: bool = False
+) -> ColumnElement[bool]:
+    """The rows of one task's key (``key`` None: all its keys; ``all_map_indices``: at every map index)."""
+    task = layout.task
+    parts = [task.c.dag_id == scope.dag_id, task.c.run_id == scope.run_id, task.c.task_id == scope.task_id]
+    parts += _region_where(layout, scope)
+    if not all_map_indices:
+        parts.append(task.c.map_index == scope.map_index)
+    if key is not None:
+        parts.append(task.c.key == key)
+    return and_(*parts)
+
+
+def dag_run_store(conn: Connection) -> Any:
+    """The dag-run state store table, or an ``InvalidInputError`` where the database has none."""
+    layout = layout_of(conn, needs=None)  # the task table's problems are not the dag-run store's
+    if layout.dag_run_store is None:
+        raise InvalidInputError(
+            f"this database has no dag-run state store (Airflow {layout.name} layout): dag-run keys need "
+            "Airflow 3.4's dag_run_state_store; give --task-id for a task key"
+        )
+    return layout.dag_run_store
+
+
+def task_filters(layout: Layout, filt: KeyFilter) -> list[ColumnElement[bool]]:
+    """The conditions of ``filt``'s task fields (and region, where the table has one) on the task table."""
+    names = ("dag_id", "run_id", "task_id", "map_index", "key")
+    task = layout.task
+    found = [task.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
+    if filt.region_id is not None and layout.has_region:
+        found.append(task.c.region_id == filt.region_id)
+    return found
 
 
 def stores_selected(layout: Layout, filt: KeyFilter) -> list[str]:
