@@ -47,6 +47,7 @@ from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 from statestore_cli.stores import accessor, open_backend, open_metastore
 
 if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` need them, and they cost start-up
+    from statestore_cli.backup import BackupFile
     from statestore_cli.cleanup import CleanControl, CleanReport, ExpiredRow
     from statestore_cli.metrics import StatsMetrics
     from statestore_cli.stats import StoreStats
@@ -424,9 +425,11 @@ def clean(
     now: datetime | None = None,
     control: CleanControl | None = None,
     older_than: timedelta | None = None,
+    backup: BackupFile | None = None,
 ) -> CleanReport | str:
     """Delete expired task keys (those ``older_than`` past their expiry, when given); returns the
-    report, or the reason the clean was skipped."""
+    report, or the reason the clean was skipped (then ``backup`` is not created). With ``backup`` every
+    deleted row is written to it, each batch synced to disk before it commits."""
     cutoff, grace = clean_window(settings, now, older_than)
     reason = _skip_reason(settings)
     if reason:
@@ -434,7 +437,7 @@ def clean(
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
     from statestore_cli.cleanup import delete_expired
 
-    report = delete_expired(open_metastore(settings).engine, cutoff, size, control)
+    report = delete_expired(open_metastore(settings).engine, cutoff, size, control, backup)
     return replace(report, older_than=grace)
 
 

@@ -54,6 +54,59 @@ _UNSAFE = (0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x20
 _ESCAPES = {code: f"\\u{code:04x}" for code in _UNSAFE}
 
 
+def task_record(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    region_id: str | None,
+    map_index: int,
+    key: str,
+    updated_at: str,
+    expires_at: str | None,
+    value: Any,
+) -> dict[str, Any]:
+    """A task key's line as a record: timestamps already ISO 8601 UTC, the value decoded; ``region_id``
+    None for a key outside any region (the line then has no such field)."""
+    record: dict[str, Any] = {"store": "task", "dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+    if region_id is not None:
+        record["region_id"] = region_id
+    record["map_index"] = map_index
+    record["key"] = key
+    record["updated_at"] = updated_at
+    record["expires_at"] = expires_at
+    record["value"] = value
+    return record
+
+
+def dag_run_record(
+    dag_id: str, run_id: str, key: str, updated_at: str, expires_at: str | None, value: Any
+) -> dict[str, Any]:
+    """A dag-run key's line as a record (Airflow 3.4's dag-run state store)."""
+    return {
+        "store": "dag_run",
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "key": key,
+        "updated_at": updated_at,
+        "expires_at": expires_at,
+        "value": value,
+    }
+
+
+def asset_record(name: str, uri: str, key: str, updated_at: str, writer: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """An asset key's line as a record; ``writer`` is the stored (kind, dag_id, run_id, task_id, map_index)."""
+    return {
+        "store": "asset",
+        "name": name,
+        "uri": uri,
+        "key": key,
+        "updated_at": updated_at,
+        "expires_at": None,
+        "updated_by": None if writer == (None,) * len(UPDATED_BY_FIELDS) else dict(zip(UPDATED_BY_FIELDS, writer)),
+        "value": value,
+    }
+
+
 def encode_line(record: dict[str, Any]) -> str:
     """One record as a line of JSON (without the newline): readable UTF-8, nothing a terminal acts on."""
     line = json.dumps(record, ensure_ascii=False)

@@ -1,0 +1,434 @@
+"""A backup of what a deleting command deletes (``clean``, ``clear``, ``assets sweep`` with ``--backup FILE``):
+every row it deletes, as a line of the export format (``statestore_cli.records``), so that ``statestore import
+FILE`` puts back exactly what went.
+
+Each batch is one transaction that selects its rows with their full content (locking them: ``FOR UPDATE``,
+on SQLite the write lock from ``BEGIN IMMEDIATE``), writes their lines, flushes and fsyncs the file, deletes
+exactly those rows (the selection re-checked; the row count must be the number of lines written) and only then
+commits. So a commit never happens before its lines are on disk: a clean stopped by a signal, its deadline, a
+lost connection or a crash leaves in FILE every row it deleted. A batch that fails before its commit is cut from
+the file again; one whose commit was under way when the connection went stays (its rows may or may not be
+gone), so the file may hold one batch more than was deleted, never one row fewer.
+
+Values are written as stored, as ``export`` writes them: with a worker-side backend they are its references.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sqlalchemy import ARRAY, String, Table, and_, any_, bindparam, delete, select, type_coerce
+from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql import ColumnElement
+
+from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
+from statestore_cli.records import asset_record, dag_run_record, encode_line, load_strict, task_record
+from statestore_cli.schema import asset, asset_state_store
+from statestore_cli.scopes import NIL_REGION
+from statestore_cli.timestamps import iso_utc
+
+_MYSQL = ("mysql", "mariadb")
+WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held
+DELETE_CHUNK = 10_000  # ids per DELETE ... IN (...) on MySQL/MariaDB, well within any packet limit
+
+
+class BackupFileError(BackendError):
+    """The backup file could not be written or synced while the command ran: the batch in progress was
+    rolled back, and what earlier batches deleted is in the file."""
+
+
+# -- the file ------------------------------------------------------------------------------------------------
+def _refuse(path: Path, problem: str) -> InvalidInputError:
+    return InvalidInputError(f"{PARAMETER} {path}: {problem}", parameter="backup")
+
+
+def check_backup_path(path: Path) -> None:
+    """Refuse (``InvalidInputError``, nothing created) a backup path the command could not write to the end:
+    a file that exists and is not empty, a directory or other non-file, a folder missing or not writable."""
+    if str(path) == "-":
+        raise InvalidInputError(
+            f"{PARAMETER} - would be stdout, which cannot be synced to disk before each commit; give a file path",
+            parameter="backup",
+        )
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        found = None
+    except OSError as exc:
+        raise _refuse(path, f"cannot be read ({exc.strerror}); give another path") from None
+    if found is not None:
+        if stat.S_ISDIR(found.st_mode):
+            raise _refuse(path, "is a directory; give the path of a new file in it")
+        if not stat.S_ISREG(found.st_mode):
+            raise _refuse(path, "is not a regular file; give the path of a new file")
+        if found.st_size > 0:
+            raise _refuse(
+                path,
+                f"already exists and is not empty ({found.st_size:,} bytes); a backup never overwrites or appends "
+                "to a file: give a new path",
+            )
+        if not os.access(path, os.W_OK):
+            raise _refuse(path, "is not writable for this user; give another path")
+        return
+    folder = path.parent
+    if not folder.exists():
+        raise _refuse(path, f"the directory {folder} does not exist; create it or give another path")
+    if not folder.is_dir():
+        raise _refuse(path, f"{folder} is not a directory; give another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _refuse(path, f"cannot create files in {folder} (no permission, or a read-only file system)")
+
+
+class BackupFile:
+    """The file a deleting command writes each row it deletes to, in the export format.
+
+    Made before anything is deleted: the path is checked then (``check_backup_path``); the file itself is
+    created by the first ``start()`` (when the command is about to delete), with the mode a shell redirect
+    gives (0666 less the umask, as ``export --file``), or an existing empty file is used with its mode.
+    ``restore`` is the command line that restores it, for the messages that name the file."""
+
+    def __init__(self, path: Path | str, restore: str | None = None) -> None:
+        self.path = Path(path).expanduser().absolute()
+        check_backup_path(self.path)
+        self.restore = restore or f"statestore import {shlex.quote(str(self.path))}"
+        self.lines = 0  # lines in the file (each a deleted key)
+        self._fd: int | None = None
+        self._size = 0  # bytes written
+        self._pending: list[str] = []
+
+    @property
+    def started(self) -> bool:
+        return self._fd is not None
+
+    def start(self) -> None:
+        """Create the file (or open an existing empty one) for writing; nothing is deleted before this."""
+        if self._fd is not None:
+            return
+        flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+        try:
+            try:
+                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                created = True
+            except FileExistsError:
+                fd = os.open(self.path, flags)
+                created = False
+                found = os.fstat(fd)
+                if not stat.S_ISREG(found.st_mode) or found.st_size > 0:
+                    os.close(fd)
+                    check_backup_path(self.path)  # says what it is now
+                    raise _refuse(self.path, "changed while the command started; give a new path")
+        except OSError as exc:
+            raise _refuse(self.path, f"cannot be created ({exc.strerror})") from None
+        self._fd = fd
+        if created:  # the new name itself must survive a crash, not only the lines written under it
+            self._sync_folder()
+
+    def _sync_folder(self) -> None:
+        try:
+            folder = os.open(self.path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return  # a folder that cannot be opened for reading cannot be synced either; the file's own fsync stands
+        try:
+            os.fsync(folder)
+        except OSError:
+            pass  # some file systems cannot sync a directory; the file's own fsync still holds its lines
+        finally:
+            os.close(folder)
+
+    def add(self, line: str) -> None:
+        """One line (without its newline); written out every ``WRITE_CHUNK`` lines, synced by ``sync()``."""
+        self._pending.append(line)
+        if len(self._pending) >= WRITE_CHUNK:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        data = ("\n".join(self._pending) + "\n").encode("utf-8")
+        count = len(self._pending)
+        self._pending.clear()
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.write(self._descriptor(), view)
+                view = view[written:]
+                self._size += written
+        except OSError as exc:
+            raise self._failed("write", exc) from None
+        self.lines += count
+
+    def sync(self) -> None:
+        """Everything added so far is on disk when this returns (written, flushed, fsynced)."""
+        self._write_pending()
+        try:
+            os.fsync(self._descriptor())
+        except OSError as exc:
+            raise self._failed("sync", exc) from None
+
+    def mark(self) -> tuple[int, int]:
+        """Where the file ends now (bytes, lines): ``cut(mark)`` takes it back there."""
+        self._write_pending()
+        return self._size, self.lines
+
+    def cut(self, mark: tuple[int, int]) -> None:
+        """Take the file back to ``mark``: the lines of a batch that was rolled back before its commit."""
+        self._pending.clear()
+        size, lines = mark
+        if self._fd is None or (size, lines) == (self._size, self.lines):
+            return
+        try:
+            os.ftruncate(self._fd, size)
+            os.lseek(self._fd, size, os.SEEK_SET)
+            os.fsync(self._fd)
+        except OSError:
+            return  # the lines stay: a few too many is safe, the import just writes those rows back
+        self._size, self.lines = size, lines
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if self._pending:
+                self._fd = fd
+                self.sync()
+                self._fd = None
+        finally:
+            os.close(fd)
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            raise BackendError("the backup file is not open")
+        return self._fd
+
+    def _failed(self, what: str, exc: OSError) -> BackupFileError:
+        return BackupFileError(
+            f"cannot {what} the backup {self.path} ({exc.strerror or exc}); the batch in progress was rolled back"
+        )
+
+    def describe(self) -> str:
+        """Where the deleted keys are and how to put them back, for a message."""
+        keys = f"{self.lines:,} deleted key{'s' if self.lines != 1 else ''}"
+        return f"{self.path} holds the {keys}: `{self.restore}` restores them"
+
+
+def with_backup(exc: StateStoreError, backup: BackupFile | None) -> StateStoreError:
+    """``exc`` of a command that stopped midway, saying where the backup of what it deleted is."""
+    if backup is None or not backup.lines:
+        return exc
+    return type(exc)(f"{exc.template}; {backup.describe()}", parameter=exc.parameter)
+
+
+# -- one batch -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Selection:
+    """What a backed-up delete deletes from one table, and how each row becomes a line.
+
+    ``order`` is unique within ``where`` (a row id; an asset's key within its asset) and is walked upwards;
+    ``where`` selects the rows and is re-checked by the delete; ``walk`` is the same selection written so that
+    the engine walks ``order`` (see ``lifecycle._task_selection``), ``where`` when None. ``columns`` are
+    selected after ``order``, and ``record`` turns the row (``order`` first) into its export record."""
+
+    table: Table
+    order: Any
+    where: ColumnElement[bool]
+    columns: Sequence[Any]
+    record: Callable[[Row[Any]], dict[str, Any]]
+    walk: ColumnElement[bool] | None = None
+    lock_of: Table | None = None  # PostgreSQL: lock only this table's rows (a query that joins another)
+    primary_walk: bool = False  # MySQL/MariaDB: keep the walk on the primary key (``order`` is the id)
+    source: Any = None  # what the rows are selected from, when not ``table`` alone (a join)
+    tiebreak: Any = None  # ordered by after ``order`` when that is not unique (a one-statement run only)
+
+
+class Batch(NamedTuple):
+    """What one backed-up batch did: rows deleted (and written), and the ``order`` value the next batch
+    starts after (None: the walk is done)."""
+
+    deleted: int
+    after: Any
+
+
+def backed_up_batch(
+    conn: Connection, selection: Selection, backup: BackupFile, batch_size: int, after: Any = None
+) -> Batch:
+    """One transaction: select the next ``batch_size`` rows after ``after`` (0: every row) with their full
+    content, locked; write their lines and sync the file; delete exactly those rows; commit. A failure before
+    the commit rolls the transaction back and cuts the batch's lines from the file again."""
+    backup.start()
+    mark = backup.mark()
+    committing = False
+    try:
+        with conn.begin():
+            count, last, ids = _select_and_write(conn, selection, backup, batch_size, after)
+            if count:
+                backup.sync()  # durable before the rows go, so before the commit
+                deleted = _delete(conn, selection, after, last, ids)
+                if deleted != count:
+                    raise BackendError(
+                        f"the batch wrote {count:,} keys to the backup and deleting them removed {deleted:,} rows: "
+                        "the rows changed meanwhile; the batch was rolled back, run the command again"
+                    )
+            committing = True
+    except BaseException:
+        if not committing:
+            backup.cut(mark)
+        raise
+    done = batch_size == 0 or count < batch_size
+    return Batch(count, None if done else last)
+
+
+def _select_and_write(
+    conn: Connection, selection: Selection, backup: BackupFile, batch_size: int, after: Any
+) -> tuple[int, Any, list[Any] | None]:
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        # The write lock from the start: no other writer can change what is selected before it is deleted.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    order = selection.order
+    walk = selection.walk if selection.walk is not None else selection.where
+    query = select(order, *selection.columns).where(walk)
+    if selection.source is not None:
+        query = query.select_from(selection.source)
+    if after is not None:
+        query = query.where(order > after)
+    query = query.order_by(order, *([selection.tiebreak] if selection.tiebreak is not None else []))
+    if batch_size:
+        query = query.limit(batch_size)
+        if dialect in _MYSQL and selection.primary_walk:
+            query = query.with_hint(selection.table, "FORCE INDEX (PRIMARY)")
+    if dialect != "sqlite":
+        # PostgreSQL: rows another cleaner holds are skipped, as the clean without a backup does.
+        of = selection.lock_of if dialect == "postgresql" else None
+        query = query.with_for_update(skip_locked=dialect == "postgresql" and batch_size > 0, of=of)
+    # Only the ids of a bounded batch are kept, to delete exactly those; a one-statement run deletes
+    # its selection again instead (its rows are locked, and the count must match the lines).
+    ids: list[Any] | None = [] if batch_size and dialect != "sqlite" else None
+    count = 0
+    last = None
+    record = selection.record
+    # Streamed (a server-side cursor): options on the statement, since a connection's would stay on it.
+    for chunk in conn.execute(query.execution_options(yield_per=WRITE_CHUNK)).partitions():
+        for row in chunk:
+            backup.add(encode_line(record(row)))
+            last = row[0]
+            if ids is not None:
+                ids.append(last)
+        count += len(chunk)
+    return count, last, ids
+
+
+def _delete(conn: Connection, selection: Selection, after: Any, last: Any, ids: list[Any] | None) -> int:
+    """Delete the rows just written: by their ids where other sessions may write meanwhile (their rows are
+    locked by the select), by the range they span on SQLite (whose write lock this transaction holds) and in
+    a one-statement run (the selection again, up to the last row written)."""
+    table, order, where = selection.table, selection.order, selection.where
+    if ids is None:
+        bounds = [order <= last] + ([order > after] if after is not None else [])
+        return _counted(conn.execute(delete(table).where(and_(where, *bounds))).rowcount)
+    if conn.dialect.name == "postgresql":  # one array parameter, whatever the batch size
+        chosen = order == any_(bindparam("ids", ids, type_=ARRAY(order.type)))
+        return _counted(conn.execute(delete(table).where(chosen, where)).rowcount)
+    deleted = 0
+    statement = delete(table).where(order.in_(bindparam("ids", expanding=True)), where)
+    for start in range(0, len(ids), DELETE_CHUNK):
+        deleted += _counted(conn.execute(statement, {"ids": ids[start : start + DELETE_CHUNK]}).rowcount)
+    return deleted
+
+
+def _counted(rowcount: int | None) -> int:
+    if rowcount is None or rowcount < 0:
+        raise BackendError("the database did not report how many rows the delete removed")
+    return int(rowcount)
+
+
+def decoded(value: str, key: str, scope: Callable[[], str]) -> Any:
+    """A stored value as the export writes it (the JSON it holds); a value that is not JSON stops the batch
+    (rolled back: nothing of it deleted), since no import could read its line back."""
+    try:
+        return load_strict(value)
+    except ValueError as exc:
+        raise BackendError(
+            f"the value of key {key!r} for {scope()} is not valid JSON ({getattr(exc, 'msg', exc)}), so it cannot "
+            "be backed up; the batch was rolled back: fix or delete that key, or run without --backup"
+        ) from None
+
+
+# -- the rows of each store as lines ---------------------------------------------------------------------------
+def _raw(column: Any) -> Any:
+    # The driver's own value (SQLite text, a datetime elsewhere) skips SQLAlchemy's per-row parsing.
+    return type_coerce(column, String)
+
+
+def task_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[bool] | None = None) -> Selection:
+    """Task keys (``table``: the layout's task table) that ``where`` selects, as export lines."""
+    regions = "region_id" in table.c
+    columns = [table.c.dag_id, table.c.run_id, table.c.task_id, table.c.map_index, table.c.key]
+    columns += [_raw(table.c.updated_at), _raw(table.c.expires_at), table.c.value]
+    columns += [table.c.region_id] if regions else []
+
+    def record(row: Row[Any]) -> dict[str, Any]:
+        _, dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value, *in_region = row
+        value = decoded(value, key, lambda: f"dag_id={dag_id} run_id={run_id} task_id={task_id} map_index={map_index}")
+        region = str(in_region[0]) if in_region and in_region[0] != NIL_REGION else None  # outside any: none
+        expiry = None if expires_at is None else iso_utc(expires_at)
+        return task_record(dag_id, run_id, task_id, region, map_index, key, iso_utc(updated_at), expiry, value)
+
+    return Selection(table, table.c.id, where, columns, record, walk, primary_walk=True)
+
+
+def dag_run_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[bool] | None = None) -> Selection:
+    """Dag-run keys (Airflow 3.4's ``dag_run_state_store``) that ``where`` selects, as export lines."""
+    columns = [table.c.dag_id, table.c.run_id, table.c.key, _raw(table.c.updated_at), _raw(table.c.expires_at)]
+    columns.append(table.c.value)
+
+    def record(row: Row[Any]) -> dict[str, Any]:
+        _, dag_id, run_id, key, updated_at, expires_at, value = row
+        value = decoded(value, key, lambda: f"dag run dag_id={dag_id} run_id={run_id}")
+        expiry = None if expires_at is None else iso_utc(expires_at)
+        return dag_run_record(dag_id, run_id, key, iso_utc(updated_at), expiry, value)
+
+    return Selection(table, table.c.id, where, columns, record, walk, primary_walk=True)
+
+
+_WRITER = (
+    asset_state_store.c.last_updated_by_kind,
+    asset_state_store.c.last_updated_by_dag_id,
+    asset_state_store.c.last_updated_by_run_id,
+    asset_state_store.c.last_updated_by_task_id,
+    asset_state_store.c.last_updated_by_map_index,
+)
+
+
+def asset_rows(where: ColumnElement[bool], name: str, uri: str) -> Selection:
+    """The keys of one asset (named ``name`` and ``uri``) that ``where`` selects, walked by key, as export lines."""
+    kv = asset_state_store
+    columns = [_raw(kv.c.updated_at), kv.c.value, *_WRITER]
+
+    def record(row: Row[Any]) -> dict[str, Any]:
+        key, updated_at, value, *writer = row
+        value = decoded(value, key, lambda: f"asset name={name} uri={uri}")
+        return asset_record(name, uri, key, iso_utc(updated_at), tuple(writer), value)
+
+    return Selection(kv, kv.c.key, where, columns, record)
+
+
+def assets_rows(where: ColumnElement[bool]) -> Selection:
+    """The asset keys ``where`` selects, of any assets (their names joined in), as export lines: for a
+    one-statement delete, walked by (asset id, key) in one transaction, so never bounded by ``order``."""
+    kv = asset_state_store
+    joined = kv.join(asset, asset.c.id == kv.c.asset_id)
+    columns = [asset.c.name, asset.c.uri, kv.c.key, _raw(kv.c.updated_at), kv.c.value, *_WRITER]
+
+    def record(row: Row[Any]) -> dict[str, Any]:
+        _, name, uri, key, updated_at, value, *writer = row
+        value = decoded(value, key, lambda: f"asset name={name} uri={uri}")
+        return asset_record(name, uri, key, iso_utc(updated_at), tuple(writer), value)
+
+    return Selection(kv, kv.c.asset_id, where, columns, record, lock_of=kv, source=joined, tiebreak=kv.c.key)
