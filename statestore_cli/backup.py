@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlalchemy import ARRAY, String, Table, and_, any_, bindparam, delete, select, type_coerce
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
@@ -118,13 +118,14 @@ class BackupFile:
             except FileExistsError:
                 fd = os.open(self.path, flags)
                 created = False
-                found = os.fstat(fd)
-                if not stat.S_ISREG(found.st_mode) or found.st_size > 0:
-                    os.close(fd)
-                    check_backup_path(self.path)  # says what it is now
-                    raise _refuse(self.path, "changed while the command started; give a new path")
         except OSError as exc:
             raise _refuse(self.path, f"cannot be created ({exc.strerror})") from None
+        if not created:
+            found = os.fstat(fd)
+            if not stat.S_ISREG(found.st_mode) or found.st_size > 0:  # written since it was checked
+                os.close(fd)
+                check_backup_path(self.path)  # says what it is now
+                raise _refuse(self.path, "changed while the command started; give a new path")
         self._fd = fd
         if created:  # the new name itself must survive a crash, not only the lines written under it
             self._sync_folder()
@@ -239,7 +240,7 @@ class Selection:
     order: Any
     where: ColumnElement[bool]
     columns: Sequence[Any]
-    record: Callable[[Row[Any]], dict[str, Any]]
+    record: Callable[[Any], dict[str, Any]]  # a Row, unpacked
     walk: ColumnElement[bool] | None = None
     lock_of: Table | None = None  # PostgreSQL: lock only this table's rows (a query that joins another)
     primary_walk: bool = False  # MySQL/MariaDB: keep the walk on the primary key (``order`` is the id)
@@ -373,7 +374,7 @@ def task_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[bool
     columns += [_raw(table.c.updated_at), _raw(table.c.expires_at), table.c.value]
     columns += [table.c.region_id] if regions else []
 
-    def record(row: Row[Any]) -> dict[str, Any]:
+    def record(row: Any) -> dict[str, Any]:
         _, dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value, *in_region = row
         value = decoded(value, key, lambda: f"dag_id={dag_id} run_id={run_id} task_id={task_id} map_index={map_index}")
         region = str(in_region[0]) if in_region and in_region[0] != NIL_REGION else None  # outside any: none
@@ -388,7 +389,7 @@ def dag_run_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[b
     columns = [table.c.dag_id, table.c.run_id, table.c.key, _raw(table.c.updated_at), _raw(table.c.expires_at)]
     columns.append(table.c.value)
 
-    def record(row: Row[Any]) -> dict[str, Any]:
+    def record(row: Any) -> dict[str, Any]:
         _, dag_id, run_id, key, updated_at, expires_at, value = row
         value = decoded(value, key, lambda: f"dag run dag_id={dag_id} run_id={run_id}")
         expiry = None if expires_at is None else iso_utc(expires_at)
@@ -411,7 +412,7 @@ def asset_rows(where: ColumnElement[bool], name: str, uri: str) -> Selection:
     kv = asset_state_store
     columns = [_raw(kv.c.updated_at), kv.c.value, *_WRITER]
 
-    def record(row: Row[Any]) -> dict[str, Any]:
+    def record(row: Any) -> dict[str, Any]:
         key, updated_at, value, *writer = row
         value = decoded(value, key, lambda: f"asset name={name} uri={uri}")
         return asset_record(name, uri, key, iso_utc(updated_at), tuple(writer), value)
@@ -426,7 +427,7 @@ def assets_rows(where: ColumnElement[bool]) -> Selection:
     joined = kv.join(asset, asset.c.id == kv.c.asset_id)
     columns = [asset.c.name, asset.c.uri, kv.c.key, _raw(kv.c.updated_at), kv.c.value, *_WRITER]
 
-    def record(row: Row[Any]) -> dict[str, Any]:
+    def record(row: Any) -> dict[str, Any]:
         _, name, uri, key, updated_at, value, *writer = row
         value = decoded(value, key, lambda: f"asset name={name} uri={uri}")
         return asset_record(name, uri, key, iso_utc(updated_at), tuple(writer), value)

@@ -300,7 +300,15 @@ def keys_elsewhere(settings: Settings, scope: StoreScope, key: str | None = None
     return backend.other_map_indices(scope, key) if isinstance(backend, MetastoreBackend) else []
 
 
-def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
+def clear_scope(
+    settings: Settings, scope: StoreScope, *, all_map_indices: bool = False, backup: BackupFile | None = None
+) -> int | None:
+    """Delete every key of ``scope``; with ``backup``, each written to it and synced before the delete commits
+    (the metastore backend only; a worker-side backend's objects are then kept for the backup's references)."""
+    if backup is not None:
+        from statestore_cli.lifecycle import clear_scope_backed_up
+
+        return clear_scope_backed_up(settings, scope, backup, all_map_indices=all_map_indices)
     acc = accessor(settings, scope)
     removed = acc.backend.clear(scope, all_map_indices=all_map_indices)
     worker = acc.worker_backend

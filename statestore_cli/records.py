@@ -38,6 +38,7 @@ DAG_RUN_FIELDS = ("store", "dag_id", "run_id", "key", "updated_at", "expires_at"
 ASSET_FIELDS = ("store", "name", "uri", "key", "updated_at", "expires_at", "updated_by", "value")
 UPDATED_BY_FIELDS = ("kind", "dag_id", "run_id", "task_id", "map_index")
 WRITER_KINDS = ("task", "watcher", "api")
+_NO_WRITER = (None,) * len(UPDATED_BY_FIELDS)  # an asset key whose writer was never recorded
 ASSET_TEXT_MAX_LENGTH = 1500  # the asset table's name and uri columns
 _TASK_SET, _ASSET_SET, _BY_SET = frozenset(TASK_FIELDS), frozenset(ASSET_FIELDS), frozenset(UPDATED_BY_FIELDS)
 _TASK_REGION_SET, _DAG_RUN_SET = _TASK_SET | frozenset(TASK_OPTIONAL), frozenset(DAG_RUN_FIELDS)
@@ -102,7 +103,9 @@ def asset_record(name: str, uri: str, key: str, updated_at: str, writer: tuple[A
         "key": key,
         "updated_at": updated_at,
         "expires_at": None,
-        "updated_by": None if writer == (None,) * len(UPDATED_BY_FIELDS) else dict(zip(UPDATED_BY_FIELDS, writer)),
+        "updated_by": None
+        if writer == (None,) * len(UPDATED_BY_FIELDS)
+        else dict(zip(UPDATED_BY_FIELDS, writer, strict=True)),
         "value": value,
     }
 

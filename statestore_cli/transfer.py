@@ -133,9 +133,9 @@ def _task_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]
                 decoded = load_strict(value)
             except ValueError as exc:
                 raise _not_json(key, f"dag_id={dag_id} run_id={run_id} task_id={task_id}", exc) from None
-            region = str(in_region[0]) if in_region and in_region[0] != NIL_REGION else None  # outside any: none
+            where = str(in_region[0]) if in_region and in_region[0] != NIL_REGION else None  # outside any: none
             expiry = None if expires_at is None else iso_utc(expires_at)
-            yield task_record(dag_id, run_id, task_id, region, map_index, key, iso_utc(updated_at), expiry, decoded)
+            yield task_record(dag_id, run_id, task_id, where, map_index, key, iso_utc(updated_at), expiry, decoded)
 
 
 def _dag_run_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:

@@ -23,6 +23,7 @@ from statestore_cli.cli.app import (
     _settings,
     app,
 )
+from statestore_cli.cli.backup_option import BackupOpt, close_backup, name_restore, open_backup, refuse_with_dry_run
 from statestore_cli.cli.failure import message
 from statestore_cli.cli.group import decided
 from statestore_cli.cli.modes import OutputMode
@@ -40,6 +41,7 @@ from statestore_cli.errors import (
 from statestore_cli.retention import parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
+    from statestore_cli.backup import BackupFile
     from statestore_cli.cleanup import CleanReport
     from statestore_cli.metrics import CleanRecorder
 
@@ -47,7 +49,12 @@ if TYPE_CHECKING:  # loaded by `clean` only when it runs
 # -- clean ------------------------------------------------------------------------------------------
 @app.command(
     "clean",
-    epilog=_examples("clean --dry-run", "clean --batch-size 10000 --max-runtime 2h --exclusive", "clean -o json"),
+    epilog=_examples(
+        "clean --dry-run",
+        "clean --batch-size 10000 --max-runtime 2h --exclusive",
+        "clean --older-than 1d --backup /var/backups/statestore/clean-2026-11-30.jsonl",
+        "clean -o json",
+    ),
 )
 def clean(
     ctx: typer.Context,
@@ -102,6 +109,7 @@ def clean(
         ),
     ] = None,
     metrics_label: MetricsLabelOpt = None,
+    backup: BackupOpt = None,
     fail_on_skip: Annotated[
         bool,
         typer.Option("--fail-on-skip", help=f"With a custom {_section('state_store')} backend, exit 5 instead of 0."),
@@ -120,7 +128,11 @@ def clean(
     Deletes task and dag-run keys that have expired (at least --older-than ago,
     when given); asset keys and keys that never expire stay.
     Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
-    skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
+    skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead.
+    --backup FILE writes every key deleted to FILE first (created when deleting starts, left empty when
+    nothing expired), each batch synced to disk before it commits, also when the clean stops early or fails;
+    `statestore import FILE` puts them back. FILE must be new or empty, in a writable folder (else exit 2,
+    nothing deleted); not with --dry-run."""
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
@@ -128,8 +140,9 @@ def clean(
     if metrics_label and metrics_file is None:
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     if backend_cleanup:
-        _backend_cleanup(ctx, out, dry_run, older_than, metrics_file)
+        _backend_cleanup(ctx, out, dry_run, older_than, metrics_file, backup)
         return None
+    refuse_with_dry_run(backup, dry_run, "a clean")
     if dry_run:
         if metrics_file is not None:
             raise InvalidInputError(
@@ -147,19 +160,24 @@ def clean(
 
         labels = _metrics_labels(ctx, metrics_label)  # a bad label fails here, before anything is written
         recorder = CleanRecorder(metrics_file, labels)  # an unwritable path fails here, before anything is deleted
+    saved = open_backup(backup)  # likewise: a backup that cannot be written refuses the clean
     try:
-        result, remaining = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, recorder)
+        result, remaining = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, recorder, saved)
     except BaseException as exc:
         if recorder is not None:
             _record_failure(recorder, exc, out)
         raise
+    finally:
+        close_backup(saved)
     # The metrics first: a report that cannot be shown (a closed pipe) must not cost the monitoring its file.
     unwritten = _record(recorder, result, remaining, EXIT_SKIPPED if fail_on_skip else EXIT_OK)
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
+        if saved is not None:
+            out.note(f"--backup {saved.path} was not written: the clean deleted nothing")
     else:
         decided(ctx, result)  # the deletion is done: a reader closing the pipe does not change its exit code
-        out.clean_report(result)
+        out.clean_report(result, saved)
     if unwritten is not None:
         raise unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
     # a clean stopped early exits with its reason's code; a skip with 5 under --fail-on-skip
@@ -173,7 +191,12 @@ def _skipped(reason: str, fail_on_skip: bool) -> Outcome:
 
 
 def _backend_cleanup(
-    ctx: typer.Context, out: Output, dry_run: bool, older_than: Optional[str], metrics_file: Optional[Path]
+    ctx: typer.Context,
+    out: Output,
+    dry_run: bool,
+    older_than: Optional[str],
+    metrics_file: Optional[Path],
+    backup: Optional[Path],
 ) -> None:
     from statestore_cli import commands
 
@@ -181,6 +204,7 @@ def _backend_cleanup(
         (dry_run, "--dry-run"),
         (older_than is not None, "--older-than"),
         (metrics_file, "--metrics-file"),
+        (backup, "--backup"),
     ):
         if given:
             raise InvalidInputError(
@@ -212,6 +236,7 @@ def _clean_run(
     runtime: Optional[float],
     exclusive: bool,
     recorder: Optional["CleanRecorder"],
+    backup: Optional["BackupFile"],
 ) -> tuple["CleanReport | str", Optional[int]]:
     """The clean itself, and (for ``--metrics-file``) how many expired keys it left: not counted after
     a signal, which asks for a quick exit."""
@@ -220,6 +245,7 @@ def _clean_run(
     from statestore_cli.errors import StopReason
 
     settings = _settings(ctx)  # inside the recorded run: a broken config is a failed clean too
+    name_restore(backup, settings)
     now = utcnow()
     deadline = None if runtime is None else time.monotonic() + runtime
     total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
@@ -231,7 +257,7 @@ def _clean_run(
             control = CleanControl(
                 timeouts, exclusive, deadline, stop.reason, on_progress, on_connected=stop.defer, on_store=on_store
             )
-            result = commands.clean(settings, batch_size, now=now, control=control, older_than=grace)
+            result = commands.clean(settings, batch_size, now=now, control=control, older_than=grace, backup=backup)
         if recorder is None or isinstance(result, str):
             return result, None
         if result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):

@@ -19,6 +19,7 @@ from statestore_cli.cli.app import (
     assets_app,
     runs_app,
 )
+from statestore_cli.cli.backup_option import BackupOpt, close_backup, name_restore, open_backup, refuse_with_dry_run
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.safe_text import safe_text
@@ -32,7 +33,13 @@ if TYPE_CHECKING:
 
 # -- assets and runs --------------------------------------------------------------------------------
 @assets_app.command(
-    "sweep", epilog=_examples("assets sweep --dry-run", "assets sweep --batch-size 1000", "assets sweep -o json")
+    "sweep",
+    epilog=_examples(
+        "assets sweep --dry-run",
+        "assets sweep --batch-size 1000",
+        "assets sweep --backup /var/backups/statestore/sweep-2026-11-30.jsonl --yes",
+        "assets sweep -o json",
+    ),
 )
 def assets_sweep(
     ctx: typer.Context,
@@ -49,6 +56,7 @@ def assets_sweep(
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    backup: BackupOpt = None,
     lock_timeout: LockTimeoutOpt = None,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
@@ -59,19 +67,34 @@ def assets_sweep(
     defines the asset any more, also while the dag that defines it fails to parse. Their keys
     never expire (watermarks): check with --dry-run first. Active assets' keys stay.
     Asks on a terminal with the count and the assets; anywhere else it needs --yes (exit 2).
-    Answering no exits 1, nothing deleted."""
+    Answering no exits 1, nothing deleted.
+    --backup FILE writes every key deleted to FILE first (each batch synced before it commits; empty when
+    nothing was swept); `statestore import FILE` puts them back. FILE must be new or empty (else exit 2,
+    nothing deleted); not with --dry-run. A worker-side backend's objects are then kept."""
     from statestore_cli import lifecycle
 
     out = _output(output, header)
+    refuse_with_dry_run(backup, dry_run, "a sweep")
+    saved = open_backup(backup)  # checked before anything is counted, asked or deleted
     settings = _settings(ctx)
     if dry_run:
         out.sweep_plan(lifecycle.plan_sweep(settings))
         return
+    name_restore(saved, settings)
     if not yes:
         plan = list(lifecycle.plan_sweep(settings))
         if plan:
             _confirm_delete(False, "assets sweep deletes keys", _sweep_question(plan))
-    out.sweep_report(lifecycle.sweep(settings, batch_size))
+    try:
+        report = lifecycle.sweep(settings, batch_size, backup=saved)
+    finally:
+        close_backup(saved)
+    out.sweep_report(report, saved)
+    if saved is not None and saved.lines and settings.worker_backend:
+        out.line(
+            f"kept the objects of [workers] state_store_backend behind the {_keys(saved.lines)}, so that the "
+            "backup's references restore; `statestore orphans` lists them meanwhile"
+        )
 
 
 def _sweep_question(plan: list["SweptAsset"], shown: int = 3) -> str:
