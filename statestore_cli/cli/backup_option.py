@@ -18,8 +18,8 @@ BackupOpt = Annotated[
     typer.Option(
         "--backup",
         metavar="FILE",
-        help="Write every key deleted to FILE first, in the export format, each batch synced to disk before "
-        "it commits; `statestore import FILE` restores them. FILE must not exist (or be empty).",
+        help="First write every key deleted to FILE (a new or empty file), in the export format, each batch "
+        "synced to disk before it commits; `statestore import FILE` restores them.",
     ),
 ]
 

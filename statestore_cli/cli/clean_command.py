@@ -129,10 +129,11 @@ def clean(
     when given); asset keys and keys that never expire stay.
     Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
     skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead.
-    --backup FILE writes every key deleted to FILE first (created when deleting starts, left empty when
-    nothing expired), each batch synced to disk before it commits, also when the clean stops early or fails;
-    `statestore import FILE` puts them back. FILE must be new or empty, in a writable folder (else exit 2,
-    nothing deleted); not with --dry-run."""
+
+    --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
+    before it commits, so FILE holds them also after a stop or a failure); `statestore import FILE` puts
+    them back. FILE must be new or empty, its folder writable (else exit 2, nothing deleted); left empty
+    when nothing expired. A dry run refuses it."""
     if batch_size is not None and batch_size > _MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {_MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")

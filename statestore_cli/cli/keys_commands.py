@@ -235,9 +235,11 @@ def clear(
     Counts the keys first: with none it says so and exits 0.
     Then it asks on a terminal; anywhere else it needs --yes.
     Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130.
-    --backup FILE writes every key deleted to FILE first (each batch synced before it commits; empty when
-    there was nothing to clear); `statestore import FILE` puts them back. FILE must be new or empty (else
-    exit 2, nothing deleted). A worker-side backend's objects are then kept, for the backup's references."""
+
+    --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
+    before it commits); `statestore import FILE` puts them back. FILE must be new or empty, its folder
+    writable (else exit 2, nothing deleted); left empty when there is nothing to clear. A worker-side
+    backend's objects are then kept: the backup's references point at them."""
     from statestore_cli import commands
     from statestore_cli.scopes import describe_keys_of
 

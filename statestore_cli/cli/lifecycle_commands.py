@@ -68,9 +68,11 @@ def assets_sweep(
     never expire (watermarks): check with --dry-run first. Active assets' keys stay.
     Asks on a terminal with the count and the assets; anywhere else it needs --yes (exit 2).
     Answering no exits 1, nothing deleted.
-    --backup FILE writes every key deleted to FILE first (each batch synced before it commits; empty when
-    nothing was swept); `statestore import FILE` puts them back. FILE must be new or empty (else exit 2,
-    nothing deleted); not with --dry-run. A worker-side backend's objects are then kept."""
+
+    --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
+    before it commits); `statestore import FILE` puts them back. FILE must be new or empty, its folder
+    writable (else exit 2, nothing deleted); left empty when nothing is swept. A dry run refuses it. A
+    worker-side backend's objects are then kept: the backup's references point at them."""
     from statestore_cli import lifecycle
 
     out = _output(output, header)
