@@ -94,6 +94,8 @@ class BackupFile:
     ``restore`` is the command line that restores it, for the messages that name the file."""
 
     def __init__(self, path: Path | str, restore: str | None = None) -> None:
+        if str(path) == "-":
+            check_backup_path(Path("-"))  # refused: stdout, not a file named "-"
         self.path = Path(path).expanduser().absolute()
         check_backup_path(self.path)
         self.restore = restore or f"statestore import {shlex.quote(str(self.path))}"

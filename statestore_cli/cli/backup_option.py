@@ -65,8 +65,9 @@ def backup_sentence(backup: "BackupFile") -> str:
     where = safe_text(str(backup.path))
     if not backup.lines:
         return f"backup {where} is empty: nothing was deleted"
-    keys = f"{backup.lines:,} deleted key{'s' if backup.lines != 1 else ''}"
-    return f"backed up {keys} to {where}; restore {'them' if backup.lines != 1 else 'it'} with: {safe_text(backup.restore)}"
+    one = backup.lines == 1
+    keys = f"{backup.lines:,} deleted key{'' if one else 's'}"
+    return f"backed up {keys} to {where}; restore {'it' if one else 'them'} with: {safe_text(backup.restore)}"
 
 
 def close_backup(backup: Optional["BackupFile"]) -> None:
