@@ -23,12 +23,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import ARRAY, String, Table, and_, any_, bindparam, delete, select, type_coerce
+from sqlalchemy import (
+    ARRAY,
+    JSON,
+    String,
+    Table,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    literal_column,
+    null,
+    select,
+    type_coerce,
+)
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
-from statestore_cli.records import asset_record, dag_run_record, encode_line, load_strict, task_record
+from statestore_cli.records import asset_record, dag_run_record, encode_line, load_strict, printable, task_record
 from statestore_cli.schema import asset, asset_state_store
 from statestore_cli.scopes import NIL_REGION
 from statestore_cli.timestamps import iso_utc
@@ -153,7 +171,8 @@ class BackupFile:
     def _write_pending(self) -> None:
         if not self._pending:
             return
-        data = ("\n".join(self._pending) + "\n").encode("utf-8")
+        # What the database built is escaped here as encode_line escapes (DEL, C1 controls, bidi overrides).
+        data = printable("\n".join(self._pending) + "\n").encode("utf-8")
         count = len(self._pending)
         self._pending.clear()
         view = memoryview(data)
@@ -229,14 +248,20 @@ def with_backup(exc: StateStoreError, backup: BackupFile | None) -> StateStoreEr
 
 
 # -- one batch -----------------------------------------------------------------------------------------------
+# How a row becomes its line: ``columns`` selected (or returned) after the row's ``order`` value, and the line
+# made of the row; None where the database could not build it (the batch is then made again from the rows).
+Lines = tuple[Sequence[Any], Callable[[Any], "str | None"]]
+
+
 @dataclass(frozen=True)
 class Selection:
     """What a backed-up delete deletes from one table, and how each row becomes a line.
 
     ``order`` is unique within ``where`` (a row id; an asset's key within its asset) and is walked upwards;
     ``where`` selects the rows and is re-checked by the delete; ``walk`` is the same selection written so that
-    the engine walks ``order`` (see ``lifecycle._task_selection``), ``where`` when None. ``columns`` are
-    selected after ``order``, and ``record`` turns the row (``order`` first) into its export record."""
+    the engine walks ``order`` (see ``lifecycle._task_selection``), ``where`` when None. ``columns`` and
+    ``record`` make each row's export record in Python; ``lines``, where given, has the database build the
+    lines instead (for a dialect; None: not there), much cheaper for the many rows of a clean."""
 
     table: Table
     order: Any
@@ -248,6 +273,11 @@ class Selection:
     primary_walk: bool = False  # MySQL/MariaDB: keep the walk on the primary key (``order`` is the id)
     source: Any = None  # what the rows are selected from, when not ``table`` alone (a join)
     tiebreak: Any = None  # ordered by after ``order`` when that is not unique (a one-statement run only)
+    lines: Callable[[str], Lines | None] | None = None
+
+    def in_python(self) -> Lines:
+        record = self.record
+        return self.columns, lambda row: encode_line(record(row))
 
 
 class Batch(NamedTuple):
@@ -258,45 +288,90 @@ class Batch(NamedTuple):
     after: Any
 
 
+class _Redo(Exception):
+    """The database could not build a line of the batch (a value that is not JSON, a timestamp in an unusual
+    form): the batch is rolled back and made again from its rows, which says which key it is."""
+
+
 def backed_up_batch(
     conn: Connection, selection: Selection, backup: BackupFile, batch_size: int, after: Any = None
 ) -> Batch:
-    """One transaction: select the next ``batch_size`` rows after ``after`` (0: every row) with their full
-    content, locked; write their lines and sync the file; delete exactly those rows; commit. A failure before
-    the commit rolls the transaction back and cuts the batch's lines from the file again."""
+    """One transaction that deletes the next ``batch_size`` rows after ``after`` (0: every row), their lines
+    written and the file synced before it commits (see the module's docstring). A failure before the commit
+    rolls the transaction back and cuts the batch's lines from the file again."""
     backup.start()
+    dialect = conn.dialect.name
+    lines = selection.lines(dialect) if selection.lines is not None else None
+    if lines is not None:
+        try:
+            return _transaction(conn, backup, lambda: _lines_batch(conn, selection, lines, backup, batch_size, after))
+        except _Redo:
+            pass
+        except sa_exc.DataError:  # PostgreSQL refused a value's cast to json: the batch again, from its rows
+            if dialect != "postgresql":
+                raise
+    return _transaction(
+        conn, backup, lambda: _select_then_delete(conn, selection, selection.in_python(), backup, batch_size, after)
+    )
+
+
+def _transaction(conn: Connection, backup: BackupFile, body: Callable[[], Batch]) -> Batch:
     mark = backup.mark()
     committing = False
     try:
         with conn.begin():
-            count, last, ids = _select_and_write(conn, selection, backup, batch_size, after)
-            if count:
-                backup.sync()  # durable before the rows go, so before the commit
-                deleted = _delete(conn, selection, after, last, ids)
-                if deleted != count:
-                    raise BackendError(
-                        f"the batch wrote {count:,} keys to the backup and deleting them removed {deleted:,} rows: "
-                        "the rows changed meanwhile; the batch was rolled back, run the command again"
-                    )
-            committing = True
+            batch = body()
+            committing = True  # from here on the commit may have happened: the lines stay
     except BaseException:
         if not committing:
             backup.cut(mark)
         raise
-    done = batch_size == 0 or count < batch_size
-    return Batch(count, None if done else last)
+    return batch
 
 
-def _select_and_write(
-    conn: Connection, selection: Selection, backup: BackupFile, batch_size: int, after: Any
-) -> tuple[int, Any, list[Any] | None]:
+def _lines_batch(
+    conn: Connection, selection: Selection, lines: Lines, backup: BackupFile, batch_size: int, after: Any
+) -> Batch:
+    """A batch whose lines the database builds: on PostgreSQL and SQLite one ``DELETE ... RETURNING`` them (what
+    is written is exactly what was deleted, the rows locked by the delete itself); elsewhere, and for a
+    one-statement run (whose rows are too many to hold), selected first and then deleted."""
+    dialect = conn.dialect.name
+    if not batch_size or dialect not in ("postgresql", "sqlite"):
+        return _select_then_delete(conn, selection, lines, backup, batch_size, after)
+    columns, make = lines
+    order = selection.order
+    walk = selection.walk if selection.walk is not None else selection.where
+    ids = select(order).where(walk, *([order > after] if after is not None else [])).order_by(order).limit(batch_size)
+    if dialect == "postgresql":  # rows another cleaner holds are skipped, as without a backup
+        chosen = order == any_(func.array(ids.with_for_update(skip_locked=True).scalar_subquery()))
+    else:
+        chosen = order.in_(ids.scalar_subquery())
+    rows = conn.execute(delete(selection.table).where(chosen, selection.where).returning(order, *columns)).all()
+    last = None
+    for row in rows:
+        line = make(row)
+        if line is None:
+            raise _Redo
+        backup.add(line)
+        last = row[0] if last is None or row[0] > last else last
+    if rows:
+        backup.sync()  # durable before the commit
+    return Batch(len(rows), None if len(rows) < batch_size else last)
+
+
+def _select_then_delete(
+    conn: Connection, selection: Selection, lines: Lines, backup: BackupFile, batch_size: int, after: Any
+) -> Batch:
+    """Select the batch's rows with their full content, locked; write their lines and sync; delete exactly
+    those rows, the row count checked against the lines written."""
     dialect = conn.dialect.name
     if dialect == "sqlite":
         # The write lock from the start: no other writer can change what is selected before it is deleted.
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+    columns, make = lines
     order = selection.order
     walk = selection.walk if selection.walk is not None else selection.where
-    query = select(order, *selection.columns).where(walk)
+    query = select(order, *columns).where(walk)
     if selection.source is not None:
         query = query.select_from(selection.source)
     if after is not None:
@@ -315,16 +390,27 @@ def _select_and_write(
     ids: list[Any] | None = [] if batch_size and dialect != "sqlite" else None
     count = 0
     last = None
-    record = selection.record
     # Streamed (a server-side cursor): options on the statement, since a connection's would stay on it.
     for chunk in conn.execute(query.execution_options(yield_per=WRITE_CHUNK)).partitions():
         for row in chunk:
-            backup.add(encode_line(record(row)))
+            line = make(row)
+            if line is None:
+                raise _Redo
+            backup.add(line)
             last = row[0]
             if ids is not None:
                 ids.append(last)
         count += len(chunk)
-    return count, last, ids
+    if count:
+        backup.sync()  # durable before the rows go, so before the commit
+        deleted = _delete(conn, selection, after, last, ids)
+        if deleted != count:
+            raise BackendError(
+                f"the batch wrote {count:,} keys to the backup and deleting them removed {deleted:,} rows: "
+                "the rows changed meanwhile; the batch was rolled back, run the command again"
+            )
+    done = batch_size == 0 or count < batch_size
+    return Batch(count, None if done else last)
 
 
 def _delete(conn: Connection, selection: Selection, after: Any, last: Any, ids: list[Any] | None) -> int:
@@ -363,6 +449,133 @@ def decoded(value: str, key: str, scope: Callable[[], str]) -> Any:
         ) from None
 
 
+# -- lines built by the database -------------------------------------------------------------------------------
+# The export line of a task or dag-run key as one SQL expression: the same fields in the same order, strings
+# JSON-quoted by the engine (as Python quotes them; MariaDB writes hex digits in capitals), timestamps in ISO
+# 8601 UTC, the stored value embedded as the JSON it is (line breaks in it, which valid JSON has only between
+# its tokens, made spaces). Python's line for the same row would cost more than the delete itself.
+def _text(sql: str) -> Any:
+    return literal_column("'" + sql.replace("'", "''") + "'", String)
+
+
+def _joined(dialect: str, parts: Sequence[Any]) -> Any:
+    if dialect in _MYSQL:
+        return func.concat(*parts)
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.op("||")(part)
+    return type_coerce(out, String)
+
+
+def _quoted(dialect: str, column: Any) -> Any:
+    """A text column as a JSON string."""
+    if dialect == "postgresql":
+        return cast(func.to_json(column), Text)
+    return func.json_quote(column)
+
+
+def _number(dialect: str, column: Any) -> Any:
+    return cast(column, Text) if dialect != "sqlite" else cast(column, String)
+
+
+def _moment(dialect: str, column: Any) -> Any:
+    """A timestamp column as a JSON string ``"YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"``; NULL where the stored
+    form is not one this builds (SQLite text other than Airflow's): that row's line is made in Python."""
+    if dialect == "postgresql":  # to_json of a UTC timestamp: ISO 8601, microseconds without trailing zeros
+        return func.left(cast(func.to_json(func.timezone("UTC", column)), Text), -1).op("||")(_text('+00:00"'))
+    if dialect in _MYSQL:  # naive UTC (sessions run at +00:00)
+        fraction = case(
+            (func.microsecond(column) == 0, _text("")),
+            else_=func.concat(_text("."), func.lpad(func.microsecond(column), 6, _text("0"))),
+        )
+        return func.concat(_text('"'), func.date_format(column, _text("%Y-%m-%dT%H:%i:%s")), fraction, _text('+00:00"'))
+    raw = type_coerce(column, String)  # Airflow's text form, YYYY-MM-DD HH:MM:SS.ffffff, as iso_utc reads it
+    stored = and_(func.length(raw) == 26, func.substr(raw, 11, 1) == " ", func.substr(raw, 20, 1) == ".")
+    fraction = case((func.substr(raw, 21) == "000000", _text("")), else_=func.substr(raw, 20))
+    iso = _joined(
+        dialect,
+        [_text('"'), func.substr(raw, 1, 10), _text("T"), func.substr(raw, 12, 8), fraction, _text('+00:00"')],
+    )
+    return case((stored, iso), else_=null())
+
+
+def _maybe_moment(dialect: str, column: Any) -> Any:
+    return case((column.is_(None), _text("null")), else_=_moment(dialect, column))
+
+
+def _json(dialect: str, column: Any) -> Any:
+    """The stored value as the JSON it holds, on one line; on PostgreSQL the cast to json refuses text that is
+    not JSON (the batch is then made in Python, which names the key), on MySQL/MariaDB NULL for it; SQLite's
+    text is checked in Python (its json_valid() takes JSON5 in some releases)."""
+    if dialect == "postgresql":
+        breaks = func.chr(13).op("||")(func.chr(10))
+        return func.translate(cast(cast(column, JSON), Text), breaks, _text("  "))
+    if dialect in _MYSQL:
+        cr: Any = literal_column("CHAR(13 USING utf8mb4)")
+        lf: Any = literal_column("CHAR(10 USING utf8mb4)")
+        flat = func.replace(func.replace(column, cr, _text(" ")), lf, _text(" "))
+        return case((func.json_valid(column) == 1, flat), else_=null())
+    return func.replace(func.replace(column, func.char(13), _text(" ")), func.char(10), _text(" "))
+
+
+def _task_lines(table: Table) -> Callable[[str], Lines | None]:
+    regions = "region_id" in table.c
+
+    def build(dialect: str) -> Lines | None:
+        c = table.c
+        head = [_text('{"store": "task", "dag_id": '), _quoted(dialect, c.dag_id), _text(', "run_id": ')]
+        head += [_quoted(dialect, c.run_id), _text(', "task_id": '), _quoted(dialect, c.task_id)]
+        tail = [_text(', "map_index": '), _number(dialect, c.map_index), _text(', "key": '), _quoted(dialect, c.key)]
+        tail += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
+        tail += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
+        checked = [c.value] if dialect == "sqlite" else []
+        if not regions:
+            return [_joined(dialect, head + tail), *checked], _checked_line(1 if checked else None)
+        return [_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked], _region_line
+
+    return build
+
+
+def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
+    def build(dialect: str) -> Lines | None:
+        c = table.c
+        parts = [_text('{"store": "dag_run", "dag_id": '), _quoted(dialect, c.dag_id), _text(', "run_id": ')]
+        parts += [_quoted(dialect, c.run_id), _text(', "key": '), _quoted(dialect, c.key)]
+        parts += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
+        parts += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
+        checked = [c.value] if dialect == "sqlite" else []
+        return [_joined(dialect, parts), *checked], _checked_line(1 if checked else None)
+
+    return build
+
+
+def _valid(value: str) -> bool:
+    try:
+        load_strict(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _checked_line(value_at: int | None) -> Callable[[Any], str | None]:
+    """The line of a row (``row[1]``), None when the database could not build it; with ``value_at`` (the
+    stored value's place in the row, after the line) only when that value is JSON as well."""
+    if value_at is None:
+        return lambda row: row[1]
+    return lambda row: row[1] if row[1] is not None and _valid(row[value_at + 1]) else None
+
+
+def _region_line(row: Any) -> str | None:
+    """A line spliced from its head, its region (where it is not the nil one) and its tail (and on SQLite
+    only when the stored value is JSON)."""
+    _, head, tail, region, *value = row
+    if head is None or tail is None or (value and not _valid(value[0])):
+        return None
+    if region is None or region == NIL_REGION:
+        return head + tail
+    return f'{head}, "region_id": "{region}"{tail}'
+
+
 # -- the rows of each store as lines ---------------------------------------------------------------------------
 def _raw(column: Any) -> Any:
     # The driver's own value (SQLite text, a datetime elsewhere) skips SQLAlchemy's per-row parsing.
@@ -383,7 +596,7 @@ def task_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[bool
         expiry = None if expires_at is None else iso_utc(expires_at)
         return task_record(dag_id, run_id, task_id, region, map_index, key, iso_utc(updated_at), expiry, value)
 
-    return Selection(table, table.c.id, where, columns, record, walk, primary_walk=True)
+    return Selection(table, table.c.id, where, columns, record, walk, primary_walk=True, lines=_task_lines(table))
 
 
 def dag_run_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[bool] | None = None) -> Selection:
@@ -397,7 +610,7 @@ def dag_run_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[b
         expiry = None if expires_at is None else iso_utc(expires_at)
         return dag_run_record(dag_id, run_id, key, iso_utc(updated_at), expiry, value)
 
-    return Selection(table, table.c.id, where, columns, record, walk, primary_walk=True)
+    return Selection(table, table.c.id, where, columns, record, walk, primary_walk=True, lines=_dag_run_lines(table))
 
 
 _WRITER = (

@@ -72,6 +72,23 @@ def task_lines(lines: list[str], prefix: str = "spark_application_id") -> list[s
     return [line for line in lines if json.loads(line)["key"].startswith(prefix)]
 
 
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def records(lines: list[str]) -> list[dict]:
+    """The lines as records, timestamps as instants, sorted: what an import reads from them. (The database
+    builds a task key's line: a value's JSON as stored, PostgreSQL's microseconds without trailing zeros.)"""
+    found = []
+    for line in lines:
+        record = json.loads(line)
+        for name in ("updated_at", "expires_at"):
+            if record[name] is not None:
+                record[name] = datetime.fromisoformat(record[name])
+        found.append(record)
+    return sorted(found, key=lambda r: json.dumps(r, default=str, sort_keys=True))
+
+
 def restore(url: str, backup: Path) -> Result:
     result = run_cli("import", str(backup), conn=url)
     assert result.exit_code == 0, result.output
@@ -92,12 +109,47 @@ def test_clean_backup_then_import_restores_exactly_what_was_deleted(db_url, tmp_
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert (report["deleted"], report["backup"]) == (12, {"file": str(backup), "lines": 12})
-    # The backup's lines are the export's lines of the rows the clean deleted, byte for byte.
-    assert sorted(backup.read_text(encoding="utf-8").split("\n")[:-1]) == sorted(task_lines(before))
+    # The backup's lines are the export's lines of the rows the clean deleted, as JSON.
+    assert records(lines_of(backup)) == records(task_lines(before))
     assert task_lines(export(db_url)) == []
     restored = restore(db_url, backup)
     assert "task keys: 12 inserted, 0 updated" in restored.stderr
     assert export(db_url) == before
+
+
+def test_lines_the_database_builds_are_the_export_lines(db_url, tmp_path):
+    """Keys, ids and values with what a terminal acts on (bidi overrides, DEL), quotes, backslashes and
+    line breaks: the lines of a clean's backup read as the export's, and are as safe to print."""
+    seed(db_url, expired=0, live=0)
+    backend = MetastoreBackend(make_engine(db_url))
+    odd = 'job "id"\\ \u202e\x7f \u00e9\u2028'
+    backend.set(TaskScope(DAG, RUN, odd), odd, '{"a": "line\\nbreak", "b": [1.5, true]}', expires_at=EXPIRED_AT)
+    backend.set(TaskScope(DAG, RUN, TASK), "spaced", '{\n  "a": 1,\r\n  "b": "\\u00e9"\n}', expires_at=EXPIRED_AT)
+    backend.engine.dispose()
+    before = export(db_url)
+    backup = tmp_path / "clean.jsonl"
+    assert run_cli("clean", "--batch-size", "10", "--backup", str(backup), conn=db_url).exit_code == 0
+    text = backup.read_text(encoding="utf-8")
+    assert "\u202e" not in text and "\x7f" not in text and len(lines_of(backup)) == 2
+    assert records(lines_of(backup)) == records([line for line in before if json.loads(line)["store"] == "task"])
+    restore(db_url, backup)
+    assert export(db_url) == before
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_sqlite_timestamp_in_another_text_form_is_backed_up_too(db_url, tmp_path):
+    """Airflow writes YYYY-MM-DD HH:MM:SS.ffffff; a row another writer left as ISO text or without the fraction
+    has its line made in Python, and reads back as the same instant."""
+    seed(db_url, expired=3, live=0)
+    sql(db_url, "UPDATE task_state_store SET expires_at = '2026-11-01 00:00:00' WHERE {key} = :k", k=long_key(1))
+    sql(db_url, "UPDATE task_state_store SET updated_at = '2026-11-01T00:00:00+00:00' WHERE {key} = :k", k=long_key(2))
+    backup = tmp_path / "clean.jsonl"
+    assert run_cli("clean", "--batch-size", "2", "--backup", str(backup), conn=db_url).exit_code == 0
+    saved = {json.loads(line)["key"]: json.loads(line) for line in lines_of(backup)}
+    assert saved[long_key(1)]["expires_at"] == "2026-11-01T00:00:00+00:00"
+    assert saved[long_key(2)]["updated_at"] == "2026-11-01T00:00:00+00:00"
+    restore(db_url, backup)
+    assert task_rows(db_url) == 3
 
 
 def test_clean_older_than_backs_up_only_what_it_deletes(db_url, tmp_path):
@@ -408,9 +460,7 @@ def test_clear_of_a_dag_backs_up_and_restores(db_url, tmp_path, batch):
     result = run_cli("clear", "--dag-id", DAG, "--batch-size", batch, "--backup", str(backup), "--yes", conn=db_url)
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines()[1].startswith(f"backed up 15 deleted keys to {backup}; "), result.output
-    assert sorted(backup.read_text(encoding="utf-8").split("\n")[:-1]) == sorted(
-        line for line in before if json.loads(line)["store"] == "task"
-    )
+    assert records(lines_of(backup)) == records([line for line in before if json.loads(line)["store"] == "task"])
     restore(db_url, backup)
     assert export(db_url) == before
 
@@ -466,9 +516,8 @@ def test_sweep_backs_up_and_restores(db_url, tmp_path, batch):
     report = json.loads(result.stdout)
     assert report["deleted"] == 9 and report["backup"] == {"file": str(backup), "lines": 9}
     assert [a["deleted"] for a in report["assets"]] == [2, 3, 4]
-    assert sorted(backup.read_text(encoding="utf-8").split("\n")[:-1]) == sorted(
-        line for line in before if json.loads(line).get("name", "").startswith("orders_")
-    )
+    swept = [line for line in before if json.loads(line).get("name", "").startswith("orders_")]
+    assert sorted(lines_of(backup)) == sorted(swept)  # asset lines are made as export makes them: byte for byte
     restore(db_url, backup)
     assert export(db_url) == before
 
@@ -488,7 +537,7 @@ def test_clean_backup_holds_the_references_and_the_restore_reads_the_values(
     before = export(db_url)
     backup = tmp_path / "clean.jsonl"
     assert run_cli("clean", "--backup", str(backup), conn=db_url).exit_code == 0
-    assert backup.read_text(encoding="utf-8").split("\n")[:-1] == before  # as export writes it: the reference
+    assert records(lines_of(backup)) == records(before)  # as export writes it: the reference
     assert "__airflow_state_ref__" in before[0]
     restore(db_url, backup)
     result = run_cli("get", *task, "job_id", conn=db_url)
