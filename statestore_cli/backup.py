@@ -2,15 +2,22 @@
 every row it deletes, as a line of the export format (``statestore_cli.records``), so that ``statestore import
 FILE`` puts back exactly what went.
 
-Each batch is one transaction that selects its rows with their full content (locking them: ``FOR UPDATE``,
-on SQLite the write lock from ``BEGIN IMMEDIATE``), writes their lines, flushes and fsyncs the file, deletes
-exactly those rows (the selection re-checked; the row count must be the number of lines written) and only then
-commits. So a commit never happens before its lines are on disk: a clean stopped by a signal, its deadline, a
-lost connection or a crash leaves in FILE every row it deleted. A batch that fails before its commit is cut from
-the file again; one whose commit was under way when the connection went stays (its rows may or may not be
-gone), so the file may hold one batch more than was deleted, never one row fewer.
+Each batch is one transaction whose lines are written, flushed and fsynced before it commits, so a commit never
+happens before its lines are on disk: a command stopped by a signal, its deadline, a lost connection or a crash
+leaves in FILE every row it deleted. The rows written are exactly the rows deleted: on PostgreSQL and SQLite a
+batch is one ``DELETE ... RETURNING`` the lines of the rows it deleted (the rows it picks locked by the delete
+itself, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL as without a backup); on MySQL/MariaDB, and for a
+one-statement run (whose rows are too many to hold at once), the batch selects its rows with their full content,
+locked (``FOR UPDATE``; SQLite's write lock from ``BEGIN IMMEDIATE``), writes and syncs their lines, deletes
+exactly those rows and checks that the row count is the number of lines. A batch that fails before its commit
+is cut from the file again; one whose commit was under way when the connection went stays (its rows may or may
+not be gone), so the file may hold one batch more than was deleted, never one row fewer.
 
-Values are written as stored, as ``export`` writes them: with a worker-side backend they are its references.
+The lines of task and dag-run keys are built by the database (one SQL expression per line: what Python would
+spend per row costs more than the delete itself); asset keys' lines, and a batch whose lines the database
+cannot build (a value that is not JSON, a SQLite timestamp in another text form), are made in Python, as
+``export`` makes them. Values are written as stored, as ``export`` writes them: with a worker-side backend they
+are its references.
 """
 
 from __future__ import annotations
@@ -168,14 +175,23 @@ class BackupFile:
         if len(self._pending) >= WRITE_CHUNK:
             self._write_pending()
 
+    def add_lines(self, text: str) -> int:
+        """Lines already joined, each ending in a newline; returns how many."""
+        self._write_pending()
+        count = text.count("\n")
+        self._write(text, count)
+        return count
+
     def _write_pending(self) -> None:
-        if not self._pending:
-            return
+        if self._pending:
+            count = len(self._pending)
+            text = "\n".join(self._pending) + "\n"
+            self._pending.clear()
+            self._write(text, count)
+
+    def _write(self, text: str, count: int) -> None:
         # What the database built is escaped here as encode_line escapes (DEL, C1 controls, bidi overrides).
-        data = printable("\n".join(self._pending) + "\n").encode("utf-8")
-        count = len(self._pending)
-        self._pending.clear()
-        view = memoryview(data)
+        view = memoryview(printable(text).encode("utf-8"))
         try:
             while view:
                 written = os.write(self._descriptor(), view)
@@ -250,7 +266,14 @@ def with_backup(exc: StateStoreError, backup: BackupFile | None) -> StateStoreEr
 # -- one batch -----------------------------------------------------------------------------------------------
 # How a row becomes its line: ``columns`` selected (or returned) after the row's ``order`` value, and the line
 # made of the row; None where the database could not build it (the batch is then made again from the rows).
-Lines = tuple[Sequence[Any], Callable[[Any], "str | None"]]
+class Lines(NamedTuple):
+    """How rows become lines: ``columns`` selected (or returned) after each row's ``order`` value, and ``make``,
+    the line of such a row, None where the database could not build it (the batch is then made again from
+    the rows in Python). ``whole``: the line as one SQL expression that is never NULL, where there is one."""
+
+    columns: Sequence[Any]
+    make: Callable[[Any], str | None]
+    whole: Any = None
 
 
 @dataclass(frozen=True)
@@ -277,7 +300,7 @@ class Selection:
 
     def in_python(self) -> Lines:
         record = self.record
-        return self.columns, lambda row: encode_line(record(row))
+        return Lines(self.columns, lambda row: encode_line(record(row)))
 
 
 class Batch(NamedTuple):
@@ -336,9 +359,13 @@ def _lines_batch(
     is written is exactly what was deleted, the rows locked by the delete itself); elsewhere, and for a
     one-statement run (whose rows are too many to hold), selected first and then deleted."""
     dialect = conn.dialect.name
+    if dialect == "postgresql":
+        _utc_session(conn)
+        if not batch_size and lines.whole is not None and _copies(conn):
+            return _copy_all(conn, selection, lines.whole, backup)
     if not batch_size or dialect not in ("postgresql", "sqlite"):
         return _select_then_delete(conn, selection, lines, backup, batch_size, after)
-    columns, make = lines
+    columns, make, _ = lines
     order = selection.order
     walk = selection.walk if selection.walk is not None else selection.where
     ids = select(order).where(walk, *([order > after] if after is not None else [])).order_by(order).limit(batch_size)
@@ -346,61 +373,125 @@ def _lines_batch(
         chosen = order == any_(func.array(ids.with_for_update(skip_locked=True).scalar_subquery()))
     else:
         chosen = order.in_(ids.scalar_subquery())
-    rows = conn.execute(delete(selection.table).where(chosen, selection.where).returning(order, *columns)).all()
+    result = conn.execute(delete(selection.table).where(chosen, selection.where).returning(order, *columns))
+    count = 0
     last = None
-    for row in rows:
-        line = make(row)
-        if line is None:
-            raise _Redo
-        backup.add(line)
-        last = row[0] if last is None or row[0] > last else last
-    if rows:
+    for chunk in result.partitions(WRITE_CHUNK):  # the driver holds the batch's rows; Python a chunk of them
+        for row in chunk:
+            line = make(row)
+            if line is None:
+                raise _Redo
+            backup.add(line)
+            last = row[0] if last is None or row[0] > last else last
+        count += len(chunk)
+    if count:
         backup.sync()  # durable before the commit
-    return Batch(len(rows), None if len(rows) < batch_size else last)
+    return Batch(count, None if count < batch_size else last)
+
+
+def _utc_session(conn: Connection) -> None:
+    """PostgreSQL writes a timestamp in JSON in the session's time zone: UTC, for this transaction only."""
+    conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true)")
+
+
+def _copies(conn: Connection) -> bool:
+    """Whether the connection is psycopg 3's, whose COPY streams a statement's rows as they come."""
+    return hasattr(conn.connection.dbapi_connection, "pgconn")
+
+
+def _copy_all(conn: Connection, selection: Selection, line: Any, backup: BackupFile) -> Batch:
+    """A one-statement run on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows'
+    lines streamed into the file as the server sends them (nothing held), then synced before the commit."""
+    statement = delete(selection.table).where(selection.where).returning(line)
+    compiled = statement.compile(
+        dialect=conn.dialect, schema_translate_map=conn.get_execution_options().get("schema_translate_map")
+    )
+    dbapi_conn: Any = conn.connection.dbapi_connection
+    cursor = dbapi_conn.cursor()
+    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
+    count = 0
+    pending = b""
+    errors = conn.dialect.loaded_dbapi
+    try:
+        with cursor.copy(sql, params) as copy:
+            for block in copy:
+                pending += bytes(block)
+                end = pending.rfind(b"\n") + 1
+                if end:
+                    # The text format doubles each backslash; a line holds no tab, line break or other control
+                    # character for it to escape (JSON escapes them, and the value's are made spaces).
+                    lines = pending[:end].replace(b"\\\\", b"\\").decode("utf-8")
+                    count += backup.add_lines(lines)
+                    pending = pending[end:]
+        deleted = cursor.rowcount
+    except errors.DataError:  # a value that is not JSON: the statement again, from the rows in Python
+        raise _Redo from None
+    except errors.Error as exc:  # as SQLAlchemy would raise it, a lost connection noticed as one
+        gone = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+        if gone:
+            conn.invalidate()
+        raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
+    finally:
+        cursor.close()
+    if deleted != count:
+        raise BackendError(
+            f"the delete removed {deleted:,} rows and returned {count:,} lines; the batch was rolled back"
+        )
+    if count:
+        backup.sync()
+    return Batch(count, None)
 
 
 def _select_then_delete(
     conn: Connection, selection: Selection, lines: Lines, backup: BackupFile, batch_size: int, after: Any
 ) -> Batch:
     """Select the batch's rows with their full content, locked; write their lines and sync; delete exactly
-    those rows, the row count checked against the lines written."""
+    those rows, the row count checked against the lines written.
+
+    The rows are read a thousand at a time, each read going on after the last row of the one before (in the
+    same transaction, so every row stays locked): no server-side cursor, which would hold a whole
+    one-statement run's rows, or whose end a lost connection turns into noise on PyMySQL. A selection whose
+    ``order`` is not unique (an at-once sweep of every inactive asset: few keys) is read in one go."""
     dialect = conn.dialect.name
     if dialect == "sqlite":
         # The write lock from the start: no other writer can change what is selected before it is deleted.
         conn.exec_driver_sql("BEGIN IMMEDIATE")
-    columns, make = lines
+    columns, make, _ = lines
     order = selection.order
     walk = selection.walk if selection.walk is not None else selection.where
-    query = select(order, *columns).where(walk)
+    base = select(order, *columns).where(walk)
     if selection.source is not None:
-        query = query.select_from(selection.source)
-    if after is not None:
-        query = query.where(order > after)
-    query = query.order_by(order, *([selection.tiebreak] if selection.tiebreak is not None else []))
-    if batch_size:
-        query = query.limit(batch_size)
-        if dialect in _MYSQL and selection.primary_walk:
-            query = query.with_hint(selection.table, "FORCE INDEX (PRIMARY)")
+        base = base.select_from(selection.source)
+    base = base.order_by(order, *([selection.tiebreak] if selection.tiebreak is not None else []))
+    if batch_size and dialect in _MYSQL and selection.primary_walk:
+        base = base.with_hint(selection.table, "FORCE INDEX (PRIMARY)")
     if dialect != "sqlite":
         # PostgreSQL: rows another cleaner holds are skipped, as the clean without a backup does.
         of = selection.lock_of if dialect == "postgresql" else None
-        query = query.with_for_update(skip_locked=dialect == "postgresql" and batch_size > 0, of=of)
+        base = base.with_for_update(skip_locked=dialect == "postgresql" and batch_size > 0, of=of)
+    chunked = selection.tiebreak is None
     # Only the ids of a bounded batch are kept, to delete exactly those; a one-statement run deletes
     # its selection again instead (its rows are locked, and the count must match the lines).
     ids: list[Any] | None = [] if batch_size and dialect != "sqlite" else None
     count = 0
     last = None
-    # Streamed (a server-side cursor): options on the statement, since a connection's would stay on it.
-    for chunk in conn.execute(query.execution_options(yield_per=WRITE_CHUNK)).partitions():
-        for row in chunk:
+    position = after
+    while True:
+        wanted = min(WRITE_CHUNK, batch_size - count) if batch_size else WRITE_CHUNK
+        query = base if position is None else base.where(order > position)
+        rows = conn.execute(query.limit(wanted) if chunked else query).all()
+        for row in rows:
             line = make(row)
             if line is None:
                 raise _Redo
             backup.add(line)
-            last = row[0]
             if ids is not None:
-                ids.append(last)
-        count += len(chunk)
+                ids.append(row[0])
+        if rows:
+            last = position = rows[-1][0]
+        count += len(rows)
+        if not chunked or len(rows) < wanted or (batch_size and count >= batch_size):
+            break
     if count:
         backup.sync()  # durable before the rows go, so before the commit
         deleted = _delete(conn, selection, after, last, ids)
@@ -481,8 +572,8 @@ def _number(dialect: str, column: Any) -> Any:
 def _moment(dialect: str, column: Any) -> Any:
     """A timestamp column as a JSON string ``"YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"``; NULL where the stored
     form is not one this builds (SQLite text other than Airflow's): that row's line is made in Python."""
-    if dialect == "postgresql":  # to_json of a UTC timestamp: ISO 8601, microseconds without trailing zeros
-        return func.left(cast(func.to_json(func.timezone("UTC", column)), Text), -1).op("||")(_text('+00:00"'))
+    if dialect == "postgresql":  # ISO 8601 in the session's zone, UTC (_utc_session); microseconds trimmed
+        return cast(func.to_json(column), Text)
     if dialect in _MYSQL:  # naive UTC (sessions run at +00:00)
         fraction = case(
             (func.microsecond(column) == 0, _text("")),
@@ -500,6 +591,8 @@ def _moment(dialect: str, column: Any) -> Any:
 
 
 def _maybe_moment(dialect: str, column: Any) -> Any:
+    if dialect == "postgresql":
+        return func.coalesce(_moment(dialect, column), _text("null"))
     return case((column.is_(None), _text("null")), else_=_moment(dialect, column))
 
 
@@ -507,9 +600,9 @@ def _json(dialect: str, column: Any) -> Any:
     """The stored value as the JSON it holds, on one line; on PostgreSQL the cast to json refuses text that is
     not JSON (the batch is then made in Python, which names the key), on MySQL/MariaDB NULL for it; SQLite's
     text is checked in Python (its json_valid() takes JSON5 in some releases)."""
-    if dialect == "postgresql":
-        breaks = func.chr(13).op("||")(func.chr(10))
-        return func.translate(cast(cast(column, JSON), Text), breaks, _text("  "))
+    if dialect == "postgresql":  # tabs too, which COPY's text format would escape
+        breaks = func.chr(13).op("||")(func.chr(10)).op("||")(func.chr(9))
+        return func.translate(cast(cast(column, JSON), Text), breaks, _text("   "))
     if dialect in _MYSQL:
         cr: Any = literal_column("CHAR(13 USING utf8mb4)")
         lf: Any = literal_column("CHAR(10 USING utf8mb4)")
@@ -530,8 +623,10 @@ def _task_lines(table: Table) -> Callable[[str], Lines | None]:
         tail += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
         checked = [c.value] if dialect == "sqlite" else []
         if not regions:
-            return [_joined(dialect, head + tail), *checked], _checked_line(1 if checked else None)
-        return [_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked], _region_line
+            line = _joined(dialect, head + tail)
+            whole = line if dialect == "postgresql" else None
+            return Lines([line, *checked], _checked_line(1 if checked else None), whole)
+        return Lines([_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked], _region_line)
 
     return build
 
@@ -544,7 +639,9 @@ def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
         parts += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         parts += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
         checked = [c.value] if dialect == "sqlite" else []
-        return [_joined(dialect, parts), *checked], _checked_line(1 if checked else None)
+        line = _joined(dialect, parts)
+        whole = line if dialect == "postgresql" else None
+        return Lines([line, *checked], _checked_line(1 if checked else None), whole)
 
     return build
 

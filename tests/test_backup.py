@@ -279,6 +279,21 @@ def test_a_value_that_is_not_json_stops_the_clean_and_its_batch_stays(db_url, tm
     assert len(backup.read_text(encoding="utf-8").split("\n")[:-1]) == 4
 
 
+def test_a_value_that_is_not_json_stops_a_one_statement_clean_before_anything_is_deleted(db_url, tmp_path):
+    seed(db_url, expired=6, live=0)
+    sql(db_url, "UPDATE task_state_store SET value = '{\"a\": NaN}' WHERE {key} = :k", k=long_key(2))
+    backup = tmp_path / "clean.jsonl"
+    result = run_cli("clean", "--batch-size", "0", "--backup", str(backup), conn=db_url)
+    assert result.exit_code == 3, result.output
+    assert result.stderr == (
+        f"statestore: error: the value of key {long_key(2)!r} for dag_id={DAG} "
+        f"run_id=manual__2026-11-29T08:00:00+00:00 task_id={TASK} map_index=1 is not valid JSON (NaN is not a JSON "
+        "number), so it cannot be backed up; the batch was rolled back: fix or delete that key, or run without "
+        "--backup\n"
+    )
+    assert task_rows(db_url) == 6 and backup.read_bytes() == b""
+
+
 # -- stopped midway: signals, a lost connection, SIGKILL --------------------------------------------------------
 def seed_bulk(url: str, count: int) -> None:
     """``count`` expired task keys of one task, written in one statement."""
@@ -372,6 +387,21 @@ def test_a_connection_lost_midway_leaves_every_deleted_key_in_the_backup(db_url,
     assert len(lines) >= total - task_rows(db_url)
     restore(db_url, backup)
     assert task_rows(db_url) == total
+
+
+@pytest.mark.parametrize("db_url", SERVERS, indirect=True)
+def test_a_connection_lost_during_a_one_statement_clean_deletes_nothing(db_url, tmp_path):
+    total = 100_000
+    seed_bulk(db_url, total)
+    backup = tmp_path / "clean.jsonl"
+    with named_session(db_url) as (url, marker):
+        proc = start_clean(url, backup, batch=0)
+        kill_session(db_url, marker, proc)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert out == "" and err.count("\n") == 1 and err.startswith("statestore: error: database error on "), err
+    assert task_rows(db_url) == total  # one transaction, rolled back
+    assert not backup.exists() or backup.read_bytes() == b""  # its lines cut again (or it was not created yet)
 
 
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)

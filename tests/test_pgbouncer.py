@@ -253,6 +253,7 @@ COMMANDS = {
     "clear": lambda _tmp: ("clear", "--dag-id", "etl", "--batch-size", "5", "--yes"),
     "clean": lambda _tmp: ("clean", "--batch-size", "5", "--statement-timeout", "2s", "--exclusive"),
     "clean --backup": lambda tmp: ("clean", "--batch-size", "5", "--backup", str(tmp / "clean.jsonl")),
+    "clean --backup, one statement": lambda tmp: ("clean", "--batch-size", "0", "--backup", str(tmp / "all.jsonl")),
     "clear --backup": lambda tmp: (
         "clear",
         "--dag-id",
