@@ -217,10 +217,10 @@ def test_the_summary_names_the_file_and_the_restore_command(db_url, tmp_path):
     backup = tmp_path / "clean-2026-11-30.jsonl"
     result = run_cli("clean", "--batch-size", "5", "--backup", str(backup), conn=db_url)
     assert result.exit_code == 0, result.output
-    summary, saved = result.stderr.splitlines()
+    summary, saved, how = result.stderr.splitlines()
     assert re.fullmatch(r"deleted 12 expired task keys in 3 batches of up to 5 \(expired before .+\) in .+", summary)
     restore_command = f"statestore --conn {db_url} import {backup}"
-    assert saved == f"backed up 12 deleted keys to {backup}; restore them with: {restore_command}"
+    assert (saved, how) == (f"backed up 12 deleted keys to {backup}", f"restore them with: {restore_command}")
     plain = dict(line.split("\t") for line in result.stdout.splitlines())
     assert (plain["backup_file"], plain["backup_lines"]) == (str(backup), "12")
     # The command it names is the one that restores them.
@@ -489,7 +489,10 @@ def test_clear_of_a_dag_backs_up_and_restores(db_url, tmp_path, batch):
     backup = tmp_path / "clear.jsonl"
     result = run_cli("clear", "--dag-id", DAG, "--batch-size", batch, "--backup", str(backup), "--yes", conn=db_url)
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines()[1].startswith(f"backed up 15 deleted keys to {backup}; "), result.output
+    assert result.stderr.splitlines()[1:] == [
+        f"backed up 15 deleted keys to {backup}",
+        f"restore them with: statestore --conn {shlex.quote(db_url)} import {backup}",
+    ], result.output
     assert records(lines_of(backup)) == records([line for line in before if json.loads(line)["store"] == "task"])
     restore(db_url, backup)
     assert export(db_url) == before

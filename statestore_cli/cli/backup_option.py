@@ -61,13 +61,14 @@ def backup_fields(backup: Optional["BackupFile"]) -> dict[str, Any]:
 
 
 def backup_sentence(backup: "BackupFile") -> str:
-    """The summary's line about the backup: where, how many keys, and the command that restores them."""
+    """The summary's lines about the backup: where, how many keys, and on a line of its own (to copy whole)
+    the command that restores them."""
     where = safe_text(str(backup.path))
     if not backup.lines:
         return f"backup {where} is empty: nothing was deleted"
     one = backup.lines == 1
     keys = f"{backup.lines:,} deleted key{'' if one else 's'}"
-    return f"backed up {keys} to {where}; restore {'it' if one else 'them'} with: {safe_text(backup.restore)}"
+    return f"backed up {keys} to {where}\nrestore {'it' if one else 'them'} with: {safe_text(backup.restore)}"
 
 
 def close_backup(backup: Optional["BackupFile"]) -> None:
