@@ -11,8 +11,12 @@ the one-statement clean (``--batch-size 0``) with and without. Each must delete 
 backup hold exactly as many lines. Wall-clock seconds of the whole process; peak RSS of the process, at
 --rows and at --small-rows (memory must not grow with the rows).
 
-What the fsync per batch costs on its own: the last backup file of the large store is written again by this
-script, in the clean's batches (B lines each), once with an fsync after each batch and once without one.
+Beside them the floor of any backup (``backup_floor.py``, a bare driver script): the same batches deleted with
+their rows' columns returned (``DELETE ... RETURNING``; ``COPY`` of it on PostgreSQL), appended to a file as the
+driver gives them and fsynced before each commit: what moving the rows and syncing them costs before anything
+is put in the export format. What the fsync per batch costs on its own: the last backup file of the large
+store is written again by this script, in the clean's batches (B lines each), with and without an fsync after
+each batch.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ import generate
 import stores
 from generate import Spec
 from measure import RSS_METHOD, run_process
+from sqlalchemy.engine import make_url
+
+FLOOR = "backup floor (bare script)"
+HERE = Path(__file__).resolve().parent
 
 TIME_TARGET = 1.5  # a clean with --backup within 1.5x of the same clean without it
 RSS_TARGET = 1.10  # peak RSS at --rows within 1.10x of that at --small-rows
@@ -76,12 +84,25 @@ def main(argv: list[str] | None = None) -> int:
                 for round_ in range(repeat):
                     names = list(variants)
                     names = names[round_ % len(names) :] + names[: round_ % len(names)]  # each goes first in turn
-                    for name in names:
+                    for name in [*names, FLOOR]:
                         with store.fresh(original) as url:
                             backup.unlink(missing_ok=True)
-                            extra = [*variants[name], str(backup)] if name.endswith("--backup") else variants[name]
-                            cmd = [statestore, "--conn", url, "clean", *extra, "-o", "json"]
-                            sample = run_process(cmd, env=env, scratch=scratch)
+                            if name == FLOOR:
+                                cmd, extra_env = floor_command(engine, url, args.batch_size, backup)
+                                sample = run_process(cmd, env={**env, **extra_env}, scratch=scratch)
+                            else:
+                                extra = [*variants[name], str(backup)] if name.endswith("--backup") else variants[name]
+                                cmd = [statestore, "--conn", url, "clean", *extra, "-o", "json"]
+                                sample = run_process(cmd, env=env, scratch=scratch)
+                        if name == FLOOR:
+                            deleted = lines = int(sample.stdout.strip())
+                            if deleted != spec.expired:
+                                problems.append(f"{engine} {name} at {rows}: deleted {deleted}")
+                            entry = measured.setdefault(f"{name}@{rows}", {"seconds": [], "rss_kb": []})
+                            entry["seconds"].append(sample.seconds)
+                            entry["rss_kb"].append(sample.peak_rss_kb)
+                            log(f"{engine}: {name} at {rows:,}: {sample.seconds:.3f} s")
+                            continue
                         deleted = json.loads(sample.stdout)["deleted"]
                         lines = count_lines(backup) if name.endswith("--backup") else deleted
                         if (deleted, lines) != (spec.expired, spec.expired):
@@ -120,6 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"PROBLEM: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def floor_command(engine: str, url: str, batch_size: int, backup: Path) -> tuple[list[str], dict[str, str]]:
+    script = str(HERE / "backup_floor.py")
+    if engine == "sqlite":
+        return [sys.executable, script, engine, make_url(url).database or "", str(batch_size), str(backup)], {}
+    params = json.dumps(generate.driver_params(url))
+    return [sys.executable, script, engine, "-", str(batch_size), str(backup)], {"BENCH_DB": params}
 
 
 def count_lines(path: Path) -> int:
@@ -183,6 +212,15 @@ def report(
                         target(engine, f"{name} / without --backup", median / plain, TIME_TARGET)
                 rss = max(entry["rss_kb"]) / 1024
                 out.append(f"{engine:<11} {name:<36} {rows:>9,} {median:>9.3f} {ratio:>13} {rss:>12.1f}")
+        floor = measured.get(f"{FLOOR}@{args.rows}")
+        if floor:
+            seconds = statistics.median(floor["seconds"])
+            plain = statistics.median(measured[f"clean --batch-size {args.batch_size}@{args.rows}"]["seconds"])
+            ours = statistics.median(measured[f"clean --batch-size {args.batch_size} --backup@{args.rows}"]["seconds"])
+            out.append(
+                f"{engine:<11} {FLOOR:<36} {args.rows:>9,} {seconds:>9.3f} {seconds / plain:>12.2f}x "
+                f"{max(floor['rss_kb']) / 1024:>12.1f}   (--backup / floor: {ours / seconds:.2f}x)"
+            )
         for name in variants:
             large, small = measured.get(f"{name}@{args.rows}"), measured.get(f"{name}@{args.small_rows}")
             if large and small:
