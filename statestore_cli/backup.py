@@ -581,12 +581,12 @@ def _moment(dialect: str, column: Any) -> Any:
         )
         return func.concat(_text('"'), func.date_format(column, _text("%Y-%m-%dT%H:%i:%s")), fraction, _text('+00:00"'))
     raw = type_coerce(column, String)  # Airflow's text form, YYYY-MM-DD HH:MM:SS.ffffff, as iso_utc reads it
-    stored = and_(func.length(raw) == 26, func.substr(raw, 11, 1) == " ", func.substr(raw, 20, 1) == ".")
-    fraction = case((func.substr(raw, 21) == "000000", _text("")), else_=func.substr(raw, 20))
-    iso = _joined(
-        dialect,
-        [_text('"'), func.substr(raw, 1, 10), _text("T"), func.substr(raw, 12, 8), fraction, _text('+00:00"')],
+    digits = "[0-9]"
+    stored = raw.op("GLOB")(
+        _text(f"{digits * 4}-{digits * 2}-{digits * 2} {digits * 2}:{digits * 2}:{digits * 2}.{digits * 6}")
     )
+    whole = case((func.substr(raw, 21) == "000000", func.substr(raw, 1, 19)), else_=raw)  # no .000000, as Python
+    iso = _joined(dialect, [_text('"'), func.replace(whole, _text(" "), _text("T")), _text('+00:00"')])
     return case((stored, iso), else_=null())
 
 
@@ -596,10 +596,23 @@ def _maybe_moment(dialect: str, column: Any) -> Any:
     return case((column.is_(None), _text("null")), else_=_moment(dialect, column))
 
 
+def _sqlite_json_valid_is_strict() -> bool:
+    """Whether SQLite's json_valid(X) accepts RFC 8259 JSON only: before JSON5 came (3.42) and since its one
+    argument form went back to RFC 8259 (3.45). Between, a value is checked in Python instead."""
+    import sqlite3
+
+    return not (3, 42, 0) <= sqlite3.sqlite_version_info < (3, 45, 0)
+
+
+def _python_checks(dialect: str) -> bool:
+    """Whether the stored value of a line the database built must still be checked to be JSON in Python."""
+    return dialect == "sqlite" and not _sqlite_json_valid_is_strict()
+
+
 def _json(dialect: str, column: Any) -> Any:
     """The stored value as the JSON it holds, on one line; on PostgreSQL the cast to json refuses text that is
-    not JSON (the batch is then made in Python, which names the key), on MySQL/MariaDB NULL for it; SQLite's
-    text is checked in Python (its json_valid() takes JSON5 in some releases)."""
+    not JSON (the batch is then made in Python, which names the key), elsewhere the line is NULL for it (but
+    where SQLite's json_valid() takes JSON5: there the value is checked in Python)."""
     if dialect == "postgresql":  # tabs too, which COPY's text format would escape
         breaks = func.chr(13).op("||")(func.chr(10)).op("||")(func.chr(9))
         return func.translate(cast(cast(column, JSON), Text), breaks, _text("   "))
@@ -608,7 +621,8 @@ def _json(dialect: str, column: Any) -> Any:
         lf: Any = literal_column("CHAR(10 USING utf8mb4)")
         flat = func.replace(func.replace(column, cr, _text(" ")), lf, _text(" "))
         return case((func.json_valid(column) == 1, flat), else_=null())
-    return func.replace(func.replace(column, func.char(13), _text(" ")), func.char(10), _text(" "))
+    flat = func.replace(func.replace(column, func.char(13), _text(" ")), func.char(10), _text(" "))
+    return flat if _python_checks(dialect) else case((func.json_valid(column) == 1, flat), else_=null())
 
 
 def _task_lines(table: Table) -> Callable[[str], Lines | None]:
@@ -621,7 +635,7 @@ def _task_lines(table: Table) -> Callable[[str], Lines | None]:
         tail = [_text(', "map_index": '), _number(dialect, c.map_index), _text(', "key": '), _quoted(dialect, c.key)]
         tail += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         tail += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
-        checked = [c.value] if dialect == "sqlite" else []
+        checked = [c.value] if _python_checks(dialect) else []
         if not regions:
             line = _joined(dialect, head + tail)
             whole = line if dialect == "postgresql" else None
@@ -638,7 +652,7 @@ def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
         parts += [_quoted(dialect, c.run_id), _text(', "key": '), _quoted(dialect, c.key)]
         parts += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         parts += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
-        checked = [c.value] if dialect == "sqlite" else []
+        checked = [c.value] if _python_checks(dialect) else []
         line = _joined(dialect, parts)
         whole = line if dialect == "postgresql" else None
         return Lines([line, *checked], _checked_line(1 if checked else None), whole)

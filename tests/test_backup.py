@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import test_faults
 from helpers import Result, read_metrics, run_cli, sql, statestore_argv
 from sqlalchemy import create_engine, event, text
 from test_faults import kill_session, named_session
@@ -37,6 +38,7 @@ TASK = "submit_spark_job"
 NOW = datetime.now(UTC)
 EXPIRED_AT = NOW - timedelta(days=3)
 WORKER = "AIRFLOW__WORKERS__STATE_STORE_BACKEND"
+small_disk = test_faults.small_disk  # the fixture: a 1 MiB tmpfs
 
 
 def long_key(i: int) -> str:
@@ -419,6 +421,28 @@ def test_a_clean_killed_with_sigkill_leaves_every_deleted_key_in_the_backup(db_u
         backup.write_bytes(b"".join(lines[:-1]))  # what the README says to do with such a line
     assert 0 < deleted < total
     assert_restores_all(db_url, backup, total, deleted)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_full_disk_under_the_backup_stops_the_clean_with_every_deleted_key_in_it(db_url, small_disk):
+    total = 20_000  # some 6 MB of lines: the 1 MiB disk fills after a few batches
+    seed_bulk(db_url, total)
+    backup = small_disk / "clean.jsonl"
+    result = run_cli("clean", "--batch-size", "500", "--backup", str(backup), conn=db_url)
+    assert result.exit_code == 3, result.output
+    done = re.fullmatch(
+        rf"statestore: error: cannot (write|sync) the backup {re.escape(str(backup))} \(No space left on device\); "
+        r"the batch in progress was rolled back \(the clean had deleted ([\d,]+) expired keys in ([\d,]+) committed "
+        rf"batches; they stay deleted: run clean again to finish\); {re.escape(str(backup))} holds the ([\d,]+) "
+        r"deleted keys: `.+` restores them\n",
+        result.stderr,
+    )
+    assert done, result.stderr
+    deleted = int(done.group(2).replace(",", ""))
+    assert deleted > 0 and int(done.group(4).replace(",", "")) == deleted
+    assert len(lines_of(backup)) == deleted and task_rows(db_url) == total - deleted  # the failed batch cut again
+    restore(db_url, backup)
+    assert task_rows(db_url) == total
 
 
 # -- the file ---------------------------------------------------------------------------------------------------
