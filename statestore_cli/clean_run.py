@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from statestore_cli.errors import EXIT_OK, StateStoreError, StopReason
 
 if TYPE_CHECKING:
+    from statestore_cli.backup import BackupFile
     from statestore_cli.cleanup import CleanControl, CleanReport
     from statestore_cli.config import Settings
     from statestore_cli.metrics import CleanRecorder
@@ -74,8 +75,10 @@ class CleanRun:
         now: datetime,
         control: CleanControl,
         older_than: timedelta | None,
+        backup: BackupFile | None = None,
     ) -> CleanReport | str:
-        """The clean (the report, or why it was skipped), recorded when it ended without an error."""
+        """The clean (the report, or why it was skipped), recorded when it ended without an error; with
+        ``backup`` every row it deletes is written there first."""
         from statestore_cli import commands
 
         if self.recorder is not None:
@@ -84,7 +87,7 @@ class CleanRun:
                 on_progress=_both(control.on_progress, self.recorder.on_progress),
                 on_store=self.recorder.on_store,
             )
-        result = commands.clean(settings, batch_size, now=now, control=control, older_than=older_than)
+        result = commands.clean(settings, batch_size, now=now, control=control, older_than=older_than, backup=backup)
         if self.recorder is not None:
             self._record(result, self._remaining(settings, result, now, older_than))
         return result

@@ -27,6 +27,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Executable, Select
 
+from statestore_cli.backup import BackupFile, backed_up_batch, dag_run_rows, task_rows, with_backup
 from statestore_cli.database import describe_engine, retry_deadlocks, set_per_transaction, translate_errors
 from statestore_cli.entries import Timeouts
 from statestore_cli.errors import (
@@ -276,9 +277,20 @@ def count_expired(engine: Engine, now: datetime) -> int:
         return sum(int(conn.execute(count).scalar_one()) for count in counts)
 
 
-def _batch_runner(conn: Connection, table: Table, now: datetime, batch_size: int) -> Callable[[int], _Batch]:
+def _batch_runner(
+    conn: Connection, table: Table, now: datetime, batch_size: int, backup: BackupFile | None = None, store: str = ""
+) -> Callable[[int], _Batch]:
     """The function that runs one batch (its own transaction) of ``table`` starting after a given id."""
     dialect = conn.dialect.name
+    if backup is not None:
+        rows = task_rows if store == "task" else dag_run_rows
+        selection = rows(table, expired(table, now))
+
+        def backed_up(after: int) -> _Batch:
+            done = backed_up_batch(conn, selection, backup, batch_size, after or None)
+            return _Batch(done.deleted, done.after)
+
+        return backed_up
     if batch_size == 0:
         everything = delete(table).where(expired(table, now))
         return lambda _after: _Batch(_checked_rowcount(conn.execute(everything).rowcount), None)
@@ -289,8 +301,16 @@ def _batch_runner(conn: Connection, table: Table, now: datetime, batch_size: int
     return lambda after: _keyset_batch(conn, stmt, after)
 
 
-def delete_expired(engine: Engine, now: datetime, batch_size: int, control: CleanControl | None = None) -> CleanReport:
-    """Delete what ``iter_expired(now)`` lists: in one statement, or ``batch_size`` rows per commit."""
+def delete_expired(
+    engine: Engine,
+    now: datetime,
+    batch_size: int,
+    control: CleanControl | None = None,
+    backup: BackupFile | None = None,
+) -> CleanReport:
+    """Delete what ``iter_expired(now)`` lists: in one statement, or ``batch_size`` rows per commit.
+    With ``backup`` every row deleted is first written to it (see ``statestore_cli.backup``): each batch's
+    lines are on disk before the batch commits."""
     if batch_size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
     control = control or CleanControl()
@@ -300,15 +320,19 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
     with translate_errors(engine), _clean_session(engine, control) as (conn, notes):
         tables = expiring_tables(conn)
         conn.commit()  # reading the layout may have begun a transaction; every batch is one of its own
+        if backup is not None:
+            backup.start()  # connected, the lock held: the file exists before anything is deleted
         by_store = dict.fromkeys((store for store, _ in tables), 0)
         for store, table in tables:
             if control.on_store:
                 control.on_store(store)
             store_started = deleted
-            run = _batch_runner(conn, table, now, batch_size)
+            run = _batch_runner(conn, table, now, batch_size, backup, store)
             after: int | None = 0  # the id the next batch starts after; None once the walk is done
 
             def one_batch(start: int, run: Callable[[int], _Batch] = run) -> _Batch:
+                if backup is not None:  # its own transaction, the lines synced before the commit
+                    return run(start)
                 with conn.begin():
                     return run(start)
 
@@ -318,7 +342,7 @@ def delete_expired(engine: Engine, now: datetime, batch_size: int, control: Clea
                     with translate_errors(engine):
                         batch = retry_deadlocks(partial(one_batch, after))
                 except BackendError as exc:
-                    raise failed_midway(exc, "clean", deleted, batches, kind="expired ") from None
+                    raise with_backup(failed_midway(exc, "clean", deleted, batches, kind="expired "), backup) from None
                 deleted += batch.deleted
                 by_store[store] = deleted - store_started
                 batches += 1 if batch.deleted else 0

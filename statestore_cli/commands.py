@@ -47,6 +47,7 @@ from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 from statestore_cli.stores import accessor, open_backend, open_metastore
 
 if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` need them, and they cost start-up
+    from statestore_cli.backup import BackupFile
     from statestore_cli.cleanup import CleanControl, CleanReport, ExpiredRow
     from statestore_cli.metrics import StatsMetrics
     from statestore_cli.stats import StoreStats
@@ -285,6 +286,56 @@ def _worker_step(settings: Settings, done: str, step: Callable[[], object], *, m
         ) from None
 
 
+def backup_metastore(settings: Settings) -> MetastoreBackend:
+    """The metastore backend a backed-up clear reads its rows from; ``InvalidInputError`` for a custom
+    ``[state_store] backend``, whose keys are not in the tables."""
+    store = open_backend(settings)
+    if not isinstance(store, MetastoreBackend):
+        raise InvalidInputError(
+            f"{PARAMETER} reads the rows a clear deletes from the state store tables, and [state_store] backend "
+            f"{settings.backend} keeps its keys elsewhere: drop {PARAMETER}",
+            parameter="backup",
+        )
+    return store
+
+
+def _clear_backed_up(
+    settings: Settings, scope: StoreScope, backup: BackupFile, *, all_map_indices: bool = False
+) -> int:
+    """``clear`` of one scope (a task, all its map indices, a dag run's own keys, an asset) in one transaction,
+    every key written to ``backup`` and synced before the commit; returns the keys deleted. A worker-side
+    backend's objects are kept: the backup's references point at them."""
+    from functools import partial
+
+    from sqlalchemy import select
+
+    from statestore_cli.backends.metastore import dag_run_where, task_where
+    from statestore_cli.backup import asset_rows, backed_up_batch, dag_run_rows, task_rows
+    from statestore_cli.database import retry_deadlocks, translate_errors
+    from statestore_cli.layout import layout_of
+    from statestore_cli.schema import asset, asset_state_store
+
+    store = backup_metastore(settings)
+    with translate_errors(store.engine), store.engine.connect() as conn:
+        if isinstance(scope, TaskScope):
+            layout = layout_of(conn)
+            rows = task_rows(layout.task, task_where(layout, scope, None, all_map_indices))
+        elif isinstance(scope, DagRunScope):
+            table, where = dag_run_where(conn, scope)
+            rows = dag_run_rows(table, where)
+        else:
+            found = store.find_asset_id(conn, scope, create=False)
+            names = select(asset.c.name, asset.c.uri).where(asset.c.id == found)
+            pair = None if found is None else conn.execute(names).first()
+            if found is None or pair is None:
+                conn.rollback()
+                backup.start()
+                return 0
+            rows = asset_rows(asset_state_store.c.asset_id == found, pair.name, pair.uri)
+        conn.commit()
+        return retry_deadlocks(partial(backed_up_batch, conn, rows, backup, 0)).deleted
+
+
 def count_keys(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
     backend = open_backend(settings)
     return backend.count(scope, all_map_indices=all_map_indices) if isinstance(backend, MetastoreBackend) else None
@@ -299,7 +350,13 @@ def keys_elsewhere(settings: Settings, scope: StoreScope, key: str | None = None
     return backend.other_map_indices(scope, key) if isinstance(backend, MetastoreBackend) else []
 
 
-def clear_scope(settings: Settings, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
+def clear_scope(
+    settings: Settings, scope: StoreScope, *, all_map_indices: bool = False, backup: BackupFile | None = None
+) -> int | None:
+    """Delete every key of ``scope``; with ``backup``, each written to it and synced before the delete commits
+    (the metastore backend only; a worker-side backend's objects are then kept for the backup's references)."""
+    if backup is not None:
+        return _clear_backed_up(settings, scope, backup, all_map_indices=all_map_indices)
     acc = accessor(settings, scope)
     removed = acc.backend.clear(scope, all_map_indices=all_map_indices)
     worker = acc.worker_backend
@@ -424,9 +481,11 @@ def clean(
     now: datetime | None = None,
     control: CleanControl | None = None,
     older_than: timedelta | None = None,
+    backup: BackupFile | None = None,
 ) -> CleanReport | str:
     """Delete expired task keys (those ``older_than`` past their expiry, when given); returns the
-    report, or the reason the clean was skipped."""
+    report, or the reason the clean was skipped (then ``backup`` is not created). With ``backup`` every
+    deleted row is written to it, each batch synced to disk before it commits."""
     cutoff, grace = clean_window(settings, now, older_than)
     reason = _skip_reason(settings)
     if reason:
@@ -434,7 +493,7 @@ def clean(
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
     from statestore_cli.cleanup import delete_expired
 
-    report = delete_expired(open_metastore(settings).engine, cutoff, size, control)
+    report = delete_expired(open_metastore(settings).engine, cutoff, size, control, backup)
     return replace(report, older_than=grace)
 
 

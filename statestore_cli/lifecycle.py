@@ -19,7 +19,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 from sqlalchemy import Table, and_, delete, exists, func, select
@@ -28,6 +29,16 @@ from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.backup import (
+    BackupFile,
+    Selection,
+    asset_rows,
+    assets_rows,
+    backed_up_batch,
+    dag_run_rows,
+    task_rows,
+    with_backup,
+)
 from statestore_cli.config import Settings
 from statestore_cli.database import retry_deadlocks, translate_errors
 from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, failed_midway
@@ -109,11 +120,19 @@ def by_asset(rows: Iterator[SweepRow]) -> Iterator[SweptAsset]:
 
 
 def sweep_inactive(
-    engine: Engine, batch_size: int, worker: BaseStoreBackend | None = None, pause: Callable[[float], None] = time.sleep
+    engine: Engine,
+    batch_size: int,
+    worker: BaseStoreBackend | None = None,
+    pause: Callable[[float], None] = time.sleep,
+    backup: BackupFile | None = None,
 ) -> SweepReport:
-    """Delete what ``iter_inactive`` lists: per asset in one statement, or ``batch_size`` keys per commit."""
+    """Delete what ``iter_inactive`` lists: per asset in one statement, or ``batch_size`` keys per commit.
+    With ``backup`` every key is written to it first, each batch synced before it commits; the worker-side
+    backend's objects are then kept, so that the backup's references still point at them."""
     if batch_size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
+    if backup is not None:
+        return _sweep_backed_up(engine, batch_size, pause, backup)
     started = time.monotonic()
     query = (
         select(asset.c.id, asset.c.name, asset.c.uri)
@@ -142,6 +161,89 @@ def sweep_inactive(
     except BackendError as exc:
         raise failed_midway(exc, "assets sweep", tally.deleted, tally.batches) from None
     return SweepReport(tally.deleted, tally.batches, batch_size, tuple(swept), time.monotonic() - started)
+
+
+def _inactive_assets(conn: Connection) -> list[Any]:
+    """The inactive assets that have keys, in the order a sweep takes them: (asset id, name, uri)."""
+    query = (
+        select(asset.c.id, asset.c.name, asset.c.uri)
+        .distinct()
+        .join(_akv, _akv.c.asset_id == asset.c.id)
+        .where(inactive())
+        .order_by(asset.c.name, asset.c.uri, asset.c.id)
+    )
+    return list(conn.execute(query).all())
+
+
+def _sweep_backed_up(
+    engine: Engine, batch_size: int, pause: Callable[[float], None], backup: BackupFile
+) -> SweepReport:
+    """The sweep with every key written to ``backup`` before its batch commits (``statestore_cli.backup``)."""
+    started = time.monotonic()
+    swept: list[SweptAsset] = []
+    tally = _Tally()
+    try:
+        with translate_errors(engine), engine.connect() as conn:
+            try:
+                _tune(conn)
+                backup.start()
+                if batch_size == 0:
+                    swept = _sweep_at_once_backed_up(conn, backup)
+                    tally.deleted, tally.batches = sum(a.deleted for a in swept), 1 if swept else 0
+                else:
+                    with conn.begin():
+                        candidates = _inactive_assets(conn)
+                    for asset_id, name, uri in candidates:
+                        rows = asset_rows(and_(_akv.c.asset_id == asset_id, inactive()), name, uri)
+                        deleted = _walk_backed_up(conn, rows, batch_size, pause, tally, backup)
+                        if deleted:
+                            swept.append(SweptAsset(asset_id, name, uri, (), deleted))
+            finally:
+                conn.invalidate()  # the tuned session must not reach the next user of the pool
+    except BackendError as exc:
+        raise with_backup(failed_midway(exc, "assets sweep", tally.deleted, tally.batches), backup) from None
+    return SweepReport(tally.deleted, tally.batches, batch_size, tuple(swept), time.monotonic() - started)
+
+
+def _sweep_at_once_backed_up(conn: Connection, backup: BackupFile) -> list[SweptAsset]:
+    """Every inactive asset's keys in one transaction, written to ``backup`` first; counted per asset."""
+
+    def attempt() -> list[SweptAsset]:
+        gone: Counter[tuple[int, str, str]] = Counter()
+        rows = assets_rows(inactive())
+
+        def record(row: Any) -> dict[str, Any]:
+            gone[(row[0], row[1], row[2])] += 1
+            return rows.record(row)
+
+        backed_up_batch(conn, replace(rows, record=record), backup, 0)
+        return [SweptAsset(i, n, u, (), count) for (i, n, u), count in gone.items()]
+
+    swept = retry_deadlocks(attempt)
+    return sorted(swept, key=lambda a: (a.name, a.uri, a.asset_id))
+
+
+def _walk_backed_up(
+    conn: Connection,
+    rows: Selection,
+    batch_size: int,
+    pause: Callable[[float], None],
+    tally: _Tally,
+    backup: BackupFile,
+) -> int:
+    """The batches of a backed-up delete of ``rows``, each its own transaction, walking ``rows.order``;
+    each committed batch is added to ``tally``. Returns the rows deleted."""
+    before = tally.deleted
+    after: Any = None
+    while True:
+        started = time.monotonic()
+        batch = retry_deadlocks(partial(backed_up_batch, conn, rows, backup, batch_size, after))
+        tally.deleted, tally.batches = tally.deleted + batch.deleted, tally.batches + (1 if batch.deleted else 0)
+        if batch.after is None:
+            return tally.deleted - before
+        after = batch.after
+        if conn.dialect.name == "sqlite":  # let waiting writers take SQLite's one write lock
+            pause(min(0.1, (time.monotonic() - started) / 4))
 
 
 def _sweep_at_once(engine: Engine) -> tuple[list[SweptAsset], int]:
@@ -322,15 +424,22 @@ def _clear_worker(worker: BaseStoreBackend | None, tasks: list[TaskScope]) -> No
 
 
 def clear_task_keys(
-    settings: Settings, dag_id: str, run_id: str | None = None, batch_size: int | None = None
+    settings: Settings,
+    dag_id: str,
+    run_id: str | None = None,
+    batch_size: int | None = None,
+    backup: BackupFile | None = None,
 ) -> tuple[int, int]:
     """Delete every key of a dag (or one of its runs): its task keys, then its dag-run keys (Airflow
     3.4), ``batch_size`` per commit (default ``state_cleanup_batch_size``; 0: one statement); returns
-    (keys deleted, batches)."""
+    (keys deleted, batches). With ``backup`` every key is written to it first, each batch synced before it
+    commits, and a worker-side backend's objects are kept (the backup's references point at them)."""
     store = _metastore_only(settings, "clearing a whole run or dag")
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
     if size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {size}")
+    if backup is not None:
+        return _clear_backed_up(store.engine, dag_id, run_id, size, backup)
     worker = open_worker_backend(settings)
     with store.connection() as conn:
         tables = _run_tables(conn)
@@ -348,6 +457,27 @@ def clear_task_keys(
         raise failed_midway(exc, "clear", tally.deleted, tally.batches) from None
     _clear_worker(worker, tasks)
     return deleted, batches
+
+
+def _clear_backed_up(engine: Engine, dag_id: str, run_id: str | None, size: int, backup: BackupFile) -> tuple[int, int]:
+    tally = _Tally()
+    try:
+        with translate_errors(engine), engine.connect() as conn:
+            try:
+                _tune(conn)
+                tables = _run_tables(conn)
+                conn.commit()
+                backup.start()
+                for table in tables:
+                    where = _task_selection(table, dag_id, run_id)
+                    walk = _task_selection(table, dag_id, run_id, walking=engine.dialect.name)
+                    rows = task_rows if table is tables[0] else dag_run_rows
+                    _walk_backed_up(conn, rows(table, where, walk), size, time.sleep, tally, backup)
+            finally:
+                conn.invalidate()  # the tuned session must not reach the next user of the pool
+    except BackendError as exc:
+        raise with_backup(failed_midway(exc, "clear", tally.deleted, tally.batches), backup) from None
+    return tally.deleted, tally.batches
 
 
 # -- deleting runs and assets of a standalone store ---------------------------------------------------------
@@ -475,8 +605,10 @@ def plan_sweep(settings: Settings) -> Iterator[SweptAsset]:
     return by_asset(iter_inactive(_metastore_only(settings, "the asset sweep").engine))
 
 
-def sweep(settings: Settings, batch_size: int | None = None) -> SweepReport:
-    """Delete the asset keys of inactive assets, ``batch_size`` per commit (default ``state_cleanup_batch_size``)."""
+def sweep(settings: Settings, batch_size: int | None = None, backup: BackupFile | None = None) -> SweepReport:
+    """Delete the asset keys of inactive assets, ``batch_size`` per commit (default ``state_cleanup_batch_size``);
+    with ``backup``, each written to it first (a worker-side backend's objects are then kept)."""
     store = _metastore_only(settings, "the asset sweep")
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
-    return sweep_inactive(store.engine, size, open_worker_backend(settings))
+    worker = None if backup is not None else open_worker_backend(settings)
+    return sweep_inactive(store.engine, size, worker, backup=backup)

@@ -39,6 +39,7 @@ DAG_RUN_FIELDS = ("store", "dag_id", "run_id", "key", "updated_at", "expires_at"
 ASSET_FIELDS = ("store", "name", "uri", "key", "updated_at", "expires_at", "updated_by", "value")
 UPDATED_BY_FIELDS = ASSET_WRITER_FIELDS  # one field per last_updated_by_* column of the asset store
 WRITER_KINDS = ("task", "watcher", "api")
+_NO_WRITER = (None,) * len(UPDATED_BY_FIELDS)  # an asset key whose writer was never recorded
 ASSET_TEXT_MAX_LENGTH = 1500  # the asset table's name and uri columns
 _TASK_SET, _ASSET_SET, _BY_SET = frozenset(TASK_FIELDS), frozenset(ASSET_FIELDS), frozenset(UPDATED_BY_FIELDS)
 _TASK_REGION_SET, _DAG_RUN_SET = _TASK_SET | frozenset(TASK_OPTIONAL), frozenset(DAG_RUN_FIELDS)
@@ -55,10 +56,70 @@ _UNSAFE = (0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x20
 _ESCAPES = {code: f"\\u{code:04x}" for code in _UNSAFE}
 
 
+def task_record(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    region_id: str | None,
+    map_index: int,
+    key: str,
+    updated_at: str,
+    expires_at: str | None,
+    value: Any,
+) -> dict[str, Any]:
+    """A task key's line as a record: timestamps already ISO 8601 UTC, the value decoded; ``region_id``
+    None for a key outside any region (the line then has no such field)."""
+    record: dict[str, Any] = {"store": "task", "dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+    if region_id is not None:
+        record["region_id"] = region_id
+    record["map_index"] = map_index
+    record["key"] = key
+    record["updated_at"] = updated_at
+    record["expires_at"] = expires_at
+    record["value"] = value
+    return record
+
+
+def dag_run_record(
+    dag_id: str, run_id: str, key: str, updated_at: str, expires_at: str | None, value: Any
+) -> dict[str, Any]:
+    """A dag-run key's line as a record (Airflow 3.4's dag-run state store)."""
+    return {
+        "store": "dag_run",
+        "dag_id": dag_id,
+        "run_id": run_id,
+        "key": key,
+        "updated_at": updated_at,
+        "expires_at": expires_at,
+        "value": value,
+    }
+
+
+def asset_record(name: str, uri: str, key: str, updated_at: str, writer: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """An asset key's line as a record; ``writer`` is the stored (kind, dag_id, run_id, task_id, map_index)."""
+    return {
+        "store": "asset",
+        "name": name,
+        "uri": uri,
+        "key": key,
+        "updated_at": updated_at,
+        "expires_at": None,
+        "updated_by": None if writer == _NO_WRITER else dict(zip(UPDATED_BY_FIELDS, writer, strict=True)),
+        "value": value,
+    }
+
+
+_LINE = json.JSONEncoder(ensure_ascii=False)  # json.dumps(record, ensure_ascii=False), without an encoder per call
+
+
 def encode_line(record: dict[str, Any]) -> str:
     """One record as a line of JSON (without the newline): readable UTF-8, nothing a terminal acts on."""
-    line = json.dumps(record, ensure_ascii=False)
-    return line if line.isascii() and "\x7f" not in line else line.translate(_ESCAPES)
+    return printable(_LINE.encode(record))
+
+
+def printable(text: str) -> str:
+    """``text`` (JSON) with what a terminal may act on escaped as ``\\uXXXX``: still the same JSON."""
+    return text if text.isascii() and "\x7f" not in text else text.translate(_ESCAPES)
 
 
 class BadRecord(Exception):
@@ -111,8 +172,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+# Made once: json.loads and json.dumps with arguments make a decoder or an encoder per call, a third of the
+# time of a small value's line.
+_STRICT = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def load_strict(text: str | bytes) -> Any:
     """JSON as the standard has it: NaN and Infinity (which Python's json accepts) are errors."""
+    if isinstance(text, str) and not text.startswith("\ufeff"):  # json.loads names a BOM: let it
+        return _STRICT.decode(text)
     return json.loads(text, parse_constant=_no_constant)
 
 

@@ -39,14 +39,16 @@ from statestore_cli.records import (
     BadRecord,
     DagRunRow,
     TaskRow,
+    asset_record,
     check_mysql,
+    dag_run_record,
     encode_line,
     load_strict,
     parse_line,
+    task_record,
 )
 from statestore_cli.schema import (
     ASSET_WRITER_COLUMNS,
-    ASSET_WRITER_FIELDS,
     asset,
     asset_active,
     asset_state_store,
@@ -144,15 +146,9 @@ def _task_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]
                 decoded = load_strict(value)
             except ValueError as exc:
                 raise _not_json(key, f"dag_id={dag_id} run_id={run_id} task_id={task_id}", exc) from None
-            record: dict[str, Any] = {"store": "task", "dag_id": dag_id, "run_id": run_id, "task_id": task_id}
-            if in_region and in_region[0] != NIL_REGION:  # a key outside any region has no region_id
-                record["region_id"] = str(in_region[0])
-            record["map_index"] = map_index
-            record["key"] = key
-            record["updated_at"] = iso_utc(updated_at)
-            record["expires_at"] = None if expires_at is None else iso_utc(expires_at)
-            record["value"] = decoded
-            yield record
+            where = str(in_region[0]) if in_region and in_region[0] != NIL_REGION else None  # outside any: none
+            expiry = None if expires_at is None else iso_utc(expires_at)
+            yield task_record(dag_id, run_id, task_id, where, map_index, key, iso_utc(updated_at), expiry, decoded)
 
 
 def _dag_run_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
@@ -166,15 +162,8 @@ def _dag_run_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, An
                 decoded = load_strict(value)
             except ValueError as exc:
                 raise _not_json(key, f"dag run dag_id={dag_id} run_id={run_id}", exc) from None
-            yield {
-                "store": "dag_run",
-                "dag_id": dag_id,
-                "run_id": run_id,
-                "key": key,
-                "updated_at": iso_utc(updated_at),
-                "expires_at": None if expires_at is None else iso_utc(expires_at),
-                "value": decoded,
-            }
+            expiry = None if expires_at is None else iso_utc(expires_at)
+            yield dag_run_record(dag_id, run_id, key, iso_utc(updated_at), expiry, decoded)
 
 
 def _asset_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]]:
@@ -193,18 +182,7 @@ def _asset_records(conn: Connection, filt: KeyFilter) -> Iterator[dict[str, Any]
                 decoded = load_strict(value)
             except ValueError as exc:
                 raise _not_json(key, f"asset name={name} uri={uri}", exc) from None
-            yield {
-                "store": "asset",
-                "name": name,
-                "uri": uri,
-                "key": key,
-                "updated_at": iso_utc(updated_at),
-                "expires_at": None,
-                "updated_by": None
-                if all(v is None for v in writer)
-                else dict(zip(ASSET_WRITER_FIELDS, writer, strict=True)),
-                "value": decoded,
-            }
+            yield asset_record(name, uri, key, iso_utc(updated_at), tuple(writer), decoded)
 
 
 def _not_json(key: str, scope: str, exc: ValueError) -> BackendError:

@@ -563,6 +563,46 @@ CASES = [
         "clear deletes keys and stdin is not a terminal to confirm on; pass --yes",
         engines=ALL,
     ),
+    # -- --backup FILE (clean, clear, assets sweep) -----------------------------------------------------------
+    Case(
+        "backup-exists",
+        "`--backup FILE` naming a file that exists and is not empty",
+        ("clean", "--backup", "{cfg}"),
+        2,
+        "--backup {cfg}: already exists and is not empty (14 bytes); a backup never overwrites or appends to a "
+        "file: give a new path",
+        cfg="[state_store]\n",
+        engines=ALL,
+    ),
+    Case(
+        "backup-no-folder",
+        "`--backup FILE` in a folder that does not exist",
+        ("clear", "--dag-id", "d", "--yes", "--backup", "/nonexistent/clear.jsonl"),
+        2,
+        "--backup /nonexistent/clear.jsonl: the directory /nonexistent does not exist; create it or give another path",
+        engines=ALL,
+    ),
+    Case(
+        "backup-directory",
+        "`--backup FILE` naming a directory",
+        ("assets", "sweep", "--yes", "--backup", "{home}"),
+        2,
+        "--backup {home}: is a directory; give the path of a new file in it",
+    ),
+    Case(
+        "backup-stdout",
+        "`--backup -`",
+        ("clean", "--backup", "-"),
+        2,
+        "--backup - would be stdout, which cannot be synced to disk before each commit; give a file path",
+    ),
+    Case(
+        "backup-dry-run",
+        "`--backup` with `--dry-run` (`clean`, `assets sweep`)",
+        ("clean", "--dry-run", "--backup", "clean.jsonl"),
+        2,
+        "--backup FILE keeps what a clean deletes and a --dry-run deletes nothing; drop one of them",
+    ),
 ]
 
 
@@ -627,7 +667,8 @@ def test_bad_input(case: Case, engine: str, tmp_path, monkeypatch, clean_environ
             args += ["--config", fill["cfg"]]
         for name, value in (case.env or {}).items():
             monkeypatch.setenv(name, value)
-        result = run_cli(*args, *case.args, conn=conn or None)
+        given = [arg.replace("{cfg}", fill["cfg"]).replace("{home}", fill["home"]) for arg in case.args]
+        result = run_cli(*args, *given, conn=conn or None)
         assert result.exit_code == case.code, result.output
         kind = "warning" if case.warning else "error"
         assert result.stderr.splitlines()[0] == f"statestore: {kind}: {case.message.format(**fill)}", result.output

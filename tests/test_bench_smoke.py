@@ -83,3 +83,26 @@ def test_quick_transfer_benchmark_measures_everything(tmp_path: Path) -> None:
         assert all(seconds > 0 for samples in m["samples"].values() for seconds in samples), m
         assert all(kb > 0 for samples in m["peak_rss_kb"].values() for kb in samples), m
     assert "export --file at 4,000 rows is" in done.stdout and "import at 4,000 rows is" in done.stdout
+
+
+@pytest.mark.slow
+def test_quick_clean_backup_benchmark_measures_everything(tmp_path: Path) -> None:
+    """``bench/clean_backup.py --quick``: the cleans with and without --backup (each must delete the expired rows
+    and back up as many lines, or the script exits non-zero), and the fsync figure, on every engine it reaches."""
+    out = tmp_path / "backup.json"
+    cmd = [sys.executable, str(REPO / "bench" / "clean_backup.py"), "--quick", "--workdir", str(tmp_path / "work")]
+    done = subprocess.run([*cmd, "--json-out", str(out)], capture_output=True, text=True, timeout=600, check=False)
+
+    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    results = json.loads(out.read_text())
+    assert results["problems"] == []
+    measured = {engine: found for engine, found in results["engines"].items() if "skipped" not in found}
+    assert "sqlite" in measured and set(measured) <= {"sqlite", "postgresql", "mariadb"}
+    for engine, found in measured.items():
+        names = {f"clean --batch-size {size}{backup}" for size in (500, 0) for backup in ("", " --backup")}
+        assert set(found) == {f"{name}@{rows}" for name in names for rows in (4000, 400)} | {"fsync"}, engine
+        for name, entry in found.items():
+            samples = [*entry["write"], *entry["write+fsync"]] if name == "fsync" else entry["seconds"]
+            assert samples and all(seconds > 0 for seconds in samples), (engine, name)
+    assert {t["engine"] for t in results["targets"]} == set(measured)
+    assert all(isinstance(t["passed"], bool) for t in results["targets"])

@@ -215,6 +215,26 @@ def test_batched_clean_of_hundreds_of_batches_beside_other_clients(pool):
     assert_nothing_left(pool, before)
 
 
+def test_clean_with_a_backup_beside_other_clients_and_its_restore(pool, tmp_path):
+    """--backup reads each batch's rows through a cursor of the batch's own transaction: through the pool
+    too, and nothing of it is left on a server connection; the import puts every key back."""
+    seed(pool, expired=5_000, live=500)
+    before = baseline(pool)
+    backup = tmp_path / "clean.jsonl"
+    with OtherClients(pool, before) as others:
+        args = ("clean", "--batch-size", "100", "--exclusive", "--backup", str(backup), "-o", "json")
+        result = statestore(pool, *args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["deleted"], report["batches"], report["backup"]["lines"]) == (5_000, 50, 5_000)
+    assert rows(pool) == (0, 500)
+    assert (others.errors, others.seen) == ([], [])
+    restored = statestore(pool, "import", str(backup))
+    assert restored.exit_code == 0, restored.output
+    assert rows(pool) == (5_000, 500)
+    assert_nothing_left(pool, before)
+
+
 # -- what another client could inherit after each writing command -----------------------------------------
 def _import_file(tmp_path: Path) -> str:
     path = tmp_path / "keys.jsonl"
@@ -232,6 +252,18 @@ COMMANDS = {
     "import": lambda tmp: ("import", "--batch-size", "1", _import_file(tmp)),
     "clear": lambda _tmp: ("clear", "--dag-id", "etl", "--batch-size", "5", "--yes"),
     "clean": lambda _tmp: ("clean", "--batch-size", "5", "--statement-timeout", "2s", "--exclusive"),
+    "clean --backup": lambda tmp: ("clean", "--batch-size", "5", "--backup", str(tmp / "clean.jsonl")),
+    "clean --backup, one statement": lambda tmp: ("clean", "--batch-size", "0", "--backup", str(tmp / "all.jsonl")),
+    "clear --backup": lambda tmp: (
+        "clear",
+        "--dag-id",
+        "etl",
+        "--batch-size",
+        "5",
+        "--backup",
+        str(tmp / "c.jsonl"),
+        "--yes",
+    ),
 }
 
 

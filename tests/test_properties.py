@@ -229,6 +229,7 @@ WORDS = [
     "--older-than",
     "--metrics-file",
     "--metrics-label",
+    "--backup",
     "region=eu",
     "--header",
     "-o",

@@ -68,12 +68,6 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def layout(self, conn: Connection, needs: str = "read") -> Layout:
         return layout_of(conn, needs)
 
-    @classmethod
-    def _run_where(cls, conn: Connection, scope: DagRunScope, key: str | None = None) -> tuple[Any, Any]:
-        table = dag_run_store(conn)
-        parts = [table.c.dag_id == scope.dag_id, table.c.run_id == scope.run_id]
-        return table, and_(*parts, *([table.c.key == key] if key is not None else []))
-
     def _dag_run_id(self, conn: Connection, scope: TaskScope | DagRunScope) -> int:
         query = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
         found = conn.execute(query).scalar()
@@ -89,7 +83,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             found = conn.execute(query).scalar_one()
         return int(found)
 
-    def _asset_id(self, conn: Connection, scope: AssetScope, *, create: bool) -> int | None:
+    def find_asset_id(self, conn: Connection, scope: AssetScope, *, create: bool) -> int | None:
         if scope.asset_id is not None:
             exists = conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).scalar()
             if exists is None and create:
@@ -216,7 +210,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         self, conn: Connection, scope: AssetScope, key: str, value: str, now: datetime, writer: UpdatedBy
     ) -> CursorResult[Any]:
         task = writer.task
-        asset_id = self._asset_id(conn, scope, create=True)
+        asset_id = self.find_asset_id(conn, scope, create=True)
         _refuse_twin_row(conn, f"key {key!r} for {scope.describe()}", _asset_kv, {"key": key}, {"asset_id": asset_id})
         by: dict[str, object] = {"kind": writer.kind}
         if task is not None:
@@ -234,9 +228,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 stmt = update(layout.task).where(task_where(layout, scope, key))
                 return int(conn.execute(stmt.values(value=value, updated_at=now)).rowcount)
             if isinstance(scope, DagRunScope):
-                table, where = self._run_where(conn, scope, key)
+                table, where = dag_run_where(conn, scope, key)
                 return int(conn.execute(update(table).where(where).values(value=value, updated_at=now)).rowcount)
-            asset_id = self._asset_id(conn, scope, create=False)
+            asset_id = self.find_asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
             stmt = (
@@ -259,9 +253,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 where = task_where(layout, scope, key, all_map_indices)
                 return int(conn.execute(delete(layout.task).where(where)).rowcount)
             if isinstance(scope, DagRunScope):
-                table, where = self._run_where(conn, scope, key)
+                table, where = dag_run_where(conn, scope, key)
                 return int(conn.execute(delete(table).where(where)).rowcount)
-            asset_id = self._asset_id(conn, scope, create=False)
+            asset_id = self.find_asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
             stmt = delete(_asset_kv).where(_asset_kv.c.asset_id == asset_id)
@@ -287,7 +281,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 dag_run_store(conn)  # a database without the store says so, rather than "no key"
                 filt = KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id, key=key)
             else:
-                asset_id = self._asset_id(conn, scope, create=False)
+                asset_id = self.find_asset_id(conn, scope, create=False)
                 if asset_id is None:
                     return None
                 filt = KeyFilter(store="asset", asset_id=asset_id, key=key)
@@ -313,7 +307,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         with self.connection() as conn:
             if scope.asset_id is not None:
                 return conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).first() is not None
-            return self._asset_id(conn, scope, create=False) is not None
+            return self.find_asset_id(conn, scope, create=False) is not None
 
     def known_ids(self, field: str, dag_id: str | None = None, limit: int = 100_000) -> list[str]:
         """The distinct values of ``field`` ("dag_id" or "task_id", within ``dag_id`` when given) among task
@@ -359,9 +353,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 where = task_where(layout, scope, None, all_map_indices)
                 return int(conn.execute(select(func.count()).select_from(layout.task).where(where)).scalar_one())
             if isinstance(scope, DagRunScope):
-                table, where = self._run_where(conn, scope)
+                table, where = dag_run_where(conn, scope)
                 return int(conn.execute(select(func.count()).select_from(table).where(where)).scalar_one())
-            asset_id = self._asset_id(conn, scope, create=False)
+            asset_id = self.find_asset_id(conn, scope, create=False)
             if asset_id is None:
                 return 0
             query = select(func.count()).select_from(_asset_kv).where(_asset_kv.c.asset_id == asset_id)
@@ -525,6 +519,13 @@ def task_where(
     if key is not None:
         parts.append(task.c.key == key)
     return and_(*parts)
+
+
+def dag_run_where(conn: Connection, scope: DagRunScope, key: str | None = None) -> tuple[Any, Any]:
+    """The dag-run state store table and the rows of one run's keys (``key`` None: all of them)."""
+    table = dag_run_store(conn)
+    parts = [table.c.dag_id == scope.dag_id, table.c.run_id == scope.run_id]
+    return table, and_(*parts, *([table.c.key == key] if key is not None else []))
 
 
 def dag_run_store(conn: Connection) -> Any:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from statestore_cli.cli.apps import app
+from statestore_cli.cli.backup_option import BackupOpt, close_backup, name_restore, open_backup, refuse_with_dry_run
 from statestore_cli.cli.context import metrics_labels, settings_of
 from statestore_cli.cli.failure import message
 from statestore_cli.cli.group import decided
@@ -36,6 +37,7 @@ from statestore_cli.errors import (
 from statestore_cli.retention import parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
+    from statestore_cli.backup import BackupFile
     from statestore_cli.clean_run import CleanRun
     from statestore_cli.cleanup import CleanReport
 
@@ -43,7 +45,12 @@ if TYPE_CHECKING:  # loaded by `clean` only when it runs
 # -- clean ------------------------------------------------------------------------------------------
 @app.command(
     "clean",
-    epilog=examples("clean --dry-run", "clean --batch-size 10000 --max-runtime 2h --exclusive", "clean -o json"),
+    epilog=examples(
+        "clean --dry-run",
+        "clean --batch-size 10000 --max-runtime 2h --exclusive",
+        "clean --older-than 1d --backup /var/backups/statestore/clean-2026-11-30.jsonl",
+        "clean -o json",
+    ),
 )
 def clean(
     ctx: typer.Context,
@@ -98,6 +105,7 @@ def clean(
         ),
     ] = None,
     metrics_label: MetricsLabelOpt = None,
+    backup: BackupOpt = None,
     fail_on_skip: Annotated[
         bool,
         typer.Option("--fail-on-skip", help=f"With a custom {section('state_store')} backend, exit 5 instead of 0."),
@@ -116,7 +124,12 @@ def clean(
     Deletes task and dag-run keys that have expired (at least --older-than ago,
     when given); asset keys and keys that never expire stay.
     Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
-    skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead."""
+    skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead.
+
+    --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
+    before it commits, so FILE holds them also after a stop or a failure); `statestore import FILE` puts
+    them back. FILE must be new or empty, its folder writable (else exit 2, nothing deleted); left empty
+    when nothing expired. A dry run refuses it."""
     if batch_size is not None and batch_size > MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
@@ -124,8 +137,9 @@ def clean(
     if metrics_label and metrics_file is None:
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     if backend_cleanup:
-        _backend_cleanup(ctx, out, dry_run, older_than, metrics_file)
+        _backend_cleanup(ctx, out, dry_run, older_than, metrics_file, backup)
         return None
+    refuse_with_dry_run(backup, dry_run, "a clean")
     if dry_run:
         if metrics_file is not None:
             raise InvalidInputError(
@@ -141,10 +155,12 @@ def clean(
 
     labels = None if metrics_file is None else metrics_labels(ctx, metrics_label)  # a bad label fails first
     run = CleanRun(metrics_file, labels, skip_code=EXIT_SKIPPED if fail_on_skip else EXIT_OK)
+    saved = open_backup(backup)  # likewise: a backup that cannot be written refuses the clean
     try:
         with run:
-            result = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, run)
+            result = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, run, saved)
     finally:
+        close_backup(saved)
         for problem in run.problems:
             out.note(
                 f"--metrics-file: {problem.doing}: {message(problem.error)}"
@@ -153,9 +169,11 @@ def clean(
             )
     if isinstance(result, str):
         out.clean_skipped(result, dry_run=False)
+        if saved is not None:
+            out.note(f"--backup {saved.path} was not written: the clean deleted nothing")
     else:
         decided(ctx, result)  # the deletion is done: a reader closing the pipe does not change its exit code
-        out.clean_report(result)
+        out.clean_report(result, saved)
     if run.unwritten is not None:
         raise run.unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
     # a clean stopped early exits with its reason's code; a skip with 5 under --fail-on-skip
@@ -169,7 +187,12 @@ def _skipped(reason: str, fail_on_skip: bool) -> Outcome:
 
 
 def _backend_cleanup(
-    ctx: typer.Context, out: Output, dry_run: bool, older_than: Optional[str], metrics_file: Optional[Path]
+    ctx: typer.Context,
+    out: Output,
+    dry_run: bool,
+    older_than: Optional[str],
+    metrics_file: Optional[Path],
+    backup: Optional[Path],
 ) -> None:
     from statestore_cli import commands
 
@@ -177,6 +200,7 @@ def _backend_cleanup(
         (dry_run, "--dry-run"),
         (older_than is not None, "--older-than"),
         (metrics_file, "--metrics-file"),
+        (backup, "--backup"),
     ):
         if given:
             raise InvalidInputError(
@@ -208,16 +232,18 @@ def _clean_run(
     runtime: Optional[float],
     exclusive: bool,
     run: "CleanRun",
+    backup: Optional["BackupFile"],
 ) -> "CleanReport | str":
     """The clean under a progress bar, stopping between batches on a signal."""
     from statestore_cli import commands
     from statestore_cli.cleanup import CleanControl
 
     settings = settings_of(ctx)  # inside the recorded run: a broken config is a failed clean too
+    name_restore(backup, settings)
     now = utcnow()
     deadline = None if runtime is None else time.monotonic() + runtime
     total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
     with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
         # Until the clean is connected a signal stops it at once; from then on, after the current batch.
         control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance, on_connected=stop.defer)
-        return run.clean(settings, batch_size, now=now, control=control, older_than=grace)
+        return run.clean(settings, batch_size, now=now, control=control, older_than=grace, backup=backup)

@@ -3,11 +3,12 @@
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from statestore_cli.cli.apps import app
+from statestore_cli.cli.backup_option import BackupOpt, backup_sentence, close_backup, name_restore, open_backup
 from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import metrics_labels, settings_of
 from statestore_cli.cli.help_text import TASK_EXAMPLE, examples, section
@@ -33,6 +34,9 @@ from statestore_cli.errors import (
 )
 from statestore_cli.retention import parse_instant, parse_retention
 from statestore_cli.scopes import StoreScope, TaskScope
+
+if TYPE_CHECKING:  # loaded only when --backup is given
+    from statestore_cli.backup import BackupFile
 
 
 # -- keys -------------------------------------------------------------------------------------------
@@ -198,6 +202,7 @@ def _elsewhere(settings: Settings, scope: StoreScope, key: Optional[str] = None)
         "clear --dag-id etl --run-id manual__1 --task-id load --all-map-indices --yes",
         "clear --dag-id etl --run-id manual__1 --yes",
         "clear --dag-id etl --batch-size 10000 --yes",
+        "clear --dag-id etl --run-id manual__1 --backup /var/backups/etl-manual__1.jsonl --yes",
     ),
 )
 @with_scope_options
@@ -218,6 +223,7 @@ def clear(
             f"Default: {section('state_store')} state_cleanup_batch_size.",
         ),
     ] = None,
+    backup: BackupOpt = None,
     lock_timeout: LockTimeoutOpt = None,
 ) -> None:
     """Delete every key of a scope, of a whole run, or of a whole dag.
@@ -226,27 +232,66 @@ def clear(
     task key of the dag, in batches of --batch-size.
     Counts the keys first: with none it says so and exits 0.
     Then it asks on a terminal; anywhere else it needs --yes.
-    Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130."""
+    Answering no, or no answer (end of input), exits 1; Ctrl-C at the question exits 130.
+
+    --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
+    before it commits); `statestore import FILE` puts them back. FILE must be new or empty, its folder
+    writable (else exit 2, nothing deleted); left empty when there is nothing to clear. A worker-side
+    backend's objects are then kept: the backup's references point at them."""
     from statestore_cli import commands
     from statestore_cli.scopes import describe_keys_of
 
+    saved = open_backup(backup)  # checked before anything is counted, asked or deleted
     settings = settings_of(ctx)
-    dag_id = _whole_run_or_dag(scope_args, all_map_indices)
-    if dag_id is not None:
-        _clear_run_or_dag(settings, dag_id, scope_args.run_id, yes, batch_size)
+    name_restore(saved, settings)
+    try:
+        dag_id = _whole_run_or_dag(scope_args, all_map_indices)
+        if dag_id is not None:
+            _clear_run_or_dag(settings, dag_id, scope_args.run_id, yes, batch_size, saved)
+            return
+        if batch_size is not None:
+            raise InvalidInputError(
+                "--batch-size applies to a whole run or dag (--dag-id [--run-id] without --task-id)"
+            )
+        scope = scope_of(scope_args)
+        where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
+        if saved is not None:
+            commands.backup_metastore(
+                settings
+            )  # a custom backend's keys are not in the tables: refused before the question
+        count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
+        if count == 0:
+            hint = "" if all_map_indices else _elsewhere(settings, scope)
+            Output.choose().line(f"nothing to clear: no keys for {where}{hint}")
+            _empty_backup(saved)
+            return
+        question = f"Delete {'all keys' if count is None else key_count(count)} of {where}?"
+        confirm_delete(yes, "clear deletes keys", question)
+        removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices, backup=saved)
+        Output.choose().line(f"deleted {'keys' if removed is None else key_count(removed)} of {where}")
+        _said_backup(settings, saved)
+    finally:
+        close_backup(saved)
+
+
+def _empty_backup(saved: "Optional[BackupFile]") -> None:
+    """Nothing to delete: the backup is left as a valid empty file, as a run that deleted nothing leaves it."""
+    if saved is not None:
+        saved.start()
+        Output.choose().line(backup_sentence(saved))
+
+
+def _said_backup(settings: Settings, saved: "Optional[BackupFile]") -> None:
+    """The backup's line after a clear; with a worker-side backend, that its objects were kept."""
+    if saved is None:
         return
-    if batch_size is not None:
-        raise InvalidInputError("--batch-size applies to a whole run or dag (--dag-id [--run-id] without --task-id)")
-    scope = scope_of(scope_args)
-    where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
-    count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
-    if count == 0:
-        hint = "" if all_map_indices else _elsewhere(settings, scope)
-        Output.choose().line(f"nothing to clear: no keys for {where}{hint}")
-        return
-    confirm_delete(yes, "clear deletes keys", f"Delete {'all keys' if count is None else key_count(count)} of {where}?")
-    removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices)
-    Output.choose().line(f"deleted {'keys' if removed is None else key_count(removed)} of {where}")
+    out = Output.choose()
+    out.line(backup_sentence(saved))
+    if settings.worker_backend and saved.lines:
+        out.line(
+            f"kept the objects of [workers] state_store_backend behind the {key_count(saved.lines)}, so that the "
+            "backup's references restore; `statestore orphans` lists them meanwhile"
+        )
 
 
 def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> Optional[str]:
@@ -261,7 +306,12 @@ def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> Optional[str]:
 
 
 def _clear_run_or_dag(
-    settings: Settings, dag_id: str, run_id: Optional[str], yes: bool, batch_size: Optional[int]
+    settings: Settings,
+    dag_id: str,
+    run_id: Optional[str],
+    yes: bool,
+    batch_size: Optional[int],
+    saved: "Optional[BackupFile]" = None,
 ) -> None:
     from statestore_cli import lifecycle
 
@@ -272,11 +322,13 @@ def _clear_run_or_dag(
     count = lifecycle.count_task_keys(settings, dag_id, run_id)
     if count == 0:
         Output.choose().line(f"nothing to clear: no task keys for {where}")
+        _empty_backup(saved)
         return
     confirm_delete(yes, "clear deletes keys", f"Delete {key_count(count)} of {where} ({whole})?")
-    removed, batches = lifecycle.clear_task_keys(settings, dag_id, run_id, batch_size)
+    removed, batches = lifecycle.clear_task_keys(settings, dag_id, run_id, batch_size, backup=saved)
     plural = "es" if batches != 1 else ""
     Output.choose().line(f"deleted {key_count(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
+    _said_backup(settings, saved)
 
 
 @app.command("list", epilog=examples("list --dag-id etl", "list --store asset -o json", "list --limit 50 --offset 100"))

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from statestore_cli.cli.apps import assets_app, runs_app
+from statestore_cli.cli.backup_option import BackupOpt, close_backup, name_restore, open_backup, refuse_with_dry_run
 from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import examples, section
@@ -29,7 +30,13 @@ if TYPE_CHECKING:
 
 # -- assets and runs --------------------------------------------------------------------------------
 @assets_app.command(
-    "sweep", epilog=examples("assets sweep --dry-run", "assets sweep --batch-size 1000", "assets sweep -o json")
+    "sweep",
+    epilog=examples(
+        "assets sweep --dry-run",
+        "assets sweep --batch-size 1000",
+        "assets sweep --backup /var/backups/statestore/sweep-2026-11-30.jsonl --yes",
+        "assets sweep -o json",
+    ),
 )
 def assets_sweep(
     ctx: typer.Context,
@@ -46,6 +53,7 @@ def assets_sweep(
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    backup: BackupOpt = None,
     lock_timeout: LockTimeoutOpt = None,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
@@ -56,19 +64,36 @@ def assets_sweep(
     defines the asset any more, also while the dag that defines it fails to parse. Their keys
     never expire (watermarks): check with --dry-run first. Active assets' keys stay.
     Asks on a terminal with the count and the assets; anywhere else it needs --yes (exit 2).
-    Answering no exits 1, nothing deleted."""
+    Answering no exits 1, nothing deleted.
+
+    --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
+    before it commits); `statestore import FILE` puts them back. FILE must be new or empty, its folder
+    writable (else exit 2, nothing deleted); left empty when nothing is swept. A dry run refuses it. A
+    worker-side backend's objects are then kept: the backup's references point at them."""
     from statestore_cli import lifecycle
 
     out = choose_output(output, header)
+    refuse_with_dry_run(backup, dry_run, "a sweep")
+    saved = open_backup(backup)  # checked before anything is counted, asked or deleted
     settings = settings_of(ctx)
     if dry_run:
         out.sweep_plan(lifecycle.plan_sweep(settings))
         return
+    name_restore(saved, settings)
     if not yes:
         plan = list(lifecycle.plan_sweep(settings))
         if plan:
             confirm_delete(False, "assets sweep deletes keys", _sweep_question(plan))
-    out.sweep_report(lifecycle.sweep(settings, batch_size))
+    try:
+        report = lifecycle.sweep(settings, batch_size, backup=saved)
+    finally:
+        close_backup(saved)
+    out.sweep_report(report, saved)
+    if saved is not None and saved.lines and settings.worker_backend:
+        out.line(
+            f"kept the objects of [workers] state_store_backend behind the {key_count(saved.lines)}, so that the "
+            "backup's references restore; `statestore orphans` lists them meanwhile"
+        )
 
 
 def _sweep_question(plan: list["SweptAsset"], shown: int = 3) -> str:

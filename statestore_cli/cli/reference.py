@@ -55,7 +55,9 @@ EXIT_CODES = (
         "command that cannot run or prints nothing, a `_secret` without `[secrets] backend` or missing from it, "
         "bad `sql_alchemy_connect_args` / `sql_alchemy_engine_args`, `sql_alchemy_schema` on SQLite), missing "
         "driver, a deleting command (`clear`, `assets sweep`, `runs delete`, `assets delete`) without `--yes` when "
-        "stdin is not a terminal, a bad line in an `import` (or a dag run or asset missing from an Airflow "
+        "stdin is not a terminal, a `--backup FILE` that exists and is not empty (or is a directory, `-`, or in a "
+        "folder missing or not writable), `--backup` with `--dry-run`, a bad line in an `import` (or a dag run or "
+        "asset missing from an Airflow "
         "database); on MySQL/MariaDB a key, dag run or asset differing from a stored one (or another line's) only "
         "in trailing spaces, and an asset name or uri outside latin1, to write or to filter by; `runs delete` / "
         "`assets delete` on an Airflow database",
@@ -66,7 +68,9 @@ EXIT_CODES = (
         "command_timeout`, a `[secrets] backend` that raised, database unreachable, schema missing (an Airflow "
         "database older than 3.3 included), a lock another session held past the lock timeout, backend error, "
         "another `--exclusive` clean running, `clean --metrics-file` could not write the file after the clean "
-        "(what it deleted stays deleted), a `backend check` that did not pass, an `orphans --delete` that could "
+        "(what it deleted stays deleted), a `--backup` file that could not be written or synced midway (the batch "
+        "in progress rolled back), a stored value a `--backup` cannot write as JSON, a `backend check` that did "
+        "not pass, an `orphans --delete` that could "
         "not delete every orphan",
     ),
     ExitCode(

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from rich.text import Text
 
     from statestore_cli.backend_check import CheckReport
+    from statestore_cli.backup import BackupFile
     from statestore_cli.cleanup import CleanReport, ExpiredRow
     from statestore_cli.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
     from statestore_cli.layout import Layout
@@ -201,10 +202,10 @@ class Output(Writer):
         else:
             self.line(f"skipped: {reason}")
 
-    def clean_report(self, report: CleanReport) -> None:
+    def clean_report(self, report: CleanReport, backup: BackupFile | None = None) -> None:
         for note in report.notes:
             self.note(note.worded(FLAGS))
-        doc = {
+        doc: dict[str, Any] = {
             "dry_run": False,
             "deleted": report.deleted,
             "complete": report.stopped is None,
@@ -216,6 +217,10 @@ class Output(Writer):
             "elapsed_seconds": round(report.elapsed, 3),
             "rows_per_second": round(report.rows_per_second, 1),
         }
+        if backup is not None:
+            from statestore_cli.cli.backup_option import backup_document
+
+            doc["backup"] = backup_document(backup)
         if self.json:
             self.write_json(doc)
             return
@@ -234,6 +239,11 @@ class Output(Writer):
                 f"stopped early ({_STOPPED[report.stopped]}): every committed batch stays deleted; "
                 "run clean again to finish"
             )
+        if backup is not None:
+            from statestore_cli.cli.backup_option import backup_fields, backup_sentence
+
+            self.line(backup_sentence(backup))
+            doc = {**{k: v for k, v in doc.items() if k != "backup"}, **backup_fields(backup)}
         if self.mode == "plain":  # the sentences above went to stderr; stdout gets the fields as records
             self.plain_fields(doc)
 
@@ -309,10 +319,10 @@ class Output(Writer):
 
         show_plan(self, assets)
 
-    def sweep_report(self, report: SweepReport) -> None:
+    def sweep_report(self, report: SweepReport, backup: BackupFile | None = None) -> None:
         from statestore_cli.cli.sweep_view import show_report
 
-        show_report(self, report)
+        show_report(self, report, backup)
 
     # -- db and config ------------------------------------------------------------------------------
     def db_report(self, report: DbReport, *, created: bool = False) -> None:

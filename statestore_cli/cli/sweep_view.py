@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from statestore_cli.cli.safe_text import safe_text
 
 if TYPE_CHECKING:
+    from statestore_cli.backup import BackupFile
     from statestore_cli.cli.writer import Writer
     from statestore_cli.lifecycle import SweepReport, SweptAsset
 
@@ -57,21 +58,24 @@ def show_plan(out: Writer, assets: Iterable[SweptAsset]) -> None:
     out.line(f"dry run: {_keys(total)} of {_assets(len(shown))} would be deleted")
 
 
-def show_report(out: Writer, report: SweepReport) -> None:
-    """The real run: how many keys went per asset, and in all."""
+def show_report(out: Writer, report: SweepReport, backup: BackupFile | None = None) -> None:
+    """The real run: how many keys went per asset, and in all (and where their backup is)."""
     if out.json:
-        out.write_json(
-            {
-                "dry_run": False,
-                "deleted": report.deleted,
-                "assets": [
-                    {"asset_id": a.asset_id, "name": a.name, "uri": a.uri, "deleted": a.deleted} for a in report.assets
-                ],
-                "batches": report.batches,
-                "batch_size": report.batch_size,
-                "elapsed_seconds": round(report.elapsed, 3),
-            }
-        )
+        doc = {
+            "dry_run": False,
+            "deleted": report.deleted,
+            "assets": [
+                {"asset_id": a.asset_id, "name": a.name, "uri": a.uri, "deleted": a.deleted} for a in report.assets
+            ],
+            "batches": report.batches,
+            "batch_size": report.batch_size,
+            "elapsed_seconds": round(report.elapsed, 3),
+        }
+        if backup is not None:
+            from statestore_cli.cli.backup_option import backup_document
+
+            doc["backup"] = backup_document(backup)
+        out.write_json(doc)
         return
     if out.mode == "plain":
         out.plain_header(("asset_id", "name", "uri", "deleted"))
@@ -81,9 +85,13 @@ def show_report(out: Writer, report: SweepReport) -> None:
         _table(out, report.assets)
     if not report.assets:
         out.line("nothing to sweep: no inactive asset has keys")
-        return
-    batches = f"{report.batches:,} batch{'es' if report.batches != 1 else ''}"
-    out.line(f"deleted {_keys(report.deleted)} of {_assets(len(report.assets))} in {batches}")
+    else:
+        batches = f"{report.batches:,} batch{'es' if report.batches != 1 else ''}"
+        out.line(f"deleted {_keys(report.deleted)} of {_assets(len(report.assets))} in {batches}")
+    if backup is not None:
+        from statestore_cli.cli.backup_option import backup_sentence
+
+        out.line(backup_sentence(backup))
 
 
 def _table(out: Writer, assets: tuple[SweptAsset, ...]) -> None:

@@ -411,17 +411,21 @@ class Settings:
         return "$AIRFLOW_HOME/airflow.cfg" if self._environ.get("AIRFLOW_HOME") else "~/airflow/airflow.cfg"
 
     def init_command(self) -> str:
-        """The ``statestore db init`` command line for this store, with the ``--config`` and ``--conn``
-        the caller gave; a password in the ``--conn`` URL is left out, as ``<password>``, so that no
-        message shows it: the user types it again."""
+        """The ``statestore db init`` command line for this store (see ``command_line``)."""
+        return self.command_line("db", "init")
+
+    def command_line(self, *words: str) -> str:
+        """The ``statestore WORDS`` command line for this store, with the ``--config`` and ``--conn`` the
+        caller gave; a password in the ``--conn`` URL is left out, as ``<password>``, so that no message
+        shows it: the user types it again. ``words`` are quoted for a shell where they need it."""
         import shlex
 
-        words = ["statestore"]
+        line = ["statestore"]
         if self.config_given is not None:
-            words += ["--config", shlex.quote(str(self.config_given))]
+            line += ["--config", shlex.quote(str(self.config_given))]
         if self.setting("database", "sql_alchemy_conn").source == CONN_OVERRIDE:
-            words += ["--conn", shlex.quote(_placeholder_password(self.sql_alchemy_conn))]
-        return " ".join([*words, "db", "init"])
+            line += ["--conn", shlex.quote(_placeholder_password(self.sql_alchemy_conn))]
+        return " ".join([*line, *(shlex.quote(word) for word in words)])
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self._settings.values())

@@ -1,0 +1,761 @@
+"""A backup of what a deleting command deletes (``clean``, ``clear``, ``assets sweep`` with ``--backup FILE``):
+every row it deletes, as a line of the export format (``statestore_cli.records``), so that ``statestore import
+FILE`` puts back exactly what went.
+
+Each batch is one transaction whose lines are written, flushed and fsynced before it commits, so a commit never
+happens before its lines are on disk: a command stopped by a signal, its deadline, a lost connection or a crash
+leaves in FILE every row it deleted. The rows written are exactly the rows deleted: on PostgreSQL and SQLite a
+batch is one ``DELETE ... RETURNING`` the lines of the rows it deleted (the rows it picks locked by the delete
+itself, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL as without a backup); on MySQL/MariaDB, and for a
+one-statement run (whose rows are too many to hold at once), the batch selects its rows with their full content,
+locked (``FOR UPDATE``; SQLite's write lock from ``BEGIN IMMEDIATE``), writes and syncs their lines, deletes
+exactly those rows and checks that the row count is the number of lines. A batch that fails before its commit
+is cut from the file again; one whose commit was under way when the connection went stays (its rows may or may
+not be gone), so the file may hold one batch more than was deleted, never one row fewer.
+
+The lines of task and dag-run keys are built by the database (one SQL expression per line: what Python would
+spend per row costs more than the delete itself); asset keys' lines, and a batch whose lines the database
+cannot build (a value that is not JSON, a SQLite timestamp in another text form), are made in Python, as
+``export`` makes them. Values are written as stored, as ``export`` writes them: with a worker-side backend they
+are its references.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sqlalchemy import (
+    ARRAY,
+    JSON,
+    String,
+    Table,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    literal_column,
+    null,
+    select,
+    type_coerce,
+)
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ColumnElement
+
+from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
+from statestore_cli.records import asset_record, dag_run_record, encode_line, load_strict, printable, task_record
+from statestore_cli.schema import asset, asset_state_store
+from statestore_cli.scopes import NIL_REGION
+from statestore_cli.timestamps import iso_utc
+
+_MYSQL = ("mysql", "mariadb")
+WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held
+DELETE_CHUNK = 10_000  # ids per DELETE ... IN (...) on MySQL/MariaDB, well within any packet limit
+
+
+class BackupFileError(BackendError):
+    """The backup file could not be written or synced while the command ran: the batch in progress was
+    rolled back, and what earlier batches deleted is in the file."""
+
+
+# -- the file ------------------------------------------------------------------------------------------------
+def _refuse(path: Path, problem: str) -> InvalidInputError:
+    return InvalidInputError(f"{PARAMETER} {path}: {problem}", parameter="backup")
+
+
+def check_backup_path(path: Path) -> None:
+    """Refuse (``InvalidInputError``, nothing created) a backup path the command could not write to the end:
+    a file that exists and is not empty, a directory or other non-file, a folder missing or not writable."""
+    if str(path) == "-":
+        raise InvalidInputError(
+            f"{PARAMETER} - would be stdout, which cannot be synced to disk before each commit; give a file path",
+            parameter="backup",
+        )
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        found = None
+    except OSError as exc:
+        raise _refuse(path, f"cannot be read ({exc.strerror}); give another path") from None
+    if found is not None:
+        if stat.S_ISDIR(found.st_mode):
+            raise _refuse(path, "is a directory; give the path of a new file in it")
+        if not stat.S_ISREG(found.st_mode):
+            raise _refuse(path, "is not a regular file; give the path of a new file")
+        if found.st_size > 0:
+            raise _refuse(
+                path,
+                f"already exists and is not empty ({found.st_size:,} bytes); a backup never overwrites or appends "
+                "to a file: give a new path",
+            )
+        if not os.access(path, os.W_OK):
+            raise _refuse(path, "is not writable for this user; give another path")
+        return
+    folder = path.parent
+    if not folder.exists():
+        raise _refuse(path, f"the directory {folder} does not exist; create it or give another path")
+    if not folder.is_dir():
+        raise _refuse(path, f"{folder} is not a directory; give another path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _refuse(path, f"cannot create files in {folder} (no permission, or a read-only file system)")
+
+
+class BackupFile:
+    """The file a deleting command writes each row it deletes to, in the export format.
+
+    Made before anything is deleted: the path is checked then (``check_backup_path``); the file itself is
+    created by the first ``start()`` (when the command is about to delete), with the mode a shell redirect
+    gives (0666 less the umask, as ``export --file``), or an existing empty file is used with its mode.
+    ``restore`` is the command line that restores it, for the messages that name the file."""
+
+    def __init__(self, path: Path | str, restore: str | None = None) -> None:
+        if str(path) == "-":
+            check_backup_path(Path("-"))  # refused: stdout, not a file named "-"
+        self.path = Path(path).expanduser().absolute()
+        check_backup_path(self.path)
+        self.restore = restore or f"statestore import {shlex.quote(str(self.path))}"
+        self.lines = 0  # lines in the file (each a deleted key)
+        self._fd: int | None = None
+        self._size = 0  # bytes written
+        self._pending: list[str] = []
+
+    @property
+    def started(self) -> bool:
+        return self._fd is not None
+
+    def start(self) -> None:
+        """Create the file (or open an existing empty one) for writing; nothing is deleted before this."""
+        if self._fd is not None:
+            return
+        flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+        try:
+            try:
+                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                created = True
+            except FileExistsError:
+                fd = os.open(self.path, flags)
+                created = False
+        except OSError as exc:
+            raise _refuse(self.path, f"cannot be created ({exc.strerror})") from None
+        if not created:
+            found = os.fstat(fd)
+            if not stat.S_ISREG(found.st_mode) or found.st_size > 0:  # written since it was checked
+                os.close(fd)
+                check_backup_path(self.path)  # says what it is now
+                raise _refuse(self.path, "changed while the command started; give a new path")
+        self._fd = fd
+        if created:  # the new name itself must survive a crash, not only the lines written under it
+            self._sync_folder()
+
+    def _sync_folder(self) -> None:
+        try:
+            folder = os.open(self.path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return  # a folder that cannot be opened for reading cannot be synced either; the file's own fsync stands
+        try:
+            os.fsync(folder)
+        except OSError:
+            pass  # some file systems cannot sync a directory; the file's own fsync still holds its lines
+        finally:
+            os.close(folder)
+
+    def add(self, line: str) -> None:
+        """One line (without its newline); written out every ``WRITE_CHUNK`` lines, synced by ``sync()``."""
+        self._pending.append(line)
+        if len(self._pending) >= WRITE_CHUNK:
+            self._write_pending()
+
+    def add_lines(self, text: str) -> int:
+        """Lines already joined, each ending in a newline; returns how many."""
+        self._write_pending()
+        count = text.count("\n")
+        self._write(text, count)
+        return count
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            count = len(self._pending)
+            text = "\n".join(self._pending) + "\n"
+            self._pending.clear()
+            self._write(text, count)
+
+    def _write(self, text: str, count: int) -> None:
+        # What the database built is escaped here as encode_line escapes (DEL, C1 controls, bidi overrides).
+        view = memoryview(printable(text).encode("utf-8"))
+        try:
+            while view:
+                written = os.write(self._descriptor(), view)
+                view = view[written:]
+                self._size += written
+        except OSError as exc:
+            raise self._failed("write", exc) from None
+        self.lines += count
+
+    def sync(self) -> None:
+        """Everything added so far is on disk when this returns (written, flushed, fsynced)."""
+        self._write_pending()
+        try:
+            os.fsync(self._descriptor())
+        except OSError as exc:
+            raise self._failed("sync", exc) from None
+
+    def mark(self) -> tuple[int, int]:
+        """Where the file ends now (bytes, lines): ``cut(mark)`` takes it back there."""
+        self._write_pending()
+        return self._size, self.lines
+
+    def cut(self, mark: tuple[int, int]) -> None:
+        """Take the file back to ``mark``: the lines of a batch that was rolled back before its commit."""
+        self._pending.clear()
+        size, lines = mark
+        if self._fd is None or (size, lines) == (self._size, self.lines):
+            return
+        try:
+            os.ftruncate(self._fd, size)
+            os.lseek(self._fd, size, os.SEEK_SET)
+            os.fsync(self._fd)
+        except OSError:
+            return  # the lines stay: a few too many is safe, the import just writes those rows back
+        self._size, self.lines = size, lines
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if self._pending:
+                self._fd = fd
+                self.sync()
+                self._fd = None
+        finally:
+            os.close(fd)
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            raise BackendError("the backup file is not open")
+        return self._fd
+
+    def _failed(self, what: str, exc: OSError) -> BackupFileError:
+        return BackupFileError(
+            f"cannot {what} the backup {self.path} ({exc.strerror or exc}); the batch in progress was rolled back"
+        )
+
+    def describe(self) -> str:
+        """Where the deleted keys are and how to put them back, for a message."""
+        keys = f"{self.lines:,} deleted key{'s' if self.lines != 1 else ''}"
+        return f"{self.path} holds the {keys}: `{self.restore}` restores them"
+
+
+def with_backup(exc: StateStoreError, backup: BackupFile | None) -> StateStoreError:
+    """``exc`` of a command that stopped midway, saying where the backup of what it deleted is."""
+    if backup is None or not backup.lines:
+        return exc
+    return type(exc)(f"{exc.template}; {backup.describe()}", parameter=exc.parameter)
+
+
+# -- one batch -----------------------------------------------------------------------------------------------
+# How a row becomes its line: ``columns`` selected (or returned) after the row's ``order`` value, and the line
+# made of the row; None where the database could not build it (the batch is then made again from the rows).
+class Lines(NamedTuple):
+    """How rows become lines: ``columns`` selected (or returned) after each row's ``order`` value, and ``make``,
+    the line of such a row, None where the database could not build it (the batch is then made again from
+    the rows in Python). ``whole``: the line as one SQL expression that is never NULL, where there is one."""
+
+    columns: Sequence[Any]
+    make: Callable[[Any], str | None]
+    whole: Any = None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a backed-up delete deletes from one table, and how each row becomes a line.
+
+    ``order`` is unique within ``where`` (a row id; an asset's key within its asset) and is walked upwards;
+    ``where`` selects the rows and is re-checked by the delete; ``walk`` is the same selection written so that
+    the engine walks ``order`` (see ``lifecycle._task_selection``), ``where`` when None. ``columns`` and
+    ``record`` make each row's export record in Python; ``lines``, where given, has the database build the
+    lines instead (for a dialect; None: not there), much cheaper for the many rows of a clean."""
+
+    table: Table
+    order: Any
+    where: ColumnElement[bool]
+    columns: Sequence[Any]
+    record: Callable[[Any], dict[str, Any]]  # a Row, unpacked
+    walk: ColumnElement[bool] | None = None
+    lock_of: Table | None = None  # PostgreSQL: lock only this table's rows (a query that joins another)
+    primary_walk: bool = False  # MySQL/MariaDB: keep the walk on the primary key (``order`` is the id)
+    source: Any = None  # what the rows are selected from, when not ``table`` alone (a join)
+    tiebreak: Any = None  # ordered by after ``order`` when that is not unique (a one-statement run only)
+    lines: Callable[[str], Lines | None] | None = None
+
+    def in_python(self) -> Lines:
+        record = self.record
+        return Lines(self.columns, lambda row: encode_line(record(row)))
+
+
+class Batch(NamedTuple):
+    """What one backed-up batch did: rows deleted (and written), and the ``order`` value the next batch
+    starts after (None: the walk is done)."""
+
+    deleted: int
+    after: Any
+
+
+class _Redo(Exception):
+    """The database could not build a line of the batch (a value that is not JSON, a timestamp in an unusual
+    form): the batch is rolled back and made again from its rows, which says which key it is."""
+
+
+def backed_up_batch(
+    conn: Connection, selection: Selection, backup: BackupFile, batch_size: int, after: Any = None
+) -> Batch:
+    """One transaction that deletes the next ``batch_size`` rows after ``after`` (0: every row), their lines
+    written and the file synced before it commits (see the module's docstring). A failure before the commit
+    rolls the transaction back and cuts the batch's lines from the file again."""
+    backup.start()
+    dialect = conn.dialect.name
+    lines = selection.lines(dialect) if selection.lines is not None else None
+    if lines is not None:
+        try:
+            return _transaction(conn, backup, lambda: _lines_batch(conn, selection, lines, backup, batch_size, after))
+        except _Redo:
+            pass
+        except sa_exc.DataError:  # PostgreSQL refused a value's cast to json: the batch again, from its rows
+            if dialect != "postgresql":
+                raise
+    return _transaction(
+        conn, backup, lambda: _select_then_delete(conn, selection, selection.in_python(), backup, batch_size, after)
+    )
+
+
+def _transaction(conn: Connection, backup: BackupFile, body: Callable[[], Batch]) -> Batch:
+    mark = backup.mark()
+    committing = False
+    try:
+        with conn.begin():
+            batch = body()
+            committing = True  # from here on the commit may have happened: the lines stay
+    except BaseException:
+        if not committing:
+            backup.cut(mark)
+        raise
+    return batch
+
+
+def _lines_batch(
+    conn: Connection, selection: Selection, lines: Lines, backup: BackupFile, batch_size: int, after: Any
+) -> Batch:
+    """A batch whose lines the database builds: on PostgreSQL and SQLite one ``DELETE ... RETURNING`` them (what
+    is written is exactly what was deleted, the rows locked by the delete itself); elsewhere, and for a
+    one-statement run (whose rows are too many to hold), selected first and then deleted."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        _utc_session(conn)
+        if not batch_size and lines.whole is not None and _copies(conn):
+            return _copy_all(conn, selection, lines.whole, backup)
+    if not batch_size or dialect not in ("postgresql", "sqlite"):
+        return _select_then_delete(conn, selection, lines, backup, batch_size, after)
+    columns, make, _ = lines
+    order = selection.order
+    walk = selection.walk if selection.walk is not None else selection.where
+    ids = select(order).where(walk, *([order > after] if after is not None else [])).order_by(order).limit(batch_size)
+    if dialect == "postgresql":  # rows another cleaner holds are skipped, as without a backup
+        chosen = order == any_(func.array(ids.with_for_update(skip_locked=True).scalar_subquery()))
+    else:
+        chosen = order.in_(ids.scalar_subquery())
+    result = conn.execute(delete(selection.table).where(chosen, selection.where).returning(order, *columns))
+    count = 0
+    last = None
+    for chunk in result.partitions(WRITE_CHUNK):  # the driver holds the batch's rows; Python a chunk of them
+        for row in chunk:
+            line = make(row)
+            if line is None:
+                raise _Redo
+            backup.add(line)
+            last = row[0] if last is None or row[0] > last else last
+        count += len(chunk)
+    if count:
+        backup.sync()  # durable before the commit
+    return Batch(count, None if count < batch_size else last)
+
+
+def _utc_session(conn: Connection) -> None:
+    """PostgreSQL writes a timestamp in JSON in the session's time zone: UTC, for this transaction only."""
+    conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true)")
+
+
+def _copies(conn: Connection) -> bool:
+    """Whether the connection is psycopg 3's, whose COPY streams a statement's rows as they come."""
+    return hasattr(conn.connection.dbapi_connection, "pgconn")
+
+
+def _copy_all(conn: Connection, selection: Selection, line: Any, backup: BackupFile) -> Batch:
+    """A one-statement run on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows'
+    lines streamed into the file as the server sends them (nothing held), then synced before the commit."""
+    statement = delete(selection.table).where(selection.where).returning(line)
+    compiled = statement.compile(
+        dialect=conn.dialect, schema_translate_map=conn.get_execution_options().get("schema_translate_map")
+    )
+    dbapi_conn: Any = conn.connection.dbapi_connection
+    cursor = dbapi_conn.cursor()
+    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
+    count = 0
+    pending = b""
+    errors = conn.dialect.loaded_dbapi
+    try:
+        with cursor.copy(sql, params) as copy:
+            for block in copy:
+                pending += bytes(block)
+                end = pending.rfind(b"\n") + 1
+                if end:
+                    # The text format doubles each backslash; a line holds no tab, line break or other control
+                    # character for it to escape (JSON escapes them, and the value's are made spaces).
+                    lines = pending[:end].replace(b"\\\\", b"\\").decode("utf-8")
+                    count += backup.add_lines(lines)
+                    pending = pending[end:]
+        deleted = cursor.rowcount
+    except errors.DataError:  # a value that is not JSON: the statement again, from the rows in Python
+        raise _Redo from None
+    except errors.Error as exc:  # as SQLAlchemy would raise it, a lost connection noticed as one
+        gone = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+        if gone:
+            conn.invalidate()
+        raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
+    finally:
+        cursor.close()
+    if deleted != count:
+        raise BackendError(
+            f"the delete removed {deleted:,} rows and returned {count:,} lines; the batch was rolled back"
+        )
+    if count:
+        backup.sync()
+    return Batch(count, None)
+
+
+def _select_then_delete(
+    conn: Connection, selection: Selection, lines: Lines, backup: BackupFile, batch_size: int, after: Any
+) -> Batch:
+    """Select the batch's rows with their full content, locked; write their lines and sync; delete exactly
+    those rows, the row count checked against the lines written.
+
+    The rows are read a thousand at a time, each read going on after the last row of the one before (in the
+    same transaction, so every row stays locked): no server-side cursor, which would hold a whole
+    one-statement run's rows, or whose end a lost connection turns into noise on PyMySQL. A selection whose
+    ``order`` is not unique (an at-once sweep of every inactive asset: few keys) is read in one go."""
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        # The write lock from the start: no other writer can change what is selected before it is deleted.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    columns, make, _ = lines
+    order = selection.order
+    walk = selection.walk if selection.walk is not None else selection.where
+    base = select(order, *columns).where(walk)
+    if selection.source is not None:
+        base = base.select_from(selection.source)
+    base = base.order_by(order, *([selection.tiebreak] if selection.tiebreak is not None else []))
+    if batch_size and dialect in _MYSQL and selection.primary_walk:
+        base = base.with_hint(selection.table, "FORCE INDEX (PRIMARY)")
+    if dialect != "sqlite":
+        # PostgreSQL: rows another cleaner holds are skipped, as the clean without a backup does.
+        of = selection.lock_of if dialect == "postgresql" else None
+        base = base.with_for_update(skip_locked=dialect == "postgresql" and batch_size > 0, of=of)
+    chunked = selection.tiebreak is None
+    # Only the ids of a bounded batch are kept, to delete exactly those; a one-statement run deletes
+    # its selection again instead (its rows are locked, and the count must match the lines).
+    ids: list[Any] | None = [] if batch_size and dialect != "sqlite" else None
+    count = 0
+    last = None
+    position = after
+    while True:
+        wanted = min(WRITE_CHUNK, batch_size - count) if batch_size else WRITE_CHUNK
+        query = base if position is None else base.where(order > position)
+        rows = conn.execute(query.limit(wanted) if chunked else query).all()
+        for row in rows:
+            line = make(row)
+            if line is None:
+                raise _Redo
+            backup.add(line)
+            if ids is not None:
+                ids.append(row[0])
+        if rows:
+            last = position = rows[-1][0]
+        count += len(rows)
+        if not chunked or len(rows) < wanted or (batch_size and count >= batch_size):
+            break
+    if count:
+        backup.sync()  # durable before the rows go, so before the commit
+        deleted = _delete(conn, selection, after, last, ids)
+        if deleted != count:
+            raise BackendError(
+                f"the batch wrote {count:,} keys to the backup and deleting them removed {deleted:,} rows: "
+                "the rows changed meanwhile; the batch was rolled back, run the command again"
+            )
+    done = batch_size == 0 or count < batch_size
+    return Batch(count, None if done else last)
+
+
+def _delete(conn: Connection, selection: Selection, after: Any, last: Any, ids: list[Any] | None) -> int:
+    """Delete the rows just written: by their ids where other sessions may write meanwhile (their rows are
+    locked by the select), by the range they span on SQLite (whose write lock this transaction holds) and in
+    a one-statement run (the selection again, up to the last row written)."""
+    table, order, where = selection.table, selection.order, selection.where
+    if ids is None:
+        bounds = [order <= last] + ([order > after] if after is not None else [])
+        return _counted(conn.execute(delete(table).where(and_(where, *bounds))).rowcount)
+    if conn.dialect.name == "postgresql":  # one array parameter, whatever the batch size
+        chosen = order == any_(bindparam("ids", ids, type_=ARRAY(order.type)))
+        return _counted(conn.execute(delete(table).where(chosen, where)).rowcount)
+    deleted = 0
+    statement = delete(table).where(order.in_(bindparam("ids", expanding=True)), where)
+    for start in range(0, len(ids), DELETE_CHUNK):
+        deleted += _counted(conn.execute(statement, {"ids": ids[start : start + DELETE_CHUNK]}).rowcount)
+    return deleted
+
+
+def _counted(rowcount: int | None) -> int:
+    if rowcount is None or rowcount < 0:
+        raise BackendError("the database did not report how many rows the delete removed")
+    return int(rowcount)
+
+
+def decoded(value: str, key: str, scope: Callable[[], str]) -> Any:
+    """A stored value as the export writes it (the JSON it holds); a value that is not JSON stops the batch
+    (rolled back: nothing of it deleted), since no import could read its line back."""
+    try:
+        return load_strict(value)
+    except ValueError as exc:
+        raise BackendError(
+            f"the value of key {key!r} for {scope()} is not valid JSON ({getattr(exc, 'msg', exc)}), so it cannot "
+            "be backed up; the batch was rolled back: fix or delete that key, or run without --backup"
+        ) from None
+
+
+# -- lines built by the database -------------------------------------------------------------------------------
+# The export line of a task or dag-run key as one SQL expression: the same fields in the same order, strings
+# JSON-quoted by the engine (as Python quotes them; MariaDB writes hex digits in capitals), timestamps in ISO
+# 8601 UTC, the stored value embedded as the JSON it is (line breaks in it, which valid JSON has only between
+# its tokens, made spaces). Python's line for the same row would cost more than the delete itself.
+def _text(sql: str) -> Any:
+    return literal_column("'" + sql.replace("'", "''") + "'", String)
+
+
+def _joined(dialect: str, parts: Sequence[Any]) -> Any:
+    if dialect in _MYSQL:
+        return func.concat(*parts)
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.op("||")(part)
+    return type_coerce(out, String)
+
+
+def _quoted(dialect: str, column: Any) -> Any:
+    """A text column as a JSON string."""
+    if dialect == "postgresql":
+        return cast(func.to_json(column), Text)
+    return func.json_quote(column)
+
+
+def _number(dialect: str, column: Any) -> Any:
+    return cast(column, Text) if dialect != "sqlite" else cast(column, String)
+
+
+def _moment(dialect: str, column: Any) -> Any:
+    """A timestamp column as a JSON string ``"YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"``; NULL where the stored
+    form is not one this builds (SQLite text other than Airflow's): that row's line is made in Python."""
+    if dialect == "postgresql":  # ISO 8601 in the session's zone, UTC (_utc_session); microseconds trimmed
+        return cast(func.to_json(column), Text)
+    if dialect in _MYSQL:  # naive UTC (sessions run at +00:00)
+        fraction = case(
+            (func.microsecond(column) == 0, _text("")),
+            else_=func.concat(_text("."), func.lpad(func.microsecond(column), 6, _text("0"))),
+        )
+        return func.concat(_text('"'), func.date_format(column, _text("%Y-%m-%dT%H:%i:%s")), fraction, _text('+00:00"'))
+    raw = type_coerce(column, String)  # Airflow's text form, YYYY-MM-DD HH:MM:SS.ffffff, as iso_utc reads it
+    digits = "[0-9]"
+    stored = raw.op("GLOB")(
+        _text(f"{digits * 4}-{digits * 2}-{digits * 2} {digits * 2}:{digits * 2}:{digits * 2}.{digits * 6}")
+    )
+    whole = case((func.substr(raw, 21) == "000000", func.substr(raw, 1, 19)), else_=raw)  # no .000000, as Python
+    iso = _joined(dialect, [_text('"'), func.replace(whole, _text(" "), _text("T")), _text('+00:00"')])
+    return case((stored, iso), else_=null())
+
+
+def _maybe_moment(dialect: str, column: Any) -> Any:
+    if dialect == "postgresql":
+        return func.coalesce(_moment(dialect, column), _text("null"))
+    return case((column.is_(None), _text("null")), else_=_moment(dialect, column))
+
+
+def _sqlite_json_valid_is_strict() -> bool:
+    """Whether SQLite's json_valid(X) accepts RFC 8259 JSON only: before JSON5 came (3.42) and since its one
+    argument form went back to RFC 8259 (3.45). Between, a value is checked in Python instead."""
+    import sqlite3
+
+    return not (3, 42, 0) <= sqlite3.sqlite_version_info < (3, 45, 0)
+
+
+def _python_checks(dialect: str) -> bool:
+    """Whether the stored value of a line the database built must still be checked to be JSON in Python."""
+    return dialect == "sqlite" and not _sqlite_json_valid_is_strict()
+
+
+def _json(dialect: str, column: Any) -> Any:
+    """The stored value as the JSON it holds, on one line; on PostgreSQL the cast to json refuses text that is
+    not JSON (the batch is then made in Python, which names the key), elsewhere the line is NULL for it (but
+    where SQLite's json_valid() takes JSON5: there the value is checked in Python)."""
+    if dialect == "postgresql":  # tabs too, which COPY's text format would escape
+        breaks = func.chr(13).op("||")(func.chr(10)).op("||")(func.chr(9))
+        return func.translate(cast(cast(column, JSON), Text), breaks, _text("   "))
+    if dialect in _MYSQL:
+        cr: Any = literal_column("CHAR(13 USING utf8mb4)")
+        lf: Any = literal_column("CHAR(10 USING utf8mb4)")
+        flat = func.replace(func.replace(column, cr, _text(" ")), lf, _text(" "))
+        return case((func.json_valid(column) == 1, flat), else_=null())
+    flat = func.replace(func.replace(column, func.char(13), _text(" ")), func.char(10), _text(" "))
+    return flat if _python_checks(dialect) else case((func.json_valid(column) == 1, flat), else_=null())
+
+
+def _task_lines(table: Table) -> Callable[[str], Lines | None]:
+    regions = "region_id" in table.c
+
+    def build(dialect: str) -> Lines | None:
+        c = table.c
+        head = [_text('{"store": "task", "dag_id": '), _quoted(dialect, c.dag_id), _text(', "run_id": ')]
+        head += [_quoted(dialect, c.run_id), _text(', "task_id": '), _quoted(dialect, c.task_id)]
+        tail = [_text(', "map_index": '), _number(dialect, c.map_index), _text(', "key": '), _quoted(dialect, c.key)]
+        tail += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
+        tail += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
+        checked = [c.value] if _python_checks(dialect) else []
+        if not regions:
+            line = _joined(dialect, head + tail)
+            whole = line if dialect == "postgresql" else None
+            return Lines([line, *checked], _checked_line(1 if checked else None), whole)
+        return Lines([_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked], _region_line)
+
+    return build
+
+
+def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
+    def build(dialect: str) -> Lines | None:
+        c = table.c
+        parts = [_text('{"store": "dag_run", "dag_id": '), _quoted(dialect, c.dag_id), _text(', "run_id": ')]
+        parts += [_quoted(dialect, c.run_id), _text(', "key": '), _quoted(dialect, c.key)]
+        parts += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
+        parts += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
+        checked = [c.value] if _python_checks(dialect) else []
+        line = _joined(dialect, parts)
+        whole = line if dialect == "postgresql" else None
+        return Lines([line, *checked], _checked_line(1 if checked else None), whole)
+
+    return build
+
+
+def _valid(value: str) -> bool:
+    try:
+        load_strict(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _checked_line(value_at: int | None) -> Callable[[Any], str | None]:
+    """The line of a row (``row[1]``), None when the database could not build it; with ``value_at`` (the
+    stored value's place in the row, after the line) only when that value is JSON as well."""
+    if value_at is None:
+        return lambda row: row[1]
+    return lambda row: row[1] if row[1] is not None and _valid(row[value_at + 1]) else None
+
+
+def _region_line(row: Any) -> str | None:
+    """A line spliced from its head, its region (where it is not the nil one) and its tail (and on SQLite
+    only when the stored value is JSON)."""
+    _, head, tail, region, *value = row
+    if head is None or tail is None or (value and not _valid(value[0])):
+        return None
+    if region is None or region == NIL_REGION:
+        return head + tail
+    return f'{head}, "region_id": "{region}"{tail}'
+
+
+# -- the rows of each store as lines ---------------------------------------------------------------------------
+def _raw(column: Any) -> Any:
+    # The driver's own value (SQLite text, a datetime elsewhere) skips SQLAlchemy's per-row parsing.
+    return type_coerce(column, String)
+
+
+def task_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[bool] | None = None) -> Selection:
+    """Task keys (``table``: the layout's task table) that ``where`` selects, as export lines."""
+    regions = "region_id" in table.c
+    columns = [table.c.dag_id, table.c.run_id, table.c.task_id, table.c.map_index, table.c.key]
+    columns += [_raw(table.c.updated_at), _raw(table.c.expires_at), table.c.value]
+    columns += [table.c.region_id] if regions else []
+
+    def record(row: Any) -> dict[str, Any]:
+        _, dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value, *in_region = row
+        value = decoded(value, key, lambda: f"dag_id={dag_id} run_id={run_id} task_id={task_id} map_index={map_index}")
+        region = str(in_region[0]) if in_region and in_region[0] != NIL_REGION else None  # outside any: none
+        expiry = None if expires_at is None else iso_utc(expires_at)
+        return task_record(dag_id, run_id, task_id, region, map_index, key, iso_utc(updated_at), expiry, value)
+
+    return Selection(table, table.c.id, where, columns, record, walk, primary_walk=True, lines=_task_lines(table))
+
+
+def dag_run_rows(table: Table, where: ColumnElement[bool], walk: ColumnElement[bool] | None = None) -> Selection:
+    """Dag-run keys (Airflow 3.4's ``dag_run_state_store``) that ``where`` selects, as export lines."""
+    columns = [table.c.dag_id, table.c.run_id, table.c.key, _raw(table.c.updated_at), _raw(table.c.expires_at)]
+    columns.append(table.c.value)
+
+    def record(row: Any) -> dict[str, Any]:
+        _, dag_id, run_id, key, updated_at, expires_at, value = row
+        value = decoded(value, key, lambda: f"dag run dag_id={dag_id} run_id={run_id}")
+        expiry = None if expires_at is None else iso_utc(expires_at)
+        return dag_run_record(dag_id, run_id, key, iso_utc(updated_at), expiry, value)
+
+    return Selection(table, table.c.id, where, columns, record, walk, primary_walk=True, lines=_dag_run_lines(table))
+
+
+_WRITER = (
+    asset_state_store.c.last_updated_by_kind,
+    asset_state_store.c.last_updated_by_dag_id,
+    asset_state_store.c.last_updated_by_run_id,
+    asset_state_store.c.last_updated_by_task_id,
+    asset_state_store.c.last_updated_by_map_index,
+)
+
+
+def asset_rows(where: ColumnElement[bool], name: str, uri: str) -> Selection:
+    """The keys of one asset (named ``name`` and ``uri``) that ``where`` selects, walked by key, as export lines."""
+    kv = asset_state_store
+    columns = [_raw(kv.c.updated_at), kv.c.value, *_WRITER]
+
+    def record(row: Any) -> dict[str, Any]:
+        key, updated_at, value, *writer = row
+        value = decoded(value, key, lambda: f"asset name={name} uri={uri}")
+        return asset_record(name, uri, key, iso_utc(updated_at), tuple(writer), value)
+
+    return Selection(kv, kv.c.key, where, columns, record)
+
+
+def assets_rows(where: ColumnElement[bool]) -> Selection:
+    """The asset keys ``where`` selects, of any assets (their names joined in), as export lines: for a
+    one-statement delete, walked by (asset id, key) in one transaction, so never bounded by ``order``."""
+    kv = asset_state_store
+    joined = kv.join(asset, asset.c.id == kv.c.asset_id)
+    columns = [asset.c.name, asset.c.uri, kv.c.key, _raw(kv.c.updated_at), kv.c.value, *_WRITER]
+
+    def record(row: Any) -> dict[str, Any]:
+        _, name, uri, key, updated_at, value, *writer = row
+        value = decoded(value, key, lambda: f"asset name={name} uri={uri}")
+        return asset_record(name, uri, key, iso_utc(updated_at), tuple(writer), value)
+
+    return Selection(kv, kv.c.asset_id, where, columns, record, lock_of=kv, source=joined, tiebreak=kv.c.key)
