@@ -5,7 +5,7 @@
 
 The floor is ``statestore clean --batch-size B`` on a fresh copy of the store: the same work with
 neither option. ``--metrics-file`` adds a count of the expired rows left (one indexed range count), a
-write of a ~1.5 KB file with fsync and rename, and the import of ``statestore_cli.metrics``;
+write of a ~1.5 KB file with fsync and rename, and the import of ``statestore_cli.ops.metrics``;
 ``--older-than 0`` adds nothing but its parsing (its selection is the floor's). Every command runs on
 its own copy of the store (the copy is not timed), the three take turns, and the median of --repeat
 runs counts. Wall-clock seconds of the whole process, so start-up is in every figure.

@@ -37,7 +37,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from statestore_cli.schema import ASSET_STATE_COLUMNS, task_state_store, writer_columns
+from statestore_cli.db.schema import ASSET_STATE_COLUMNS, task_state_store, writer_columns
 
 # -- layout: every run has the same 40 task instances (16 plain tasks, 4 mapped ones of width 6), 5 keys each
 KEYS = ("job_id", "checkpoint", "cursor", "attempt", "external_url")
@@ -336,7 +336,7 @@ def create_store(admin_url: str, name: str, env: dict[str, str], *, in_process: 
     url = store_url(admin_url, name)
     if in_process:
         from statestore_cli import load_settings
-        from statestore_cli.commands import db_init as library_db_init
+        from statestore_cli.ops.commands import db_init as library_db_init
 
         library_db_init(load_settings(conn_override=url, environ=env))
     else:

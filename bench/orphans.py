@@ -26,7 +26,7 @@ from measure import RSS_METHOD, median, run_process
 
 from statestore_cli.backends.base import REF_MARKER
 from statestore_cli.backends.fs_paths import value_path
-from statestore_cli.scopes import TaskScope
+from statestore_cli.model.scopes import TaskScope
 
 FS = "statestore_cli.backends.filesystem.FilesystemBackend"
 FLOOR, STARTUP, OURS = "bare script (floor)", "start-up (db check)", "orphans -o json"

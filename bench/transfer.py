@@ -32,7 +32,7 @@ from generate import driver_params
 from harness import in_turn, table, turns, verdict
 from measure import RSS_METHOD, Sample, median, run_process
 
-from statestore_cli.schema import ASSET_WRITER_COLUMNS, ASSET_WRITER_FIELDS
+from statestore_cli.db.schema import ASSET_WRITER_COLUMNS, ASSET_WRITER_FIELDS
 
 EXPORT, EXPORT_FLOOR = "export --file", "bare export script (floor)"
 IMPORT, IMPORT_FLOOR = "import", "bare import script (floor)"

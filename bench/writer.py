@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 from measure import median, percentile
 
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.database import make_engine
-from statestore_cli.scopes import TaskScope
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.scopes import TaskScope
 
 SCOPE = TaskScope("bench_writer", "manual__bench", "writer")
 

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "NEVER_EXPIRE": "statestore_cli.retention",
-    "AssetScope": "statestore_cli.scopes",
-    "StoreScope": "statestore_cli.scopes",
-    "TaskScope": "statestore_cli.scopes",
-    "AssetStateStoreAccessor": "statestore_cli.accessors",
-    "StateReferenceWarning": "statestore_cli.accessors",
-    "StateValueTooLargeWarning": "statestore_cli.accessors",
-    "TaskStateStoreAccessor": "statestore_cli.accessors",
+    "NEVER_EXPIRE": "statestore_cli.model.retention",
+    "AssetScope": "statestore_cli.model.scopes",
+    "StoreScope": "statestore_cli.model.scopes",
+    "TaskScope": "statestore_cli.model.scopes",
+    "AssetStateStoreAccessor": "statestore_cli.backends.accessors",
+    "StateReferenceWarning": "statestore_cli.backends.accessors",
+    "StateValueTooLargeWarning": "statestore_cli.backends.accessors",
+    "TaskStateStoreAccessor": "statestore_cli.backends.accessors",
     "BaseStoreBackend": "statestore_cli.backends.base",
     "FilesystemBackend": "statestore_cli.backends.filesystem",
     "StoredRef": "statestore_cli.backends.base",
@@ -33,9 +33,9 @@ _EXPORTS = {
     "NotFoundError": "statestore_cli.errors",
     "SchemaMissingError": "statestore_cli.errors",
     "StateStoreError": "statestore_cli.errors",
-    "accessor": "statestore_cli.stores",
-    "task_instance_cleared": "statestore_cli.lifecycle",
-    "task_instance_succeeded": "statestore_cli.lifecycle",
+    "accessor": "statestore_cli.backends.stores",
+    "task_instance_cleared": "statestore_cli.ops.lifecycle",
+    "task_instance_succeeded": "statestore_cli.ops.lifecycle",
 }
 
 __all__ = [
@@ -73,7 +73,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from statestore_cli.accessors import (
+    from statestore_cli.backends.accessors import (
         AssetStateStoreAccessor,
         StateReferenceWarning,
         StateValueTooLargeWarning,
@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from statestore_cli.backends.base import BaseStoreBackend, StoredRef
     from statestore_cli.backends.filesystem import FilesystemBackend
     from statestore_cli.backends.metastore import MetastoreBackend
+    from statestore_cli.backends.stores import accessor
     from statestore_cli.config import Settings, load_settings
     from statestore_cli.errors import (
         BackendError,
@@ -92,7 +93,6 @@ if TYPE_CHECKING:
         SchemaMissingError,
         StateStoreError,
     )
-    from statestore_cli.lifecycle import task_instance_cleared, task_instance_succeeded
-    from statestore_cli.retention import NEVER_EXPIRE
-    from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
-    from statestore_cli.stores import accessor
+    from statestore_cli.model.retention import NEVER_EXPIRE
+    from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
+    from statestore_cli.ops.lifecycle import task_instance_cleared, task_instance_succeeded

@@ -14,8 +14,8 @@ import pytest
 from helpers import BACKENDS_MODULE, ENGINES, Result, isolated_database, run_cli
 from monitoring import Server, node_exporter
 
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
+from statestore_cli.ops.commands import db_init
 
 
 @pytest.fixture(autouse=True)

@@ -370,7 +370,7 @@ def realistic_keys() -> list[tuple[str, str, str, int, str, datetime | None]]:
 def seed_realistic(url: str) -> None:
     """Write the realistic store's task keys and two asset keys, with fixed ``updated_at``."""
     from statestore_cli import AssetScope, MetastoreBackend, TaskScope
-    from statestore_cli.database import make_engine
+    from statestore_cli.db.database import make_engine
 
     backend = MetastoreBackend(make_engine(url))
     try:
@@ -409,7 +409,7 @@ def seed_operator_store(url: str) -> None:
     below index 3), index 0 also with the three region keys (expired) and ``job_id``; an active asset and
     an inactive one (no dag uses it) with a long key each; fixed ``updated_at``."""
     from statestore_cli import AssetScope, MetastoreBackend, TaskScope
-    from statestore_cli.database import make_engine
+    from statestore_cli.db.database import make_engine
 
     backend = MetastoreBackend(make_engine(url))
     try:

@@ -38,8 +38,8 @@ from helpers import (
     sql,
 )
 
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
+from statestore_cli.ops.commands import db_init
 
 # Where Debian's packages put them; override with these variables.
 NODE_EXPORTER = os.environ.get("STATESTORE_TEST_NODE_EXPORTER", "/usr/bin/prometheus-node-exporter")
@@ -237,8 +237,8 @@ def airflow34_store(path: Path) -> tuple[str, int]:
     (their runs and assets added first) and an expired dag-run key in every run: its URL and the number
     of those runs."""
     from statestore_cli import MetastoreBackend
-    from statestore_cli.database import make_engine
-    from statestore_cli.scopes import DagRunScope
+    from statestore_cli.db.database import make_engine
+    from statestore_cli.model.scopes import DagRunScope
 
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(FIXTURES / SQLITE_FIXTURES[HEAD_34], path)

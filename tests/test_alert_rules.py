@@ -17,7 +17,7 @@ import pytest
 import yaml
 from helpers import REPO
 
-from statestore_cli.metrics import CleanMetrics, StatsMetrics
+from statestore_cli.ops.metrics import CleanMetrics, StatsMetrics
 
 RULES_DIR = REPO / "config" / "prometheus"
 RULES = RULES_DIR / "statestore-alerts.yml"

@@ -220,6 +220,68 @@ def test_the_library_never_imports_the_cli_or_its_libraries(modules):
     assert not found, "\n".join(found)
 
 
+# -- layers -------------------------------------------------------------------------------------------------
+# Each layer of the library imports only the layers before it (docs/architecture.md says what each holds).
+LAYERS = ("errors", "model", "config", "db", "backends", "ops", "cli")
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def layer_of(module: str, package: str = PACKAGE) -> str | None:
+    """The layer a module of the package belongs to: the first name under the package (None: the root
+    package itself and ``__main__``, which start the CLI)."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] == "__main__":
+        return None
+    return parts[1] if parts[1] in LAYERS else f"? {parts[1]}"
+
+
+def layer_breaches(modules: dict[str, Module], package: str = PACKAGE) -> Iterator[str]:
+    for module in modules.values():
+        own = layer_of(module.name, package)
+        if own is None:
+            continue
+        if own not in LAYERS:
+            yield f"{module.name}: not in a layer ({', '.join(LAYERS)}); move it into one"
+            continue
+        for target, line in module.imports.items():
+            theirs = layer_of(target, package)
+            if theirs in LAYERS and LAYERS.index(theirs) > LAYERS.index(own):
+                yield f"{module.name} line {line}: imports {target}, a later layer ({theirs} after {own})"
+
+
+def test_each_layer_imports_only_the_layers_before_it(modules):
+    found = list(layer_breaches(modules))
+    assert not found, "\n".join(found)
+
+
+def test_a_lower_layer_importing_a_higher_one_is_found(tmp_path):
+    found = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "db/__init__.py": "",
+            "db/engine.py": "def run():\n    from pkg.ops import commands\n",
+            "ops/__init__.py": "",
+            "ops/commands.py": "from pkg.db import engine\n",
+            "stray.py": "",
+        },
+    )
+    assert sorted(layer_breaches(found, "pkg")) == [
+        "pkg.db.engine line 2: imports pkg.ops.commands, a later layer (ops after db)",
+        "pkg.stray: not in a layer (errors, model, config, db, backends, ops, cli); move it into one",
+    ]
+
+
+def test_the_architecture_page_names_every_module(modules):
+    page = ARCHITECTURE.read_text(encoding="utf-8")
+    missing = [
+        name
+        for name, module in modules.items()
+        if not module.is_package and f"`{module.path.name}`" not in page and f"`{module.path.stem}." not in page
+    ]
+    assert not missing, f"docs/architecture.md does not name: {', '.join(sorted(missing))}"
+
+
 def outside_private_uses(modules: dict[str, Module], folder: Path) -> Iterator[str]:
     """The package's private names that the scripts in ``folder`` (tests, benchmarks) use."""
     for path in sorted(folder.rglob("*.py")):
@@ -245,7 +307,7 @@ def test_tests_and_benchmarks_use_no_private_names_of_the_package(modules, folde
 def test_only_the_schema_spells_the_asset_stores_writer_columns():
     """``last_updated_by_*`` is written once, in the table's definition; everything else (statements, the
     export, the benchmarks' stores and floors) takes the names from ``schema.ASSET_WRITER_COLUMNS``."""
-    from statestore_cli.schema import ASSET_WRITER_COLUMNS, ASSET_WRITER_FIELDS, asset_state_store
+    from statestore_cli.db.schema import ASSET_WRITER_COLUMNS, ASSET_WRITER_FIELDS, asset_state_store
 
     assert ASSET_WRITER_FIELDS == ("kind", "dag_id", "run_id", "task_id", "map_index")
     assert tuple(f"last_updated_by_{f}" for f in ASSET_WRITER_FIELDS) == ASSET_WRITER_COLUMNS
@@ -254,7 +316,7 @@ def test_only_the_schema_spells_the_asset_stores_writer_columns():
         f"{path.relative_to(REPO)} line {line}"
         for folder in (ROOT, REPO / "bench")
         for path in sorted(folder.rglob("*.py"))
-        if path != ROOT / "schema.py"
+        if path != ROOT / "db" / "schema.py"
         for line, text in string_constants(path)
         if "last_updated_by_" in text
     ]

@@ -26,9 +26,9 @@ from sqlalchemy import create_engine, event, text
 from test_faults import kill_session, named_session
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
-from statestore_cli.backup import BackupFile
-from statestore_cli.cleanup import delete_expired
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
+from statestore_cli.ops.backup import BackupFile
+from statestore_cli.ops.cleanup import delete_expired
 
 ALL_ENGINES = True
 SERVERS = ("postgresql", "mariadb")
@@ -632,7 +632,7 @@ def test_on_airflow_34_dag_run_keys_and_regions_are_backed_up_and_restored(engin
 
     from airflow34 import add_runs, airflow34_database
 
-    from statestore_cli.scopes import DagRunScope
+    from statestore_cli.model.scopes import DagRunScope
 
     with airflow34_database(engine, tmp_path) as url:
         add_runs(url, [(DAG, RUN)], NOW)

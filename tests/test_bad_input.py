@@ -22,9 +22,9 @@ from helpers import REPO, isolated_database, run_cli, run_statestore_process, sq
 from sqlalchemy import make_url
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
-from statestore_cli.database import make_engine, mask_url
+from statestore_cli.db.database import make_engine, mask_url
+from statestore_cli.ops.commands import db_init
 
 TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
 INT_RANGE = "a whole number from 0 to 2147483647"

@@ -11,7 +11,7 @@ import pytest
 from helpers import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
 
 PAST = datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -229,9 +229,9 @@ def test_custom_backend_is_skipped_with_a_message_and_exit_0(cli, db_url, backen
 )
 def test_streamed_dry_run_rows_are_exactly_json_dumps(text):
     """The hand-built JSON line of the streamed dry run equals safe_json() of the same object."""
-    from statestore_cli.cleanup import ExpiredRow
     from statestore_cli.cli.render import expired_row_json
     from statestore_cli.cli.safe_text import safe_json
+    from statestore_cli.ops.cleanup import ExpiredRow
 
     row = ExpiredRow(text, text, text, 3, text, "2020-01-02T03:04:05.000001+00:00")
     fields = ("dag_id", "run_id", "task_id", "map_index", "key", "expires_at")
@@ -250,6 +250,6 @@ def test_streamed_dry_run_rows_are_exactly_json_dumps(text):
     ],
 )
 def test_stored_timestamps_become_the_same_iso_text_on_every_engine(stored, iso):
-    from statestore_cli.timestamps import iso_utc
+    from statestore_cli.model.timestamps import iso_utc
 
     assert iso_utc(stored) == iso == datetime.fromisoformat(iso).isoformat()

@@ -15,10 +15,10 @@ from helpers import run_statestore_process, sql, statestore_argv
 from sqlalchemy import create_engine, event
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.cleanup import CleanControl, delete_expired, iter_expired
-from statestore_cli.database import make_engine
-from statestore_cli.entries import Timeouts
+from statestore_cli.db.database import make_engine
 from statestore_cli.errors import CleanRunningError
+from statestore_cli.model.entries import Timeouts
+from statestore_cli.ops.cleanup import CleanControl, delete_expired, iter_expired
 
 ALL_ENGINES = True
 PAST = datetime(2020, 1, 1, tzinfo=UTC)

@@ -15,8 +15,8 @@ import pytest
 from helpers import read_metrics, sql, statestore_argv
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
-from statestore_cli.metrics import CleanMetrics, CleanRecorder, read_last_success
+from statestore_cli.db.database import make_engine
+from statestore_cli.ops.metrics import CleanMetrics, CleanRecorder, read_last_success
 
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
 P = "statestore_clean_"
@@ -305,10 +305,10 @@ def test_a_metrics_file_that_cannot_be_written_at_the_end_is_an_operational_erro
 
 # -- the library's CleanRun: the clean and its file, sequenced without the CLI --------------------------------
 def test_clean_run_records_a_failure_inside_it_and_nothing_after_the_clean(db_url, tmp_path):
-    from statestore_cli.clean_run import CleanRun
-    from statestore_cli.cleanup import CleanControl
     from statestore_cli.config.settings import load_settings
     from statestore_cli.errors import ConfigError
+    from statestore_cli.ops.clean_run import CleanRun
+    from statestore_cli.ops.cleanup import CleanControl
 
     url = db_url
     seed_expired(url, 7)
@@ -330,9 +330,9 @@ def test_clean_run_records_a_failure_inside_it_and_nothing_after_the_clean(db_ur
 
 
 def test_clean_run_without_a_metrics_file_is_the_clean_alone(db_url, tmp_path):
-    from statestore_cli.clean_run import CleanRun
-    from statestore_cli.cleanup import CleanControl
     from statestore_cli.config.settings import load_settings
+    from statestore_cli.ops.clean_run import CleanRun
+    from statestore_cli.ops.cleanup import CleanControl
 
     url = db_url
     seed_expired(url, 4)

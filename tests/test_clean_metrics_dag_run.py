@@ -16,9 +16,9 @@ from airflow34 import add_runs, airflow34_database
 from helpers import read_metrics, read_samples, run_cli, sql
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
-from statestore_cli.metrics import CleanMetrics, CleanRecorder
-from statestore_cli.scopes import DagRunScope
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.scopes import DagRunScope
+from statestore_cli.ops.metrics import CleanMetrics, CleanRecorder
 
 P = "statestore_clean_"
 BY_STORE = f"{P}rows_deleted_by_store"

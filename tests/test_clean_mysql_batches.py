@@ -22,11 +22,11 @@ from helpers import isolated_database, sql
 from sqlalchemy import create_engine, event, insert, text
 from sqlalchemy.engine import Engine
 
-from statestore_cli.cleanup import CleanControl, delete_expired
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
-from statestore_cli.database import make_engine
-from statestore_cli.schema import dag_run, task_state_store
+from statestore_cli.db.database import make_engine
+from statestore_cli.db.schema import dag_run, task_state_store
+from statestore_cli.ops.cleanup import CleanControl, delete_expired
+from statestore_cli.ops.commands import db_init
 
 ROWS = 12_000  # every other row expired, as in a store cleaned too rarely
 BATCH = 500  # 12 batches

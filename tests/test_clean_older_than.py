@@ -10,7 +10,7 @@ import pytest
 from helpers import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
 
 ALL_ENGINES = True
 
@@ -134,8 +134,8 @@ def test_a_bad_configured_window_is_a_config_error(cli, db_url, monkeypatch):
 
 
 def test_the_library_takes_the_window_too(db_url):
-    from statestore_cli import commands
     from statestore_cli.config import load_settings
+    from statestore_cli.ops import commands
 
     seed_ages(db_url)
     settings = load_settings(conn_override=db_url)
@@ -150,9 +150,9 @@ def test_the_library_takes_the_window_too(db_url):
 
 
 def test_the_library_refuses_a_negative_window(db_url):
-    from statestore_cli import commands
     from statestore_cli.config import load_settings
     from statestore_cli.errors import InvalidInputError
+    from statestore_cli.ops import commands
 
     seed_ages(db_url)
     settings = load_settings(conn_override=db_url)

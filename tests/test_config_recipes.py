@@ -22,7 +22,7 @@ from helpers import REPO, read_metrics, sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.config import load_option_specs, load_settings
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
 
 CONFIG = REPO / "config"
 EXPIRED_LONG_AGO = 4  # keys expired 3 days ago: past every recipe's --older-than 1d

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import Result, run_cli, run_statestore_process
 
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
+from statestore_cli.ops.commands import db_init
 
 TASK = ("--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract")
 ENV = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"

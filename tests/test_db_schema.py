@@ -21,8 +21,8 @@ import pytest
 from helpers import require_server, run_cli, sql
 from sqlalchemy import create_engine, make_url
 
+from statestore_cli.backends.stores import open_metastore
 from statestore_cli.config import load_settings
-from statestore_cli.stores import open_metastore
 
 TASK = ("--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract")
 SCHEMA_ENV = "AIRFLOW__DATABASE__SQL_ALCHEMY_SCHEMA"
@@ -279,7 +279,7 @@ def test_bad_engine_args_are_exit_2(monkeypatch, clean_environment, raw, problem
 def test_exclusive_cleans_of_two_schemas_of_one_postgresql_database_do_not_block_each_other(monkeypatch):
     """PostgreSQL's advisory locks are per database: the key of a clean's lock is the schema's, so a clean
     of one schema's store runs while another schema's holds its lock, and one of the same schema is refused."""
-    from statestore_cli.cleanup import CleanControl, delete_expired
+    from statestore_cli.ops.cleanup import CleanControl, delete_expired
 
     with schema_store("postgresql") as made:
         admin(made.url, "CREATE SCHEMA other_meta")

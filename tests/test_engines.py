@@ -15,11 +15,11 @@ from helpers import isolated_database, require_server, run_cli, sql
 from sqlalchemy import insert, make_url
 
 from statestore_cli import MetastoreBackend, TaskScope, TaskStateStoreAccessor
-from statestore_cli.cleanup import CleanControl, delete_expired
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
-from statestore_cli.database import make_engine
-from statestore_cli.schema import task_state_store
+from statestore_cli.db.database import make_engine
+from statestore_cli.db.schema import task_state_store
+from statestore_cli.ops.cleanup import CleanControl, delete_expired
+from statestore_cli.ops.commands import db_init
 
 SERVERS = ("postgresql", "mariadb")
 NOW = datetime.now(UTC).replace(microsecond=123456)

@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from statestore_cli import AssetScope, InvalidInputError, MetastoreBackend, TaskScope, load_settings
-from statestore_cli.cleanup import CleanControl, delete_expired
-from statestore_cli.commands import set_value
-from statestore_cli.database import make_engine
-from statestore_cli.entries import Timeouts
+from statestore_cli.db.database import make_engine
 from statestore_cli.errors import CleanRunningError, ConfigError, StopReason
+from statestore_cli.model.entries import Timeouts
+from statestore_cli.ops.cleanup import CleanControl, delete_expired
+from statestore_cli.ops.commands import set_value
 
 TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
 PAST = datetime(2020, 1, 1, tzinfo=UTC)

@@ -24,7 +24,7 @@ from helpers import run_statestore_process, sql, statestore_argv
 from sqlalchemy import create_engine, make_url, text
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
 
 SERVERS = ["postgresql", "mariadb"]
 PAST = datetime(2020, 1, 1)  # naive: every engine reads it as UTC here, and it is long expired

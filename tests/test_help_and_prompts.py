@@ -460,7 +460,7 @@ def test_config_show_leaves_a_value_wider_than_the_terminal_whole():
     """A value no indentation can fit is written on a line of its own, unbroken: the terminal wraps it,
     and a copy of it is still the whole URL."""
     from statestore_cli.cli.render import config_lines
-    from statestore_cli.commands import ConfigRow
+    from statestore_cli.ops.commands import ConfigRow
 
     url = "postgresql+psycopg://airflow:***@airflow-metadata.prod.internal.example.com:5432/airflow"
     rows = [

@@ -1,4 +1,4 @@
-"""The state store layout read from each database (``statestore_cli.layout``): Airflow 3.3's, 3.4's, the one
+"""The state store layout read from each database (``statestore_cli.db.layout``): Airflow 3.3's, 3.4's, the one
 between, and a revision this tool does not know, on copies of the SQLite fixtures (tests/fixtures/README.md)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from helpers import run_cli, run_statestore_process
 from sqlalchemy import create_engine
 
-from statestore_cli.layout import layout_of
+from statestore_cli.db.layout import layout_of
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RUN = "scheduled__2026-11-30T00:00:00+00:00"

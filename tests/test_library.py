@@ -24,7 +24,7 @@ from statestore_cli import (
     TaskStateStoreAccessor,
 )
 from statestore_cli.backends.base import REF_MARKER, ThreadOffloadMixin
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
 
 SCOPE = TaskScope("dag", "run", "task")
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import run_cli, sql
 
 from statestore_cli import TaskScope, load_settings
-from statestore_cli.lifecycle import task_instance_cleared, task_instance_succeeded
+from statestore_cli.ops.lifecycle import task_instance_cleared, task_instance_succeeded
 
 ALL_ENGINES = True
 

@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.config import load_settings
-from statestore_cli.database import make_engine, mask_url
+from statestore_cli.db.database import make_engine, mask_url
 
 TASK = ("--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract")
 SCOPE = TaskScope("etl", "manual__1", "extract")

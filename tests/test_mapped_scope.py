@@ -54,7 +54,7 @@ def test_delete_without_map_index_says_where_the_key_is(mapped):
 
 
 def test_gaps_in_the_map_indices_show_as_ranges():
-    from statestore_cli.scopes import index_ranges
+    from statestore_cli.model.scopes import index_ranges
 
     assert index_ranges([0, 1, 2, 3, 5, 9, 10, 11]) == "0-3, 5, 9-11"
     assert index_ranges([4]) == "4"

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
-from statestore_cli.metrics import database_label
+from statestore_cli.db.database import make_engine
+from statestore_cli.ops.metrics import database_label
 
 P = "statestore_clean_"
 PAST = datetime(2020, 1, 1, tzinfo=UTC)
@@ -104,8 +104,8 @@ def test_files_of_two_databases_in_one_textfile_directory_hold_distinct_series(t
     """node-exporter reads every *.prom of its directory as one exposition and refuses a series twice."""
     from helpers import run_cli
 
-    from statestore_cli.commands import db_init
     from statestore_cli.config import load_settings
+    from statestore_cli.ops.commands import db_init
 
     collector = tmp_path / "textfile"
     collector.mkdir()

@@ -1,4 +1,4 @@
-"""PyMySQL's preferred TLS mode with one shared context (statestore_cli.mysql_tls), on the MariaDB server."""
+"""PyMySQL's preferred TLS mode with one shared context (statestore_cli.db.mysql_tls), on the MariaDB server."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import ssl
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from statestore_cli.database import make_engine
-from statestore_cli.mysql_tls import preferred_tls
+from statestore_cli.db.database import make_engine
+from statestore_cli.db.mysql_tls import preferred_tls
 
 
 @pytest.mark.parametrize("db_url", ["mariadb"], indirect=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from helpers import read_samples, run_statestore_process
 from monitoring import DUPLICATE, Server, http_get, monitored_databases, parse_exposition
 
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
+from statestore_cli.ops.commands import db_init
 
 
 def _ours(samples: dict) -> dict:

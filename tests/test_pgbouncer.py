@@ -36,10 +36,10 @@ from helpers import (
 )
 from sqlalchemy import make_url
 
-from statestore_cli.cleanup import CleanControl, delete_expired
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
+from statestore_cli.ops.cleanup import CleanControl, delete_expired
+from statestore_cli.ops.commands import db_init
 
 MODES = ("transaction", "session", "direct")
 # Server connections per database and user: in transaction mode fewer than the clients, so they take

@@ -22,7 +22,7 @@ from helpers import REALISTIC_KEY, REALISTIC_RUNS, run_cli, sql, statestore_argv
 from sqlalchemy import create_engine, text
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
 
 DAGS = ("etl_orders_daily", "ml_feature_store_refresh_with_a_rather_long_dag_id")
 TASKS = 25

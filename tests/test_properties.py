@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statestore_cli import AssetScope, TaskScope
-from statestore_cli.commands import db_init, get_entry, set_value
 from statestore_cli.config import load_option_specs, load_settings
 from statestore_cli.errors import ConfigError, InvalidInputError
-from statestore_cli.retention import NEVER_EXPIRE, parse_duration, parse_retention
+from statestore_cli.model.retention import NEVER_EXPIRE, parse_duration, parse_retention
+from statestore_cli.ops.commands import db_init, get_entry, set_value
 
 SETTINGS = settings(
     derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

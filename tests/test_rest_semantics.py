@@ -208,7 +208,7 @@ def test_replace_through_a_worker_backend_writes_no_payload_for_a_missing_key(db
     import pytest
 
     from statestore_cli import MetastoreBackend, NotFoundError, TaskScope, TaskStateStoreAccessor
-    from statestore_cli.database import make_engine
+    from statestore_cli.db.database import make_engine
 
     payloads = PayloadStore()
     backend = MetastoreBackend(make_engine(db_url))

@@ -12,7 +12,7 @@ import pytest
 from helpers import run_cli, run_statestore_process, sql
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
+from statestore_cli.db.database import make_engine
 
 ALL_ENGINES = True
 

@@ -9,9 +9,9 @@ import pytest
 from helpers import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
-from statestore_cli.entries import KeyFilter
-from statestore_cli.stats import CHART_DAYS, EXPIRY_BUCKETS, store_stats
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.entries import KeyFilter
+from statestore_cli.ops.stats import CHART_DAYS, EXPIRY_BUCKETS, store_stats
 
 ALL_ENGINES = True  # every test with a store runs on SQLite, PostgreSQL and MariaDB
 

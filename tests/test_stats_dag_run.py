@@ -18,10 +18,10 @@ from helpers import run_cli, sql
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.stats_view import plain_rows, stats_document
-from statestore_cli.database import make_engine
-from statestore_cli.entries import KeyFilter
-from statestore_cli.scopes import DagRunScope
-from statestore_cli.stats import EXPIRY_BUCKETS, store_stats
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.entries import KeyFilter
+from statestore_cli.model.scopes import DagRunScope
+from statestore_cli.ops.stats import EXPIRY_BUCKETS, store_stats
 
 ENGINES = ["sqlite", "postgresql", "mariadb"]
 NOW = datetime(2026, 12, 1, 15, 30, 0, tzinfo=UTC)

@@ -13,8 +13,8 @@ from airflow34 import add_runs, airflow34_database
 from helpers import read_samples, run_cli
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
-from statestore_cli.scopes import DagRunScope
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.scopes import DagRunScope
 
 P = "statestore_"
 PAST = datetime(2020, 1, 1, tzinfo=UTC)

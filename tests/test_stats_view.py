@@ -22,9 +22,9 @@ from helpers import (
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.stats_view import expiry_chart, folded, size
-from statestore_cli.database import make_engine
-from statestore_cli.entries import KeyFilter
-from statestore_cli.stats import DayCount, store_stats
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.entries import KeyFilter
+from statestore_cli.ops.stats import DayCount, store_stats
 
 ALL_ENGINES = True  # the same picture from every engine
 

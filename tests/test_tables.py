@@ -30,10 +30,10 @@ from sqlalchemy import event
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cli.grid import CHUNK, cell_width, fold, pack, wrap
 from statestore_cli.cli.render import Output
-from statestore_cli.commands import list_entries
 from statestore_cli.config import load_settings
-from statestore_cli.database import make_engine
-from statestore_cli.entries import Entry, KeyFilter
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.entries import Entry, KeyFilter
+from statestore_cli.ops.commands import list_entries
 
 ALL_ENGINES = True
 WIDTHS = (80, 120)

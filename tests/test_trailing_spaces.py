@@ -15,10 +15,10 @@ from helpers import sql
 from sqlalchemy import select, text
 
 from statestore_cli.backends.metastore import task_where
-from statestore_cli.database import make_engine
-from statestore_cli.layout import AIRFLOW_33
-from statestore_cli.schema import asset, asset_state_store, task_state_store
-from statestore_cli.scopes import TaskScope
+from statestore_cli.db.database import make_engine
+from statestore_cli.db.layout import AIRFLOW_33
+from statestore_cli.db.schema import asset, asset_state_store, task_state_store
+from statestore_cli.model.scopes import TaskScope
 
 ALL_ENGINES = True
 TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")

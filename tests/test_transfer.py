@@ -24,11 +24,11 @@ from helpers import (
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.backends.metastore import UpdatedBy
-from statestore_cli.commands import db_init
 from statestore_cli.config import load_settings
-from statestore_cli.database import make_engine
-from statestore_cli.entries import KeyFilter
-from statestore_cli.transfer import StoreCounts, export_records, import_records
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.entries import KeyFilter
+from statestore_cli.ops.commands import db_init
+from statestore_cli.ops.transfer import StoreCounts, export_records, import_records
 
 ALL_ENGINES = True  # every test with a store runs on SQLite, PostgreSQL and MariaDB
 

@@ -23,8 +23,8 @@ from helpers import (
 )
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.database import make_engine
-from statestore_cli.scopes import NIL_REGION, DagRunScope
+from statestore_cli.db.database import make_engine
+from statestore_cli.model.scopes import NIL_REGION, DagRunScope
 
 RUN = "scheduled__2026-11-30T00:00:00+00:00"
 REGION = uuid.UUID("6f1c1c64-2b0e-4d43-9a55-3b1b0c7e2a10")

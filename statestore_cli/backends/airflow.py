@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from statestore_cli.backends.base import BaseStoreBackend, JsonValue, StoredRef
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, StateStoreError, first_line
-from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 if TYPE_CHECKING:
     from typing import Self

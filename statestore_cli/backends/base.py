@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
 
 if TYPE_CHECKING:
     from typing import Self

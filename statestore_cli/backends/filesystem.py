@@ -23,7 +23,7 @@ from statestore_cli.backends.base import BaseStoreBackend, JsonValue, StoredRef,
 from statestore_cli.backends.fs_paths import SUFFIXES, TEMP_MARK, check_ref, scope_dir, value_path
 from statestore_cli.backends.fs_storage import open_files
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
 
 if TYPE_CHECKING:
     from typing import Self

@@ -15,7 +15,7 @@ import hashlib
 from urllib.parse import quote
 
 from statestore_cli.errors import InvalidInputError
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
 
 # Well under the 255-byte name limit of ext4, XFS, APFS and NTFS, leaving room for the ".json.gz"
 # suffix and the ".<name>.tmp-<hex>" temporary file an atomic write goes through.

@@ -13,16 +13,16 @@ from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, ThreadOffloadMixin, stored_ref
-from statestore_cli.database import retry_deadlocks, translate_errors
-from statestore_cli.dialects import insert_if_missing, upsert
-from statestore_cli.entries import Entry, KeyFilter
+from statestore_cli.db.database import retry_deadlocks, translate_errors
+from statestore_cli.db.dialects import insert_if_missing, upsert
+from statestore_cli.db.layout import Layout, layout_of
+from statestore_cli.db.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
+from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag_run, writer_columns
+from statestore_cli.db.schema_state import alembic_version_table
 from statestore_cli.errors import BackendError, InvalidInputError
-from statestore_cli.layout import Layout, layout_of
-from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
-from statestore_cli.retention import utcnow
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run, writer_columns
-from statestore_cli.schema_state import alembic_version_table
-from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
+from statestore_cli.model.entries import Entry, KeyFilter
+from statestore_cli.model.retention import utcnow
+from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 MYSQL_TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ from statestore_cli.cli.options import HeaderOpt, OutputOpt, choose_output
 from statestore_cli.errors import (
     Outcome,
 )
-from statestore_cli.retention import parse_duration, utcnow
+from statestore_cli.model.retention import parse_duration, utcnow
 
 
 # -- backends ---------------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ def orphans(
 
     Needs a worker-side backend that implements list_refs() (and delete_ref() for --delete).
     Objects younger than --grace are shown but never deleted. Exit 3 if a delete failed."""
-    from statestore_cli.orphans import find_orphans
+    from statestore_cli.ops.orphans import find_orphans
 
     out = choose_output(output, header)
     report = find_orphans(
@@ -64,7 +64,7 @@ def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, heade
     references are deterministic and distinct, values round-trip, delete and clear work, the async
     methods do not block the event loop, JSON null is refused. Writes and removes keys of the dag
     and asset named statestore_backend_check. Exit 0 only when every check passes, else 3."""
-    from statestore_cli.backend_check import check_backends
+    from statestore_cli.ops.backend_check import check_backends
 
     out = choose_output(output, header)
     report = check_backends(settings_of(ctx))

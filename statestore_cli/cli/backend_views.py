@@ -8,17 +8,17 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.documents import iso
-from statestore_cli.timestamps import human
+from statestore_cli.model.timestamps import human
 
 # The columns of the plain records, printed as a header line with --header.
 ORPHAN_COLUMNS = ("ref", "written_at", "age_seconds", "status")
 CHECK_COLUMNS = ("role", "backend", "check", "status", "detail")
 
 if TYPE_CHECKING:
-    from statestore_cli.backend_check import CheckReport
     from statestore_cli.cli.writer import Writer
-    from statestore_cli.commands import BackendCleanup
-    from statestore_cli.orphans import Orphan, OrphanReport
+    from statestore_cli.ops.backend_check import CheckReport
+    from statestore_cli.ops.commands import BackendCleanup
+    from statestore_cli.ops.orphans import Orphan, OrphanReport
 
 
 # -- clean --backend-cleanup -------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """``--backup FILE`` of ``clean``, ``clear`` and ``assets sweep``: the option, the checks made before anything
-is deleted, and what the summaries say about the file (the library side is ``statestore_cli.backup``)."""
+is deleted, and what the summaries say about the file (the library side is ``statestore_cli.ops.backup``)."""
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -11,7 +11,7 @@ from statestore_cli.config import Settings
 from statestore_cli.errors import InvalidInputError
 
 if TYPE_CHECKING:  # loaded only when --backup is given
-    from statestore_cli.backup import BackupFile
+    from statestore_cli.ops.backup import BackupFile
 
 BackupOpt = Annotated[
     Optional[Path],
@@ -37,7 +37,7 @@ def open_backup(path: Optional[Path]) -> Optional["BackupFile"]:
     exists and is not empty, or its folder is missing or not writable); created when deleting starts."""
     if path is None:
         return None
-    from statestore_cli.backup import BackupFile
+    from statestore_cli.ops.backup import BackupFile
 
     return BackupFile(path)
 

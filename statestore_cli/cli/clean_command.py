@@ -27,19 +27,19 @@ from statestore_cli.cli.options import (
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.stopping import StopOnSignal
 from statestore_cli.config import Settings
-from statestore_cli.entries import Timeouts
 from statestore_cli.errors import (
     EXIT_OK,
     EXIT_SKIPPED,
     InvalidInputError,
     Outcome,
 )
-from statestore_cli.retention import parse_age, utcnow
+from statestore_cli.model.entries import Timeouts
+from statestore_cli.model.retention import parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
-    from statestore_cli.backup import BackupFile
-    from statestore_cli.clean_run import CleanRun
-    from statestore_cli.cleanup import CleanReport
+    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.clean_run import CleanRun
+    from statestore_cli.ops.cleanup import CleanReport
 
 
 # -- clean ------------------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def clean(
         statement_seconds=None if statement_timeout is None else seconds(statement_timeout, "--statement-timeout"),
     )
     runtime = None if max_runtime is None else seconds(max_runtime, "--max-runtime")
-    from statestore_cli.clean_run import CleanRun
+    from statestore_cli.ops.clean_run import CleanRun
 
     labels = None if metrics_file is None else metrics_labels(ctx, metrics_label)  # a bad label fails first
     run = CleanRun(metrics_file, labels, skip_code=EXIT_SKIPPED if fail_on_skip else EXIT_OK)
@@ -181,7 +181,7 @@ def clean(
 
 
 def _skipped(reason: str, fail_on_skip: bool) -> Outcome:
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     return commands.CleanSkipped(reason, fail_on_skip)
 
@@ -194,7 +194,7 @@ def _backend_cleanup(
     metrics_file: Optional[Path],
     backup: Optional[Path],
 ) -> None:
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     for given, flag in (
         (dry_run, "--dry-run"),
@@ -211,7 +211,7 @@ def _backend_cleanup(
 
 def _clean_dry_run(settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool) -> Optional[str]:
     """Show what a clean would delete; returns the reason when a custom backend makes it skip."""
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     now = utcnow()
     plan = commands.plan_clean(settings, now, grace)
@@ -235,8 +235,8 @@ def _clean_run(
     backup: Optional["BackupFile"],
 ) -> "CleanReport | str":
     """The clean under a progress bar, stopping between batches on a signal."""
-    from statestore_cli import commands
-    from statestore_cli.cleanup import CleanControl
+    from statestore_cli.ops import commands
+    from statestore_cli.ops.cleanup import CleanControl
 
     settings = settings_of(ctx)  # inside the recorded run: a broken config is a failed clean too
     name_restore(backup, settings)

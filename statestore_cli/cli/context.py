@@ -54,7 +54,7 @@ def metrics_labels(ctx: typer.Context, given: Optional[list[str]]) -> dict[str, 
     """The labels of a metrics file: the pairs ``given`` (checked first: a bad one writes nothing), and
     the ``database`` the configured URL names unless one of them does. A configuration that cannot be
     read names no database (``unknown``); the run fails on it and records that."""
-    from statestore_cli.metrics import DATABASE, database_label, metric_labels
+    from statestore_cli.ops.metrics import DATABASE, database_label, metric_labels
 
     labels = metric_labels(given or [], "unknown")
     if any(pair.partition("=")[0] == DATABASE for pair in given or []):

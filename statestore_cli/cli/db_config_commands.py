@@ -25,7 +25,7 @@ def db_init(
     """Create the state store schema (idempotent).
 
     Refuses to touch an Airflow database older than 3.3."""
-    from statestore_cli import commands  # here, not at the top: `--help` need not load SQLAlchemy
+    from statestore_cli.ops import commands  # here, not at the top: `--help` need not load SQLAlchemy
 
     out = choose_output(output, header)
     settings = settings_of(ctx)
@@ -42,7 +42,7 @@ def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: He
     """Report engine, schema state and mode.
 
     Exits 0 only when the store is usable, else 3 with the reason."""
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     out = choose_output(output, header)
     checked = commands.db_check(settings_of(ctx))
@@ -59,7 +59,7 @@ def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header:
     """Show every effective setting and where it came from.
 
     Secrets are masked."""
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     out = choose_output(output, header)
     settings = settings_of(ctx)

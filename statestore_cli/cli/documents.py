@@ -9,7 +9,7 @@ from typing import Any
 
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.safe_text import safe_json, safe_text
-from statestore_cli.entries import Entry
+from statestore_cli.model.entries import Entry
 
 
 def iso(moment: datetime | None) -> str | None:

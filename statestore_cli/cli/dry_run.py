@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 from statestore_cli.cli.grid import Column, Out, TableStream, draw
 from statestore_cli.cli.safe_text import safe_text
-from statestore_cli.timestamps import format_duration, human, human_iso
+from statestore_cli.model.timestamps import format_duration, human, human_iso
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from statestore_cli.cleanup import ExpiredRow
+    from statestore_cli.ops.cleanup import ExpiredRow
 
 SCOPE = (Column("task_id", long=True), Column("map_index", right=True), Column("keys", right=True))
 BODY = (Column("key", long=True), Column("expires_at", min_width=23))

@@ -112,9 +112,9 @@ def answer(argv: Sequence[str], environ: dict[str, str] | None = None) -> int | 
 def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -> int | None:
     from statestore_cli.backends.base import stored_ref
     from statestore_cli.config import load_settings
-    from statestore_cli.entries import Entry
-    from statestore_cli.scopes import TaskScope, check_key, missing_key
-    from statestore_cli.timestamps import utc_instant
+    from statestore_cli.model.entries import Entry
+    from statestore_cli.model.scopes import TaskScope, check_key, missing_key
+    from statestore_cli.model.timestamps import utc_instant
 
     scope = TaskScope(
         options["--dag-id"], options["--run-id"], options["--task-id"], int(options.get("--map-index", "-1"))

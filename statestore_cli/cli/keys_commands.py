@@ -28,15 +28,15 @@ from statestore_cli.cli.safe_text import safe_text, warning_line
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings
-from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import (
     InvalidInputError,
 )
-from statestore_cli.retention import parse_instant, parse_retention
-from statestore_cli.scopes import StoreScope, TaskScope
+from statestore_cli.model.entries import KeyFilter
+from statestore_cli.model.retention import parse_instant, parse_retention
+from statestore_cli.model.scopes import StoreScope, TaskScope
 
 if TYPE_CHECKING:  # loaded only when --backup is given
-    from statestore_cli.backup import BackupFile
+    from statestore_cli.ops.backup import BackupFile
 
 
 # -- keys -------------------------------------------------------------------------------------------
@@ -67,8 +67,8 @@ def get(
     value where one is set, a reference where none is) is printed as stored, with a warning on stderr."""
     import warnings
 
-    from statestore_cli import commands
-    from statestore_cli.accessors import StateReferenceWarning
+    from statestore_cli.backends.accessors import StateReferenceWarning
+    from statestore_cli.ops import commands
 
     out = choose_output(output)
     with warnings.catch_warnings(record=True) as caught:
@@ -128,7 +128,7 @@ def set_(
 
     Keys may hold any characters, `/` and spaces included; a value is refused when it is JSON null,
     NaN or Infinity, or larger than max_value_storage_bytes (exit 2)."""
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     scope = scope_of(scope_args)
     _check_expiry_options(retention, keep_expiry, expires_at, force)
@@ -171,7 +171,7 @@ def delete(
     """Delete one key.
 
     A key that is not there is not an error."""
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     scope = scope_of(scope_args)
     settings = settings_of(ctx)
@@ -185,8 +185,8 @@ def delete(
 
 def _elsewhere(settings: Settings, scope: StoreScope, key: Optional[str] = None) -> str:
     """What a delete or clear that found nothing adds when the task's keys are at other map indices."""
-    from statestore_cli import commands
-    from statestore_cli.scopes import at_other_map_indices
+    from statestore_cli.model.scopes import at_other_map_indices
+    from statestore_cli.ops import commands
 
     found = commands.keys_elsewhere(settings, scope, key)
     if not found or not isinstance(scope, TaskScope):
@@ -238,8 +238,8 @@ def clear(
     before it commits); `statestore import FILE` puts them back. FILE must be new or empty, its folder
     writable (else exit 2, nothing deleted); left empty when there is nothing to clear. A worker-side
     backend's objects are then kept: the backup's references point at them."""
-    from statestore_cli import commands
-    from statestore_cli.scopes import describe_keys_of
+    from statestore_cli.model.scopes import describe_keys_of
+    from statestore_cli.ops import commands
 
     saved = open_backup(backup)  # checked before anything is counted, asked or deleted
     settings = settings_of(ctx)
@@ -313,7 +313,7 @@ def _clear_run_or_dag(
     batch_size: Optional[int],
     saved: "Optional[BackupFile]" = None,
 ) -> None:
-    from statestore_cli import lifecycle
+    from statestore_cli.ops import lifecycle
 
     if batch_size is not None and batch_size > MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {MAX_BATCH_SIZE}")
@@ -350,7 +350,7 @@ def list_(
     """List keys with their scope, updated_at and expires_at.
 
     Ordered by scope and key; any scope option filters."""
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
@@ -384,7 +384,7 @@ def stats(
     """Count keys per store, by expiry, per dag and per asset.
 
     On a terminal it also charts when task keys expire."""
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
@@ -392,7 +392,7 @@ def stats(
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     target = None
     if metrics_file is not None:
-        from statestore_cli.metrics import check_writable
+        from statestore_cli.ops.metrics import check_writable
 
         labels = metrics_labels(ctx, metrics_label)  # a bad label or path fails before anything is counted
         target = metrics_file.expanduser()
@@ -400,7 +400,7 @@ def stats(
     settings = settings_of(ctx)
     figures = commands.stats(settings, filt)
     if target is not None:
-        from statestore_cli.metrics import write_file
+        from statestore_cli.ops.metrics import write_file
 
         write_file(target, commands.stats_metrics(settings, figures, labels).render())
     out.stats(figures)
@@ -411,7 +411,7 @@ def stats(
 
 def _near_misses(settings: Settings, filt: KeyFilter) -> None:
     """A listing that found nothing: a note on stderr for each id that matches nothing but is close to one."""
-    from statestore_cli import commands
+    from statestore_cli.ops import commands
 
     sys.stdout.flush()  # after what the command printed
     for note in commands.near_misses(settings, filt):

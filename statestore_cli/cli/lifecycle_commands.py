@@ -25,7 +25,7 @@ from statestore_cli.errors import (
 )
 
 if TYPE_CHECKING:
-    from statestore_cli.lifecycle import SweptAsset
+    from statestore_cli.ops.lifecycle import SweptAsset
 
 
 # -- assets and runs --------------------------------------------------------------------------------
@@ -70,7 +70,7 @@ def assets_sweep(
     before it commits); `statestore import FILE` puts them back. FILE must be new or empty, its folder
     writable (else exit 2, nothing deleted); left empty when nothing is swept. A dry run refuses it. A
     worker-side backend's objects are then kept: the backup's references point at them."""
-    from statestore_cli import lifecycle
+    from statestore_cli.ops import lifecycle
 
     out = choose_output(output, header)
     refuse_with_dry_run(backup, dry_run, "a sweep")
@@ -118,8 +118,8 @@ def assets_delete(
 
     Active or not. Refused on an Airflow database (exit 2): there Airflow owns its assets.
     Asks on a terminal; anywhere else it needs --yes."""
-    from statestore_cli import lifecycle
-    from statestore_cli.scopes import AssetScope
+    from statestore_cli.model.scopes import AssetScope
+    from statestore_cli.ops import lifecycle
 
     settings = settings_of(ctx)
     if asset_name is None and asset_uri is None and asset_id is None:
@@ -145,8 +145,8 @@ def runs_delete(
 
     A run that does not exist exits 1. Refused on an Airflow database (exit 2): there Airflow owns
     its runs. Asks on a terminal; anywhere else it needs --yes."""
-    from statestore_cli import lifecycle
     from statestore_cli.errors import NotFoundError
+    from statestore_cli.ops import lifecycle
 
     settings = settings_of(ctx)
     where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))

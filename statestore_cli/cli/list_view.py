@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from statestore_cli.cli.documents import expired
 from statestore_cli.cli.grid import Column, Out, TableStream
 from statestore_cli.cli.safe_text import safe_text
-from statestore_cli.entries import Entry
-from statestore_cli.timestamps import human
+from statestore_cli.model.entries import Entry
+from statestore_cli.model.timestamps import human
 
 if TYPE_CHECKING:
     from rich.console import Console

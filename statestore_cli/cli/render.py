@@ -23,22 +23,22 @@ from statestore_cli.cli.documents import entry_json, expired_notice, get_output,
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
 from statestore_cli.cli.writer import Writer, cell
-from statestore_cli.entries import Entry, KeyFilter
 from statestore_cli.errors import InterruptedByUser, StopReason
-from statestore_cli.timestamps import expired_before, human, human_iso
+from statestore_cli.model.entries import Entry, KeyFilter
+from statestore_cli.model.timestamps import expired_before, human, human_iso
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
     from rich.text import Text
 
-    from statestore_cli.backend_check import CheckReport
-    from statestore_cli.backup import BackupFile
-    from statestore_cli.cleanup import CleanReport, ExpiredRow
-    from statestore_cli.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
-    from statestore_cli.layout import Layout
-    from statestore_cli.lifecycle import SweepReport, SweptAsset
-    from statestore_cli.orphans import OrphanReport
-    from statestore_cli.stats import StoreStats
-    from statestore_cli.transfer import ExportSummary, ImportSummary
+    from statestore_cli.db.layout import Layout
+    from statestore_cli.ops.backend_check import CheckReport
+    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.cleanup import CleanReport, ExpiredRow
+    from statestore_cli.ops.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
+    from statestore_cli.ops.lifecycle import SweepReport, SweptAsset
+    from statestore_cli.ops.orphans import OrphanReport
+    from statestore_cli.ops.stats import StoreStats
+    from statestore_cli.ops.transfer import ExportSummary, ImportSummary
 
 _STOPPED = {
     StopReason.INTERRUPTED: "interrupted",

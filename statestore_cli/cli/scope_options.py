@@ -7,9 +7,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import InvalidInputError
-from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
+from statestore_cli.model.entries import KeyFilter
+from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 _PANEL = "Scope"
 _SCOPE_HELP = (

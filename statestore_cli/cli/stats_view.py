@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from statestore_cli.cli.writer import Writer
-    from statestore_cli.stats import AssetStats, DagFigures, DagRunStats, DayCount, StoreStats, TaskStats
+    from statestore_cli.ops.stats import AssetStats, DagFigures, DagRunStats, DayCount, StoreStats, TaskStats
 
 # How each expiry bucket is worded for people; every task key is in exactly one of them.
 BUCKET_LABELS = {
@@ -244,7 +244,7 @@ def draw(console: Console, stats: StoreStats) -> None:
     """Tables and the chart, a blank line between sections, every line within ``console.width`` (80 and up)."""
     from rich.text import Text
 
-    from statestore_cli.timestamps import human
+    from statestore_cli.model.timestamps import human
 
     width = min(console.width, 120)
     console.print(Text(f"state store statistics as of {human(stats.now)}"), soft_wrap=True)
@@ -316,7 +316,7 @@ def _overview(stats: StoreStats) -> Table:
 
 
 def _holders(figures: TaskStats | AssetStats) -> str:
-    from statestore_cli.stats import AssetStats
+    from statestore_cli.ops.stats import AssetStats
 
     if isinstance(figures, AssetStats):
         inactive = f" ({count(figures.inactive_assets)} inactive)" if figures.inactive_assets else ""

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from statestore_cli.cli.safe_text import safe_text
 
 if TYPE_CHECKING:
-    from statestore_cli.backup import BackupFile
     from statestore_cli.cli.writer import Writer
-    from statestore_cli.lifecycle import SweepReport, SweptAsset
+    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.lifecycle import SweepReport, SweptAsset
 
 
 def _keys(count: int) -> str:

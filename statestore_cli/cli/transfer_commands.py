@@ -13,10 +13,10 @@ from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import KeyOpt, LockTimeoutOpt, OutputOpt, StoreOpt, choose_output
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.scope_options import as_filter, with_scope_options
-from statestore_cli.entries import KeyFilter
 from statestore_cli.errors import (
     InvalidInputError,
 )
+from statestore_cli.model.entries import KeyFilter
 
 # -- export and import ------------------------------------------------------------------------------
 _MAX_IMPORT_BATCH = 100_000  # transfer.MAX_BATCH_SIZE, without importing SQLAlchemy for --help
@@ -47,7 +47,7 @@ def export(
     On Airflow 3.4 a task key in a region has its region_id, and dag-run keys are lines of store dag_run.
     Takes the filters of list and keeps its order. Writes to stdout unless --file;
     `statestore import` reads it back."""
-    from statestore_cli import transfer
+    from statestore_cli.ops import transfer
 
     filt = as_filter(scope_args, store, key)
     settings = settings_of(ctx)
@@ -86,7 +86,7 @@ def import_(
     On a standalone store missing dag runs and assets are created; an Airflow database must have them.
     Keys in a region and dag-run keys need a database with Airflow 3.4's tables.
     The summary goes to stderr (-o json: to stdout)."""
-    from statestore_cli import transfer
+    from statestore_cli.ops import transfer
 
     out = choose_output(output)
     settings = settings_of(ctx)

@@ -183,7 +183,7 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
         return _timeout(spec, raw, source)
     if spec.type == "duration":
         from statestore_cli.errors import InvalidInputError
-        from statestore_cli.retention import parse_age
+        from statestore_cli.model.retention import parse_age
 
         try:
             parse_age(text, f"[{spec.section}] {spec.option}")
@@ -259,7 +259,7 @@ def _timeout(spec: OptionSpec, raw: str, source: str) -> str:
 def timeout_seconds(text: str, what: str) -> float:
     """Seconds of a positive duration (``10s``, ``2m``, ``PT30S``)."""
     from statestore_cli.errors import InvalidInputError
-    from statestore_cli.retention import parse_duration
+    from statestore_cli.model.retention import parse_duration
 
     seconds = parse_duration(text, what).total_seconds()
     if seconds <= 0:
@@ -459,7 +459,7 @@ class Settings:
 
     @property
     def state_cleanup_older_than(self) -> timedelta:
-        from statestore_cli.retention import parse_age
+        from statestore_cli.model.retention import parse_age
 
         return parse_age(str(self._value("state_store", "state_cleanup_older_than")), "state_cleanup_older_than")
 

@@ -29,9 +29,9 @@ from sqlalchemy import LargeBinary, MetaData, String, Table, inspect
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from statestore_cli import schema
-from statestore_cli.airflow_versions import airflow_version
-from statestore_cli.schema import store_schema
+from statestore_cli.db import schema
+from statestore_cli.db.airflow_versions import airflow_version
+from statestore_cli.db.schema import store_schema
 
 LAYOUT_33, LAYOUT_BETWEEN, LAYOUT_34 = "3.3", "3.4-between", "3.4"
 
@@ -206,7 +206,7 @@ def layout_of(conn: Connection, needs: str | None = "read") -> Layout:
 
 def read_layout(conn: Connection) -> Layout:
     """Tell the layout from the database: its Airflow revision where that settles it, else its tables."""
-    from statestore_cli.schema_state import alembic_version_table
+    from statestore_cli.db.schema_state import alembic_version_table
 
     version_table = alembic_version_table(conn)
     if version_table is None:

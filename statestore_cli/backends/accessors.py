@@ -14,8 +14,8 @@ from typing import Any
 
 from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, JsonValue, stored_ref
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError
-from statestore_cli.retention import Retention, compute_expires_at, utcnow
-from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
+from statestore_cli.model.retention import Retention, compute_expires_at, utcnow
+from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
 
 
 class StateValueTooLargeWarning(UserWarning):

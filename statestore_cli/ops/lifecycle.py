@@ -29,7 +29,16 @@ from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.backup import (
+from statestore_cli.backends.stores import open_backend, open_worker_backend
+from statestore_cli.config import Settings
+from statestore_cli.db.database import retry_deadlocks, translate_errors
+from statestore_cli.db.layout import layout_of
+from statestore_cli.db.mysql_text import check_asset_text
+from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag_run
+from statestore_cli.db.schema_state import alembic_version_table
+from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, failed_midway
+from statestore_cli.model.scopes import AssetScope, TaskScope
+from statestore_cli.ops.backup import (
     BackupFile,
     Selection,
     asset_rows,
@@ -39,15 +48,6 @@ from statestore_cli.backup import (
     task_rows,
     with_backup,
 )
-from statestore_cli.config import Settings
-from statestore_cli.database import retry_deadlocks, translate_errors
-from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, failed_midway
-from statestore_cli.layout import layout_of
-from statestore_cli.mysql_text import check_asset_text
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
-from statestore_cli.schema_state import alembic_version_table
-from statestore_cli.scopes import AssetScope, TaskScope
-from statestore_cli.stores import open_backend, open_worker_backend
 
 _akv = asset_state_store
 
@@ -178,7 +178,7 @@ def _inactive_assets(conn: Connection) -> list[Any]:
 def _sweep_backed_up(
     engine: Engine, batch_size: int, pause: Callable[[float], None], backup: BackupFile
 ) -> SweepReport:
-    """The sweep with every key written to ``backup`` before its batch commits (``statestore_cli.backup``)."""
+    """The sweep with every key written to ``backup`` before its batch commits (``statestore_cli.ops.backup``)."""
     started = time.monotonic()
     swept: list[SweptAsset] = []
     tally = _Tally()
@@ -595,7 +595,7 @@ def task_instance_cleared(settings: Settings, scope: TaskScope, *, keep_task_sta
 def _clear_task_instance(settings: Settings, scope: TaskScope) -> int | None:
     if not isinstance(scope, TaskScope):
         raise InvalidInputError("a task instance event needs a TaskScope")
-    from statestore_cli.commands import clear_scope
+    from statestore_cli.ops.commands import clear_scope
 
     return clear_scope(settings, scope)
 

@@ -29,9 +29,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from statestore_cli.mysql_text import outside_latin1
-from statestore_cli.schema import ASSET_WRITER_FIELDS
-from statestore_cli.scopes import ID_MAX_LENGTH, KEY_MAX_LENGTH, NIL_REGION
+from statestore_cli.db.mysql_text import outside_latin1
+from statestore_cli.db.schema import ASSET_WRITER_FIELDS
+from statestore_cli.model.scopes import ID_MAX_LENGTH, KEY_MAX_LENGTH, NIL_REGION
 
 TASK_FIELDS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at", "value")
 TASK_OPTIONAL = ("region_id",)  # a task line may have it; absent: outside any region

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, Union
 
 from statestore_cli.errors import InvalidInputError
-from statestore_cli.timestamps import format_duration
+from statestore_cli.model.timestamps import format_duration
 
 
 class _NeverExpire:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.errors import first_line
-from statestore_cli.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
 
 T = TypeVar("T")
 

@@ -1,5 +1,5 @@
 """A backup of what a deleting command deletes (``clean``, ``clear``, ``assets sweep`` with ``--backup FILE``):
-every row it deletes, as a line of the export format (``statestore_cli.records``), so that ``statestore import
+every row it deletes, as a line of the export format (``statestore_cli.ops.records``), so that ``statestore import
 FILE`` puts back exactly what went.
 
 Each batch is one transaction whose lines are written, flushed and fsynced before it commits, so a commit never
@@ -52,11 +52,11 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
+from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
-from statestore_cli.records import asset_record, dag_run_record, encode_line, load_strict, printable, task_record
-from statestore_cli.schema import asset, asset_state_store
-from statestore_cli.scopes import NIL_REGION
-from statestore_cli.timestamps import iso_utc
+from statestore_cli.model.scopes import NIL_REGION
+from statestore_cli.model.timestamps import iso_utc
+from statestore_cli.ops.records import asset_record, dag_run_record, encode_line, load_strict, printable, task_record
 
 _MYSQL = ("mysql", "mariadb")
 WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held

@@ -1,6 +1,6 @@
 """The operations behind every CLI command, as public functions that take the settings first.
 
-Each returns plain records (``statestore_cli.entries``, ``statestore_cli.cleanup``) or iterators of
+Each returns plain records (``statestore_cli.model.entries``, ``statestore_cli.ops.cleanup``) or iterators of
 them; rendering is the caller's business.
 """
 
@@ -12,13 +12,14 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from statestore_cli.accessors import TaskStateStoreAccessor
+from statestore_cli.backends.accessors import TaskStateStoreAccessor
 from statestore_cli.backends.base import BaseStoreBackend, JsonValue
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.backends.stores import accessor, open_backend, open_metastore
 from statestore_cli.config import Settings, describe_source
 from statestore_cli.config.settings import CONN_OVERRIDE
-from statestore_cli.database import (
+from statestore_cli.db.database import (
     StoreOrigin,
     describe_engine,
     mask_url,
@@ -27,7 +28,8 @@ from statestore_cli.database import (
     sqlite_path,
     translate_errors,
 )
-from statestore_cli.entries import Entry, KeyFilter
+from statestore_cli.db.layout import Layout, layout_of
+from statestore_cli.db.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.errors import (
     EXIT_OK,
     EXIT_SKIPPED,
@@ -40,17 +42,15 @@ from statestore_cli.errors import (
     StateStoreError,
     first_line,
 )
-from statestore_cli.layout import Layout, layout_of
-from statestore_cli.retention import Retention, clean_cutoff, utcnow
-from statestore_cli.schema_state import SchemaState, init_schema, inspect_schema
-from statestore_cli.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
-from statestore_cli.stores import accessor, open_backend, open_metastore
+from statestore_cli.model.entries import Entry, KeyFilter
+from statestore_cli.model.retention import Retention, clean_cutoff, utcnow
+from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
 
 if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` need them, and they cost start-up
-    from statestore_cli.backup import BackupFile
-    from statestore_cli.cleanup import CleanControl, CleanReport, ExpiredRow
-    from statestore_cli.metrics import StatsMetrics
-    from statestore_cli.stats import StoreStats
+    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.cleanup import CleanControl, CleanReport, ExpiredRow
+    from statestore_cli.ops.metrics import StatsMetrics
+    from statestore_cli.ops.stats import StoreStats
 
 
 # -- db ------------------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ class DbReport(NamedTuple):
             except DatabaseError as exc:
                 return exc
         if not self.schema.usable and self.schema.mode == "airflow":
-            from statestore_cli.airflow_versions import STATE_STORE_SINCE
+            from statestore_cli.db.airflow_versions import STATE_STORE_SINCE
 
             release = f" {self.airflow_version}" if self.airflow_version else ""
             return SchemaMissingError(
@@ -132,7 +132,7 @@ def db_check(settings: Settings) -> DbReport:
     report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, origin=origin)
     if state.mode != "airflow":
         return report
-    from statestore_cli.airflow_versions import airflow_version
+    from statestore_cli.db.airflow_versions import airflow_version
 
     layout = None
     if state.usable:
@@ -146,9 +146,9 @@ def db_check(settings: Settings) -> DbReport:
 def _store_counts(store: MetastoreBackend, now: datetime) -> StoreCounts:
     from sqlalchemy import func, select
 
-    from statestore_cli.cleanup import expired
-    from statestore_cli.layout import layout_of
-    from statestore_cli.schema import asset_state_store
+    from statestore_cli.db.layout import layout_of
+    from statestore_cli.db.schema import asset_state_store
+    from statestore_cli.ops.cleanup import expired
 
     with store.connection() as conn:
         task = layout_of(conn).task
@@ -310,10 +310,10 @@ def _clear_backed_up(
     from sqlalchemy import select
 
     from statestore_cli.backends.metastore import dag_run_where, task_where
-    from statestore_cli.backup import asset_rows, backed_up_batch, dag_run_rows, task_rows
-    from statestore_cli.database import retry_deadlocks, translate_errors
-    from statestore_cli.layout import layout_of
-    from statestore_cli.schema import asset, asset_state_store
+    from statestore_cli.db.database import retry_deadlocks, translate_errors
+    from statestore_cli.db.layout import layout_of
+    from statestore_cli.db.schema import asset, asset_state_store
+    from statestore_cli.ops.backup import asset_rows, backed_up_batch, dag_run_rows, task_rows
 
     store = backup_metastore(settings)
     with translate_errors(store.engine), store.engine.connect() as conn:
@@ -405,11 +405,11 @@ def near_misses(settings: Settings, filt: KeyFilter) -> list[str]:
 
 
 def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> StoreStats:
-    """Figures of the keys ``filt`` selects (``statestore_cli.stats``), as of ``now`` (default: this moment)."""
+    """Figures of the keys ``filt`` selects (``statestore_cli.ops.stats``), as of ``now`` (default: this moment)."""
     backend = open_backend(settings, writes=False)
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`stats` needs the metastore backend; [state_store] backend is {settings.backend}")
-    from statestore_cli.stats import store_stats
+    from statestore_cli.ops.stats import store_stats
 
     return store_stats(backend.engine, filt, now or utcnow(), max_value_storage_bytes=settings.max_value_storage_bytes)
 
@@ -417,8 +417,8 @@ def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> S
 def stats_metrics(settings: Settings, figures: StoreStats, labels: Mapping[str, str]) -> StatsMetrics:
     """The gauges ``stats --metrics-file`` writes for ``figures``: those, and the age of the oldest expired
     task key the same filter selects (0 when none has expired)."""
-    from statestore_cli.metrics import StatsMetrics
-    from statestore_cli.stats import oldest_expired_at
+    from statestore_cli.ops.metrics import StatsMetrics
+    from statestore_cli.ops.stats import oldest_expired_at
 
     age: float | None = None
     if figures.task is not None:
@@ -470,7 +470,7 @@ def plan_clean(settings: Settings, now: datetime | None = None, older_than: time
     reason = _skip_reason(settings)
     if reason:
         return CleanPlan(cutoff, iter(()), reason, grace)
-    from statestore_cli.cleanup import iter_expired
+    from statestore_cli.ops.cleanup import iter_expired
 
     return CleanPlan(cutoff, iter_expired(open_metastore(settings).engine, cutoff), None, grace)
 
@@ -491,7 +491,7 @@ def clean(
     if reason:
         return reason
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
-    from statestore_cli.cleanup import delete_expired
+    from statestore_cli.ops.cleanup import delete_expired
 
     report = delete_expired(open_metastore(settings).engine, cutoff, size, control, backup)
     return replace(report, older_than=grace)
@@ -502,7 +502,7 @@ def count_expired_keys(settings: Settings, now: datetime | None = None, older_th
     cutoff, _ = clean_window(settings, now, older_than)
     if _skip_reason(settings):
         return 0
-    from statestore_cli.cleanup import count_expired
+    from statestore_cli.ops.cleanup import count_expired
 
     return count_expired(open_metastore(settings).engine, cutoff)
 

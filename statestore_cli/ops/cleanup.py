@@ -27,9 +27,9 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Executable, Select
 
-from statestore_cli.backup import BackupFile, backed_up_batch, dag_run_rows, task_rows, with_backup
-from statestore_cli.database import describe_engine, retry_deadlocks, set_per_transaction, translate_errors
-from statestore_cli.entries import Timeouts
+from statestore_cli.db.database import describe_engine, retry_deadlocks, set_per_transaction, translate_errors
+from statestore_cli.db.layout import layout_of
+from statestore_cli.db.schema import qualified, store_schema
 from statestore_cli.errors import (
     EXIT_OK,
     PARAMETER,
@@ -40,9 +40,9 @@ from statestore_cli.errors import (
     StopReason,
     failed_midway,
 )
-from statestore_cli.layout import layout_of
-from statestore_cli.schema import qualified, store_schema
-from statestore_cli.timestamps import iso_utc
+from statestore_cli.model.entries import Timeouts
+from statestore_cli.model.timestamps import iso_utc
+from statestore_cli.ops.backup import BackupFile, backed_up_batch, dag_run_rows, task_rows, with_backup
 
 
 class ExpiredRow(NamedTuple):
@@ -309,7 +309,7 @@ def delete_expired(
     backup: BackupFile | None = None,
 ) -> CleanReport:
     """Delete what ``iter_expired(now)`` lists: in one statement, or ``batch_size`` rows per commit.
-    With ``backup`` every row deleted is first written to it (see ``statestore_cli.backup``): each batch's
+    With ``backup`` every row deleted is first written to it (see ``statestore_cli.ops.backup``): each batch's
     lines are on disk before the batch commits."""
     if batch_size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from statestore_cli.backends.base import BaseStoreBackend, StoredRef
 from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.backends.stores import open_backend, open_worker_backend
 from statestore_cli.config import Settings
 from statestore_cli.errors import (
     EXIT_OK,
@@ -24,7 +25,6 @@ from statestore_cli.errors import (
     InvalidInputError,
     first_line,
 )
-from statestore_cli.stores import open_backend, open_worker_backend
 
 DEFAULT_GRACE = timedelta(hours=1)
 

@@ -1,4 +1,4 @@
-"""Bulk export and import of both stores as JSON Lines (the format is in ``statestore_cli.records``).
+"""Bulk export and import of both stores as JSON Lines (the format is in ``statestore_cli.ops.records``).
 
 ``export_records`` streams the keys a ``KeyFilter`` selects, in ``list``'s order, a thousand rows per fetch
 from a server-side cursor, so memory stays flat whatever the store's size. ``import_records`` upserts lines
@@ -28,13 +28,24 @@ from statestore_cli.backends.metastore import (
     stores_selected,
     task_filters,
 )
+from statestore_cli.backends.stores import open_backend
 from statestore_cli.config import Settings
-from statestore_cli.database import retry_deadlocks, translate_errors
-from statestore_cli.entries import KeyFilter
+from statestore_cli.db.database import retry_deadlocks, translate_errors
+from statestore_cli.db.layout import Layout, layout_of
+from statestore_cli.db.mysql_text import check_asset_text, index_equal, padless, twin_problem
+from statestore_cli.db.schema import (
+    ASSET_WRITER_COLUMNS,
+    asset,
+    asset_active,
+    asset_state_store,
+    dag_run,
+    qualified,
+)
 from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
-from statestore_cli.layout import Layout, layout_of
-from statestore_cli.mysql_text import check_asset_text, index_equal, padless, twin_problem
-from statestore_cli.records import (
+from statestore_cli.model.entries import KeyFilter
+from statestore_cli.model.scopes import NIL_REGION
+from statestore_cli.model.timestamps import iso_utc
+from statestore_cli.ops.records import (
     AssetRow,
     BadRecord,
     DagRunRow,
@@ -47,17 +58,6 @@ from statestore_cli.records import (
     parse_line,
     task_record,
 )
-from statestore_cli.schema import (
-    ASSET_WRITER_COLUMNS,
-    asset,
-    asset_active,
-    asset_state_store,
-    dag_run,
-    qualified,
-)
-from statestore_cli.scopes import NIL_REGION
-from statestore_cli.stores import open_backend
-from statestore_cli.timestamps import iso_utc
 
 _asset_kv = asset_state_store
 _MYSQL = ("mysql", "mariadb")

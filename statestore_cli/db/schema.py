@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from statestore_cli.mysql_text import MYSQL_ENGINES, BytesComparator, ExactComparator
+from statestore_cli.db.mysql_text import MYSQL_ENGINES, BytesComparator, ExactComparator
 
 # Ids and keys are case-sensitive everywhere; MySQL needs a binary collation for that. utf8mb4 (not
 # Airflow's utf8mb3) so keys outside the Basic Multilingual Plane fit; the widest index,

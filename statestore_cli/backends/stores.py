@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from statestore_cli.accessors import AssetStateStoreAccessor, DagRunStateStoreAccessor, TaskStateStoreAccessor
+from statestore_cli.backends.accessors import AssetStateStoreAccessor, DagRunStateStoreAccessor, TaskStateStoreAccessor
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
-from statestore_cli.database import StoreOrigin, make_engine
+from statestore_cli.db.database import StoreOrigin, make_engine
 from statestore_cli.errors import BackendError, StateStoreError, first_line
-from statestore_cli.scopes import DagRunScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import DagRunScope, StoreScope, TaskScope
 
 
 def open_metastore(settings: Settings, *, create_file: bool = False, writes: bool = True) -> MetastoreBackend:

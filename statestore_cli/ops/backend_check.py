@@ -15,11 +15,11 @@ from __future__ import annotations
 import inspect
 from typing import NamedTuple
 
-from statestore_cli.backend_probes import CheckFailed, StoreProbe, WorkerProbe, call
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.config import Setting, Settings
 from statestore_cli.errors import EXIT_OK, EXIT_OPERATIONAL, ConfigError, StateStoreError
+from statestore_cli.ops.backend_probes import CheckFailed, StoreProbe, WorkerProbe, call
 
 STORE, WORKER = "[state_store] backend", "[workers] state_store_backend"
 

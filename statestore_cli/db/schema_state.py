@@ -8,9 +8,9 @@ from typing import NamedTuple
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, Engine
 
-from statestore_cli.database import describe_engine, translate_errors
+from statestore_cli.db.database import describe_engine, translate_errors
+from statestore_cli.db.schema import PARENT_TABLES, STATE_TABLES, metadata, qualified, store_schema
 from statestore_cli.errors import DatabaseError
-from statestore_cli.schema import PARENT_TABLES, STATE_TABLES, metadata, qualified, store_schema
 
 
 class SchemaState(NamedTuple):

@@ -36,12 +36,12 @@ from sqlalchemy import Integer, LargeBinary, Table, and_, case, cast, func, null
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ColumnElement, Select
 
-from statestore_cli.database import sqlite_path, translate_errors
-from statestore_cli.entries import KeyFilter
+from statestore_cli.db.database import sqlite_path, translate_errors
+from statestore_cli.db.layout import layout_of
+from statestore_cli.db.mysql_text import MYSQL_ENGINES, check_asset_text
+from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag_run
 from statestore_cli.errors import InvalidInputError
-from statestore_cli.layout import layout_of
-from statestore_cli.mysql_text import MYSQL_ENGINES, check_asset_text
-from statestore_cli.schema import asset, asset_active, asset_state_store, dag_run
+from statestore_cli.model.entries import KeyFilter
 
 _asset_kv = asset_state_store
 _MYSQL = MYSQL_ENGINES

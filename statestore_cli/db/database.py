@@ -260,7 +260,7 @@ def make_engine(
             f"[database] sql_alchemy_schema = {schema!r} is set, but SQLite has no schemas (Airflow cannot use "
             "one there either): unset it"
         )
-    if schema:  # every statement built from the schema's Table objects names it (see statestore_cli.schema)
+    if schema:  # every statement built from the schema's Table objects names it (see statestore_cli.db.schema)
         options["execution_options"] = {"schema_translate_map": {None: schema}}
     if connect_args:
         options["connect_args"] = {**options.get("connect_args", {}), **connect_args}
@@ -285,7 +285,7 @@ def make_engine(
     if origin is not None:
         _ORIGINS[engine] = origin
     if url.get_driver_name() == "pymysql":
-        from statestore_cli import mysql_tls
+        from statestore_cli.db import mysql_tls
 
         event.listen(engine, "do_connect", mysql_tls.connect)
     _bound_lock_waits(engine, DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout, writes)

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from statestore_cli.errors import EXIT_OK, StateStoreError, StopReason
 
 if TYPE_CHECKING:
-    from statestore_cli.backup import BackupFile
-    from statestore_cli.cleanup import CleanControl, CleanReport
     from statestore_cli.config import Settings
-    from statestore_cli.metrics import CleanRecorder
+    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.cleanup import CleanControl, CleanReport
+    from statestore_cli.ops.metrics import CleanRecorder
 
 
 class Problem(NamedTuple):
@@ -44,7 +44,7 @@ class CleanRun:
     ) -> None:
         self.recorder: CleanRecorder | None = None
         if metrics_file is not None:
-            from statestore_cli.metrics import CleanRecorder
+            from statestore_cli.ops.metrics import CleanRecorder
 
             self.recorder = CleanRecorder(metrics_file, labels)  # an unwritable path fails here, before deleting
         self.skip_code = skip_code  # what a skipped clean (a custom backend) records: 0, or 5 with --fail-on-skip
@@ -60,7 +60,7 @@ class CleanRun:
     ) -> None:
         if error is None or self.recorder is None or self.recorded:
             return
-        from statestore_cli.metrics import exit_status_of
+        from statestore_cli.ops.metrics import exit_status_of
 
         try:
             self.recorder.finish(exit_status_of(error))  # the failure itself is what the caller reports
@@ -79,7 +79,7 @@ class CleanRun:
     ) -> CleanReport | str:
         """The clean (the report, or why it was skipped), recorded when it ended without an error; with
         ``backup`` every row it deletes is written there first."""
-        from statestore_cli import commands
+        from statestore_cli.ops import commands
 
         if self.recorder is not None:
             control = replace(
@@ -99,7 +99,7 @@ class CleanRun:
         which asks for a quick exit."""
         if isinstance(result, str) or result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):
             return None
-        from statestore_cli import commands
+        from statestore_cli.ops import commands
 
         try:
             return commands.count_expired_keys(settings, now, older_than)

@@ -38,7 +38,7 @@ from statestore_cli.errors import (
 )
 
 if TYPE_CHECKING:
-    from statestore_cli.stats import StoreStats
+    from statestore_cli.ops.stats import StoreStats
 
 PREFIX = "statestore_clean_"
 LAST_SUCCESS = f"{PREFIX}last_success_timestamp_seconds"

@@ -1,0 +1,1 @@
+"""The database layer: engines, dialect differences, and the state store's tables and layouts."""

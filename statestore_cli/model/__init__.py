@@ -1,0 +1,1 @@
+"""Plain values every layer shares: scopes, entries, retention and timestamps."""
