@@ -176,10 +176,11 @@ class AirflowDb:
             self.sql(f"DELETE FROM {table}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server_databases() -> Iterator[Callable[[str, str], str]]:
-    """One throwaway database per server engine and revision, loaded the first time a test needs it and
-    dropped at the end of the module: loading the whole Airflow schema takes seconds per database."""
+    """One throwaway database per server engine and revision, loaded the first time a test of this worker
+    needs it and dropped at the end of its session (a worker runs this module's tests among others', so a
+    module-scoped one would be loaded again each time it comes back to the module)."""
     loaded: dict[tuple[str, str], str] = {}
     with ExitStack() as stack:
 

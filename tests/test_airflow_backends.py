@@ -24,7 +24,7 @@ import pytest
 from airflow_venv import airflow_env, run_ops
 from sqlalchemy import create_engine, text
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 OBJECT_STORAGE = "airflow.providers.common.io.state_store.backend.StateStoreObjectStorageBackend"

@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import shutil
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from airflow_venv import airflow, airflow_env, run_ops
-from helpers import require_server, run_cli
+from helpers import database_name, require_server, run_cli, run_database, run_folder, run_lock
 from sqlalchemy import create_engine, make_url, text
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 RUN = "scheduled__2026-11-30T00:00:00+00:00"
 LONG_KEY = "external_system_reference_for_partition_2026_11_30_eu_west_1"
@@ -136,19 +134,17 @@ print(json.dumps(results))
 
 
 @pytest.fixture(scope="session")
-def migrated_postgres(airflow_python: Path) -> Iterator[str]:
-    """A PostgreSQL database ``airflow db migrate`` made, once per session: the template of each test's."""
-    admin_url = require_server("postgresql")
-    name = f"af_tpl_{uuid.uuid4().hex[:10]}"
-    _admin(admin_url, f"CREATE DATABASE {name}")
-    url = make_url(admin_url).set(database=name)
-    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-home"
-    try:
+def migrated_postgres(airflow_python: Path) -> str:
+    """A PostgreSQL database ``airflow db migrate`` made, once per test run (``run_database``): the
+    template of each test's. Its name."""
+
+    def migrate(url: str) -> None:
+        home = run_folder() / "airflow-postgres-home"
         airflow(airflow_python, airflow_env(home, _driver(url, "psycopg2")), "db", "migrate")
-        yield name
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-        _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    name = make_url(run_database("postgresql", "airflow_tpl", migrate)).database
+    assert name is not None
+    return name
 
 
 def _admin(admin_url: str, statement: str) -> None:
@@ -180,8 +176,9 @@ def airflow_db(request: pytest.FixtureRequest, airflow_python: Path, tmp_path: P
         return
     template = request.getfixturevalue("migrated_postgres")
     admin_url = require_server("postgresql")
-    name = f"af_{uuid.uuid4().hex[:10]}"
-    _admin(admin_url, f"CREATE DATABASE {name} TEMPLATE {template}")
+    name = database_name("af")
+    with run_lock("airflow-postgres-template"):  # a template is copied by one CREATE DATABASE at a time
+        _admin(admin_url, f"CREATE DATABASE {name} TEMPLATE {template}")
     url = make_url(admin_url).set(database=name)
     try:
         yield AirflowDb(airflow_python, home, _driver(url, "psycopg2"), _driver(url, "psycopg"))
@@ -280,7 +277,7 @@ def test_a_database_airflow_migrated_into_a_schema(airflow_python: Path, tmp_pat
     """`airflow db migrate` with [database] sql_alchemy_schema: Airflow's tables in the schema, its
     alembic_version in public; statestore finds both, and every command works on that database."""
     admin_url = require_server("postgresql")
-    name = f"af_schema_{uuid.uuid4().hex[:10]}"
+    name = database_name("af_schema")
     _admin(admin_url, f"CREATE DATABASE {name}")
     url = make_url(admin_url).set(database=name)
     ours = _driver(url, "psycopg")

@@ -14,6 +14,8 @@ PROBE = f"""
 import sys
 sys.argv[0] = "statestore"
 from statestore_cli.__main__ import main
+
+pytestmark = pytest.mark.slow  # real processes: the start-up fast path
 try:
     main()
 finally:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from datetime import timedelta
 
+import pytest
+
 import statestore_cli
 from statestore_cli import NEVER_EXPIRE, TaskScope, accessor, load_settings
 
@@ -24,6 +26,7 @@ def test_readme_library_example_runs(db_url):
     assert (task.get("job_id"), task.get("checkpoint")) == ({"id": "j-123"}, 42)
 
 
+@pytest.mark.slow
 def test_importing_the_package_does_not_load_sqlalchemy():
     probe = "import sys, statestore_cli; statestore_cli.accessor; print('sqlalchemy' in sys.modules)"
     lazy = "import sys, statestore_cli; print('sqlalchemy' in sys.modules)"

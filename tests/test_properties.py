@@ -21,6 +21,8 @@ from statestore_cli.config import load_option_specs, load_settings
 from statestore_cli.errors import ConfigError, InvalidInputError
 from statestore_cli.retention import NEVER_EXPIRE, parse_duration, parse_retention
 
+pytestmark = pytest.mark.slow  # hundreds of generated examples per test
+
 SETTINGS = settings(
     derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

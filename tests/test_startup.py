@@ -20,6 +20,8 @@ PROBE = """
 import json, sys
 sys.argv = ["statestore", *{argv!r}]
 from statestore_cli.__main__ import main
+
+pytestmark = pytest.mark.slow  # a real process for each test
 code = 0
 try:
     main()
