@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real process for each test
+
 TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 WATCHED = ("sqlalchemy", "rich", "pydantic", "typer")
 PROBE = """
@@ -21,7 +23,6 @@ import json, sys
 sys.argv = ["statestore", *{argv!r}]
 from statestore_cli.__main__ import main
 
-pytestmark = pytest.mark.slow  # a real process for each test
 code = 0
 try:
     main()
