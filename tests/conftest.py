@@ -20,6 +20,7 @@ port; files go to ``tmp_path``, which is per test and per worker already.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,12 +104,32 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(fixture, ENGINES, indirect=True)
 
 
+_sqlite_template: list[Path] = []  # a SQLite store db_init made, once per worker
+
+
+def _configured() -> bool:
+    """Whether anything but the test's empty AIRFLOW_HOME could reach db_init's settings."""
+    home = Path(os.environ["AIRFLOW_HOME"])
+    return any(n.startswith("AIRFLOW__") or n == "AIRFLOW_CONFIG" for n in os.environ) or any(home.iterdir())
+
+
 @pytest.fixture
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A store with the schema created, as the CLI's --conn takes it (SQLite unless parametrised)."""
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A store with the schema created, as the CLI's --conn takes it (SQLite unless parametrised).
+
+    On SQLite, a copy of the file ``db init`` made once for the worker (with nothing configured), unless the
+    test has configured something before asking for its store: then ``db init`` makes this one."""
     name = getattr(request, "param", "sqlite")
     with isolated_database(name, tmp_path) as url:
-        db_init(load_settings(conn_override=url))
+        if name == "sqlite" and not _configured():
+            if not _sqlite_template:
+                folder = tmp_path_factory.mktemp("sqlite-template")
+                template = folder / "store.db"
+                db_init(load_settings(conn_override=f"sqlite:///{template}", environ={"AIRFLOW_HOME": str(folder)}))
+                _sqlite_template.append(template)
+            shutil.copyfile(_sqlite_template[0], tmp_path / "store.db")
+        else:
+            db_init(load_settings(conn_override=url))
         yield url
 
 
