@@ -197,12 +197,26 @@ def finish_run() -> None:
     folder = run_folder()
     for marker in sorted((folder / "databases").glob("*")) if (folder / "databases").is_dir() else []:
         engine, _, name = marker.name.partition("--")
-        force = " WITH (FORCE)" if engine == "postgresql" else ""
         try:
-            _server_statements(SERVER_URLS[engine], f"DROP DATABASE IF EXISTS {name}{force}")
+            _drop_database(engine, name)
         except Exception as exc:  # the server went away: say so, do not fail a finished run
             print(f"could not drop the test database {name} on {engine}: {exc}", file=sys.stderr)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _mark_database(engine_name: str, name: str) -> Path:
+    """Note the run-wide or worker database ``name``, so that ``finish_run`` drops it if nothing else
+    did (a worker that crashed): the note is made before the database."""
+    markers = run_folder() / "databases"
+    markers.mkdir(exist_ok=True)
+    marker = markers / f"{engine_name}--{name}"
+    marker.touch()
+    return marker
+
+
+def _drop_database(engine_name: str, name: str) -> None:
+    force = " WITH (FORCE)" if engine_name == "postgresql" else ""
+    _server_statements(SERVER_URLS[engine_name], f"DROP DATABASE IF EXISTS {name}{force}")
 
 
 @contextmanager
@@ -239,12 +253,9 @@ def run_database(engine_name: str, what: str, build: Callable[[str], None]) -> s
     url = make_url(require_server(engine_name)).set(database=name).render_as_string(hide_password=False)
 
     def create(folder: Path) -> None:
-        markers = run_folder() / "databases"
-        markers.mkdir(exist_ok=True)
-        (markers / f"{engine_name}--{name}").touch()  # before it exists: a failed build is dropped too
-        force = " WITH (FORCE)" if engine_name == "postgresql" else ""
-        drop, create = f"DROP DATABASE IF EXISTS {name}{force}", f"CREATE DATABASE {name}"
-        _server_statements(require_server(engine_name), drop, create)
+        _mark_database(engine_name, name)
+        _drop_database(engine_name, name)  # left by a build that failed
+        _server_statements(require_server(engine_name), f"CREATE DATABASE {name}")
         build(url)
 
     once_per_run(f"database-{engine_name}-{what}", create)
@@ -274,6 +285,7 @@ def require_server(name: str) -> str:
     if name not in _worker_databases:
         label = f"sstest_{run_token()}_{worker_id()}"
         charset = "" if name == "postgresql" else " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+        _mark_database(name, label)
         _server_statements(SERVER_URLS[name], f"CREATE DATABASE {label}{charset}")
         url = make_url(SERVER_URLS[name]).set(database=label).render_as_string(hide_password=False)
         _worker_databases[name] = url
@@ -310,8 +322,9 @@ def drop_worker_databases() -> None:
     while _worker_databases:
         name, url = _worker_databases.popitem()
         label = make_url(url).database
-        force = " WITH (FORCE)" if name == "postgresql" else ""
-        _server_statements(SERVER_URLS[name], f"DROP DATABASE IF EXISTS {label}{force}")
+        assert label is not None
+        _drop_database(name, label)
+        (run_folder() / "databases" / f"{name}--{label}").unlink(missing_ok=True)
 
 
 def _server_statements(url: str, *statements: str) -> None:
