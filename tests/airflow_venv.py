@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -121,3 +122,75 @@ def run_ops(python: Path, env: dict[str, str], script: str, ops: Sequence[object
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# Run by Airflow's interpreter for AirflowOps: the script (its first argument) once per line of stdin, with
+# that line as its argument, as `python -c SCRIPT OPS` would run it; what the script prints is sent back
+# as one JSON line on the process's own stdout, which nothing else writes to (fd 1 goes to stderr).
+_SERVE = """
+import contextlib, io, json, os, sys, traceback
+script = compile(sys.argv[1], "<ops script>", "exec")
+replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+os.dup2(2, 1)
+for line in sys.stdin:
+    out = io.StringIO()
+    sys.argv = ["-c", line.rstrip("\\n")]
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(script, {"__name__": "__main__"})
+        reply = {"stdout": out.getvalue()}
+    except BaseException:
+        reply = {"stdout": out.getvalue(), "error": traceback.format_exc()}
+    replies.write(json.dumps(reply) + "\\n")
+    replies.flush()
+"""
+
+
+class AirflowOps:
+    """``run_ops`` for the ops of one test, with one Airflow interpreter (started at the first call, ended by
+    ``close``) running ``script`` for each call: starting Airflow takes seconds of CPU each time. Each call
+    runs the script afresh, in an interpreter that has run it before, as a long-lived Airflow process
+    (a worker, the API server) runs one request after another."""
+
+    def __init__(self, python: Path, env: dict[str, str], script: str, folder: Path) -> None:
+        self.python, self.env, self.script = python, env, script
+        self.stderr_path = folder / "airflow-ops.stderr"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def __call__(self, ops: Sequence[object]) -> list[object]:
+        if self.proc is None:
+            self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.stderr_path, "w") as stderr:
+                self.proc = subprocess.Popen(
+                    [str(self.python), "-c", _SERVE, self.script],
+                    env=self.env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    text=True,
+                )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(ops) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], 300)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            raise AssertionError(f"Airflow's interpreter gave no answer:\n{self.stderr_path.read_text()}")
+        reply = json.loads(line)
+        assert "error" not in reply, f"{reply['error']}\n{self.stderr_path.read_text()}"
+        return json.loads(reply["stdout"].strip().splitlines()[-1])
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

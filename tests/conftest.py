@@ -1,21 +1,56 @@
 """Fixtures: a clean Airflow environment per test, real stores (SQLite, or a server where a module asks), the CLI.
 
 Helpers that are not fixtures (running the CLI, raw SQL, the servers) are in ``helpers.py``.
+
+Databases. The suite runs in parallel (pytest-xdist: ``-n`` in pyproject's addopts), so every test gets its
+databases of its own and no test sees another's rows, locks or settings. A store with the schema made:
+``db_url`` (SQLite; ``@pytest.mark.parametrize("db_url", ENGINES, indirect=True)`` or a module's
+``ALL_ENGINES = True`` for PostgreSQL and MariaDB too). An empty one: ``empty_db_url`` (the same
+parameters) or ``helpers.isolated_database(engine, tmp_path)``; a whole server database (PgBouncer, an
+Airflow schema): ``helpers.throwaway_database`` / ``throwaway_airflow_database``. Each worker has a
+database of its own on each server, ``sstest_<run>_<worker>`` (``helpers.require_server``, created on
+first use and dropped when the worker ends); every PostgreSQL schema above is made inside it, and every
+database name comes from ``helpers.database_name``, which names the worker. Never write a server URL or a
+database name into a test. No test changes a server-wide setting (``SET GLOBAL``, ``ALTER SYSTEM``):
+it would reach every worker's sessions; set it for the test's own sessions (a URL's ``options`` or
+``init_command``). Servers a test starts (PgBouncer) listen on a free loopback
+port; files go to ``tmp_path``, which is per test and per worker already.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import BACKENDS_MODULE, ENGINES, Result, isolated_database, run_cli
+from helpers import (
+    BACKENDS_MODULE,
+    ENGINES,
+    Result,
+    drop_worker_databases,
+    finish_run,
+    isolated_database,
+    once_per_run,
+    run_cli,
+    start_run,
+)
 from monitoring import Server, node_exporter
 
 from statestore_cli.config import load_settings
 from statestore_cli.ops.commands import db_init
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without workers): the run's token and folder
+        start_run()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # every worker has ended
+        finish_run()
 
 
 @pytest.fixture(autouse=True)
@@ -32,21 +67,77 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return home
 
 
+SERVER_ENGINES = {"postgresql", "mariadb"}
+
+
+def _on_a_server(value: object) -> bool:
+    if isinstance(value, (tuple, list)):
+        return any(_on_a_server(v) for v in value)
+    return isinstance(value, str) and value in SERVER_ENGINES
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test parametrised to run on PostgreSQL or MariaDB is ``slow`` (the quick subset, ``-m 'not slow'``,
+    runs on SQLite); and the slow tests run first, those starting Airflow first of all, so that the
+    parallel workers start the longest ones early, not at the end, when the others would wait for them."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and any(_on_a_server(v) for v in callspec.params.values()):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: (item.get_closest_marker("airflow") is None, item.get_closest_marker("slow") is None))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def worker_databases() -> Iterator[None]:
+    """The databases ``require_server`` made for this worker are dropped when its session ends."""
+    yield
+    drop_worker_databases()
+
+
 # -- engines --------------------------------------------------------------------------------------------
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Modules that set ALL_ENGINES = True run every test that uses a store on each engine (unless the
     test picks its engines itself)."""
-    chosen = any("db_url" in str(mark.args[0]) for mark in metafunc.definition.iter_markers("parametrize"))
-    if getattr(metafunc.module, "ALL_ENGINES", False) and "db_url" in metafunc.fixturenames and not chosen:
-        metafunc.parametrize("db_url", ENGINES, indirect=True)
+    for fixture in ("db_url", "empty_db_url"):
+        marks = metafunc.definition.iter_markers("parametrize")
+        chosen = any(fixture in str(mark.args[0]) for mark in marks)
+        if getattr(metafunc.module, "ALL_ENGINES", False) and fixture in metafunc.fixturenames and not chosen:
+            metafunc.parametrize(fixture, ENGINES, indirect=True)
+
+
+_sqlite_template: list[Path] = []  # a SQLite store db_init made, once per worker
+
+
+def _configured() -> bool:
+    """Whether anything but the test's empty AIRFLOW_HOME could reach db_init's settings."""
+    home = Path(os.environ["AIRFLOW_HOME"])
+    return any(n.startswith("AIRFLOW__") or n == "AIRFLOW_CONFIG" for n in os.environ) or any(home.iterdir())
 
 
 @pytest.fixture
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A store with the schema created, as the CLI's --conn takes it (SQLite unless parametrised)."""
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A store with the schema created, as the CLI's --conn takes it (SQLite unless parametrised).
+
+    On SQLite, a copy of the file ``db init`` made once for the worker (with nothing configured), unless the
+    test has configured something before asking for its store: then ``db init`` makes this one."""
     name = getattr(request, "param", "sqlite")
     with isolated_database(name, tmp_path) as url:
-        db_init(load_settings(conn_override=url))
+        if name == "sqlite" and not _configured():
+            if not _sqlite_template:
+                folder = tmp_path_factory.mktemp("sqlite-template")
+                template = folder / "store.db"
+                db_init(load_settings(conn_override=f"sqlite:///{template}", environ={"AIRFLOW_HOME": str(folder)}))
+                _sqlite_template.append(template)
+            shutil.copyfile(_sqlite_template[0], tmp_path / "store.db")
+        else:
+            db_init(load_settings(conn_override=url))
+        yield url
+
+
+@pytest.fixture
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty store of its own, no schema (SQLite unless parametrised, as ``db_url``)."""
+    with isolated_database(getattr(request, "param", "sqlite"), tmp_path) as url:
         yield url
 
 
@@ -95,14 +186,15 @@ def airflow_python() -> Path:
 
 
 @pytest.fixture(scope="session")
-def migrated_sqlite(airflow_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file ``airflow db migrate`` made, once per session; tests copy it."""
+def migrated_sqlite(airflow_python: Path) -> Path:
+    """A SQLite file ``airflow db migrate`` made, once per test run (the first worker to need it makes it,
+    the others wait); tests copy it."""
     from airflow_venv import airflow, airflow_env
 
-    folder = tmp_path_factory.mktemp("airflow-sqlite")
-    path = folder / "airflow.db"
-    airflow(airflow_python, airflow_env(folder / "home", f"sqlite:///{path}"), "db", "migrate")
-    return path
+    def migrate(folder: Path) -> None:
+        airflow(airflow_python, airflow_env(folder / "home", f"sqlite:///{folder / 'airflow.db'}"), "db", "migrate")
+
+    return once_per_run("airflow-sqlite", migrate) / "airflow.db"
 
 
 # -- monitoring: node-exporter's textfile collector (tests/monitoring.py) -----------------------------------

@@ -24,12 +24,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+import typer.main
 from sqlalchemy import create_engine, make_url, text
 from typer.testing import CliRunner
 
@@ -53,11 +54,44 @@ class Result:
         return f"exit {self.exit_code}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
 
 
+_root_command: list[Any] = []  # the click command typer makes of the app, made once per process
+
+
 def run_cli(*args: str, conn: str | None = None, input: str | None = None) -> Result:
-    """Run ``statestore [--conn CONN] ARGS`` in this process; without ``conn`` the configuration decides."""
+    """Run ``statestore [--conn CONN] ARGS`` in this process; without ``conn`` the configuration decides.
+
+    As ``typer.testing.CliRunner.invoke`` does (stdin, stdout, stderr and the environment isolated, the exit
+    code from SystemExit), but with the click command typer makes of the app made once, not on each
+    call, where it took two thirds of a run's time: a process makes it once too, and keeps no state in it."""
     argv = (["--conn", conn] if conn else []) + list(args)
-    result = CliRunner().invoke(app, argv, input=input)
-    return Result(result.exit_code, result.stdout, result.stderr, result.exception)
+    if not _root_command:
+        _root_command.append(typer.main.get_command(app))
+    command = _root_command[0]
+    runner = CliRunner()
+    exception: BaseException | None = None
+    with runner.isolation(input=input) as (stdout, stderr, _):
+        try:
+            command.main(args=argv, prog_name=runner.get_default_prog_name(command))
+            exit_code = 0
+        except SystemExit as exc:
+            code = 0 if exc.code is None else exc.code
+            if code != 0:
+                exception = exc
+            if not isinstance(code, int):
+                sys.stdout.write(f"{code}\n")
+                code = 1
+            exit_code = code
+        except Exception as exc:  # as CliRunner: the exception is the result's, exit code 1
+            exception, exit_code = exc, 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = stdout.getvalue(), stderr.getvalue()
+
+    def decoded(data: bytes) -> str:
+        return data.decode(runner.charset, "replace").replace("\r\n", "\n")
+
+    return Result(exit_code, decoded(out), decoded(err), exception)
 
 
 def statestore_argv(*args: str, code: str | None = None, python_flags: Sequence[str] = ()) -> list[str]:
@@ -115,6 +149,7 @@ def read_terminal(primary: int, proc: subprocess.Popen, on_output: Callable[[byt
 
 # -- database servers and stores -----------------------------------------------------------------------------
 # The servers the development and CI machines run; override with STATESTORE_TEST_PG / STATESTORE_TEST_MYSQL.
+# Tests never use these URLs themselves: ``require_server`` gives each test process a database of its own.
 SERVER_URLS = {
     "postgresql": os.environ.get("STATESTORE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
     "mariadb": os.environ.get("STATESTORE_TEST_MYSQL", "mysql+pymysql://root@127.0.0.1:3306/test"),
@@ -125,10 +160,140 @@ HOW_TO_START = {
 }
 ENGINES = ("sqlite", "postgresql", "mariadb")
 _reachable: dict[str, str | None] = {}
+_worker_databases: dict[str, str] = {}  # engine -> the URL of this process's database on it
+
+
+def worker_id() -> str:
+    """This test process: pytest-xdist's worker id (``gw0``, ``gw1``...), or ``main`` without workers."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+# One test run (all of its workers) shares a token and a folder, which the controller (the one process
+# without workers) makes at the start and removes at the end (conftest's pytest_configure and
+# pytest_unconfigure); workers inherit them through the environment. Two runs at once on one machine (two
+# checkouts, a developer's and CI's) get different ones, so their databases and files never meet.
+RUN_TOKEN_VARIABLE = "STATESTORE_TEST_RUN"
+
+
+def run_token() -> str:
+    """This test run's token (8 hex digits), shared by its workers."""
+    return os.environ[RUN_TOKEN_VARIABLE]
+
+
+def run_folder() -> Path:
+    """This test run's folder, shared by its workers: for what is built once per run (``once_per_run``)."""
+    return Path(tempfile.gettempdir()) / f"statestore-tests-{run_token()}"
+
+
+def start_run() -> None:
+    """Make this run's token and folder (in the controller, before the workers start)."""
+    if RUN_TOKEN_VARIABLE not in os.environ:
+        os.environ[RUN_TOKEN_VARIABLE] = uuid.uuid4().hex[:8]
+    run_folder().mkdir(exist_ok=True)
+
+
+def finish_run() -> None:
+    """Drop the databases made once for the whole run (``run_database``) and remove the run's folder."""
+    folder = run_folder()
+    for marker in sorted((folder / "databases").glob("*")) if (folder / "databases").is_dir() else []:
+        engine, _, name = marker.name.partition("--")
+        try:
+            _drop_database(engine, name)
+        except Exception as exc:  # the server went away: say so, do not fail a finished run
+            print(f"could not drop the test database {name} on {engine}: {exc}", file=sys.stderr)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _mark_database(engine_name: str, name: str) -> Path:
+    """Note the run-wide or worker database ``name``, so that ``finish_run`` drops it if nothing else
+    did (a worker that crashed): the note is made before the database."""
+    markers = run_folder() / "databases"
+    markers.mkdir(exist_ok=True)
+    marker = markers / f"{engine_name}--{name}"
+    marker.touch()
+    return marker
+
+
+def _drop_database(engine_name: str, name: str) -> None:
+    force = " WITH (FORCE)" if engine_name == "postgresql" else ""
+    _server_statements(SERVER_URLS[engine_name], f"DROP DATABASE IF EXISTS {name}{force}")
+
+
+@contextmanager
+def run_lock(name: str) -> Iterator[None]:
+    """Hold the run-wide lock ``name``: one worker at a time."""
+    import fcntl
+
+    with open(run_folder() / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def once_per_run(name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name`` of the run's folder, made by ``build(folder)`` the first time any worker asks
+    (the others wait for it); a build that failed is tried again by the next to ask."""
+    folder = run_folder() / name
+    done = folder / ".done"
+    with run_lock(name):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
+def run_database(engine_name: str, what: str, build: Callable[[str], None]) -> str:
+    """The URL of a database made once for the whole run (``sstest_<run>_<what>``) and filled by
+    ``build(url)``, for every worker to copy or read, never to write; dropped when the run ends."""
+    name = f"sstest_{run_token()}_{what}"
+    url = make_url(require_server(engine_name)).set(database=name).render_as_string(hide_password=False)
+
+    def create(folder: Path) -> None:
+        _mark_database(engine_name, name)
+        _drop_database(engine_name, name)  # left by a build that failed
+        _server_statements(require_server(engine_name), f"CREATE DATABASE {name}")
+        build(url)
+
+    once_per_run(f"database-{engine_name}-{what}", create)
+    return url
+
+
+def database_name(prefix: str) -> str:
+    """A new database (or schema) name on a server: ``PREFIX_WORKER_RANDOM``, unique across workers and runs."""
+    return f"{prefix}_{worker_id()}_{uuid.uuid4().hex[:10]}"
 
 
 def require_server(name: str) -> str:
-    """The server's admin URL; skips the test (fails it under CI=true) when the server is unreachable."""
+    """The URL of this test process's own database on the server ``name`` (``postgresql`` or ``mariadb``),
+    created on first use and dropped at the end of the session (``drop_worker_databases``); skips the test
+    (fails it under CI=true) when the server is unreachable.
+
+    A test may create databases, schemas or connections from it, never tables in it: what a test writes
+    goes into a database or schema of its own (``isolated_database``, ``throwaway_airflow_database``...),
+    so that no test sees another's rows, and PostgreSQL's per-database advisory locks (clean --exclusive)
+    are not shared with another worker's tests."""
+    problem = _server_problem(name)
+    if problem is not None:
+        message = f"{name} is not reachable at {SERVER_URLS[name]} ({problem}); {HOW_TO_START[name]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    if name not in _worker_databases:
+        label = f"sstest_{run_token()}_{worker_id()}"
+        charset = "" if name == "postgresql" else " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+        _mark_database(name, label)
+        _server_statements(SERVER_URLS[name], f"CREATE DATABASE {label}{charset}")
+        url = make_url(SERVER_URLS[name]).set(database=label).render_as_string(hide_password=False)
+        _worker_databases[name] = url
+    return _worker_databases[name]
+
+
+def _server_problem(name: str) -> str | None:
+    """Why the server ``name`` cannot be reached (None: it can), asked once per process."""
     if name not in _reachable:
         try:
             engine = create_engine(SERVER_URLS[name], connect_args={"connect_timeout": 3})
@@ -138,27 +303,52 @@ def require_server(name: str) -> str:
             _reachable[name] = None
         except Exception as exc:  # any failure to connect means: no server here
             _reachable[name] = str(exc).splitlines()[0]
-    problem = _reachable[name]
-    if problem is not None:
-        message = f"{name} is not reachable at {SERVER_URLS[name]} ({problem}); {HOW_TO_START[name]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return SERVER_URLS[name]
+    return _reachable[name]
+
+
+def server_environment() -> dict[str, str]:
+    """This process's environment for a child that makes its own stores on the servers (bench/): with
+    STATESTORE_TEST_PG / STATESTORE_TEST_MYSQL naming this worker's databases where the server is reachable
+    (the child skips the others, as it would anyway)."""
+    env = dict(os.environ)
+    for name, variable in (("postgresql", "STATESTORE_TEST_PG"), ("mariadb", "STATESTORE_TEST_MYSQL")):
+        if _server_problem(name) is None:
+            env[variable] = require_server(name)
+    return env
+
+
+def drop_worker_databases() -> None:
+    """Drop the databases ``require_server`` created for this process (at the end of its session)."""
+    while _worker_databases:
+        name, url = _worker_databases.popitem()
+        label = make_url(url).database
+        assert label is not None
+        _drop_database(name, label)
+        (run_folder() / "databases" / f"{name}--{label}").unlink(missing_ok=True)
+
+
+def _server_statements(url: str, *statements: str) -> None:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
 
 
 @contextmanager
 def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
-    """A URL to an empty database of its own: a SQLite file, a PostgreSQL schema, a MariaDB database."""
+    """A URL to an empty database of its own: a SQLite file, a PostgreSQL schema (in this process's database,
+    ``require_server``), a MariaDB database."""
     if name == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
-    admin_url = require_server(name)
-    label = f"ss_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE {'SCHEMA' if name == 'postgresql' else 'DATABASE'} {label}")
-    url = make_url(admin_url)
+    worker_url = require_server(name)
+    label = database_name("ss")
+    kind = "SCHEMA" if name == "postgresql" else "DATABASE"
+    _server_statements(worker_url, f"CREATE {kind} {label}")
+    url = make_url(worker_url)
     if name == "postgresql":
         url = url.update_query_dict({"options": f"-csearch_path={label}"})
     else:
@@ -166,12 +356,7 @@ def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
     try:
         yield url.render_as_string(hide_password=False)
     finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(
-                f"DROP {'SCHEMA' if name == 'postgresql' else 'DATABASE'} {label}"
-                + (" CASCADE" if name == "postgresql" else "")
-            )
-        admin.dispose()
+        _server_statements(worker_url, f"DROP {kind} {label}" + (" CASCADE" if name == "postgresql" else ""))
 
 
 def quote_key(statement: str, dialect: str) -> str:
@@ -222,21 +407,25 @@ def sql_statements(text: str) -> list[str]:
 
 
 @contextmanager
-def throwaway_airflow_database(engine_name: str) -> Iterator[str]:
-    """A new, empty database of its own on the PostgreSQL or MariaDB server (``utf8mb4_unicode_ci`` there,
-    as the MariaDB dump was made in): its URL; dropped afterwards. Skips when the server is unreachable."""
-    admin_url = require_server(engine_name)
-    name = f"afx_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    charset = "" if engine_name == "postgresql" else " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}{charset}")
+def throwaway_database(engine_name: str, prefix: str = "db", options: str = "") -> Iterator[str]:
+    """A new, empty database of its own on the PostgreSQL or MariaDB server, named ``database_name(prefix)``
+    and created with ``options`` (``CHARACTER SET ...``): its URL; dropped afterwards (on PostgreSQL WITH
+    (FORCE): PgBouncer may still hold server connections to it). Skips when the server is unreachable."""
+    worker_url = require_server(engine_name)
+    name = database_name(prefix)
+    _server_statements(worker_url, f"CREATE DATABASE {name}{' ' + options if options else ''}")
     try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+        yield make_url(worker_url).set(database=name).render_as_string(hide_password=False)
     finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE {name}" + (" WITH (FORCE)" if engine_name == "postgresql" else ""))
-        admin.dispose()
+        force = " WITH (FORCE)" if engine_name == "postgresql" else ""
+        _server_statements(worker_url, f"DROP DATABASE IF EXISTS {name}{force}")
+
+
+def throwaway_airflow_database(engine_name: str) -> AbstractContextManager[str]:
+    """A new, empty database (``throwaway_database``) for an Airflow schema: ``utf8mb4_unicode_ci`` on
+    MariaDB, as the MariaDB dump was made in."""
+    options = "" if engine_name == "postgresql" else "CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+    return throwaway_database(engine_name, "afx", options)
 
 
 def load_airflow_schema(engine_name: str, url: str, revision: str) -> None:
@@ -541,22 +730,16 @@ def _free_port() -> int:
 
 
 @contextmanager
-def throwaway_pg_database(admin_url: str) -> Iterator[str]:
-    """A new, empty PostgreSQL database on the server of ``admin_url``: its name; dropped afterwards.
+def throwaway_pg_database() -> Iterator[str]:
+    """A new, empty PostgreSQL database (``throwaway_database``): its name; dropped afterwards.
 
     Through PgBouncer a schema cannot be chosen with the URL's ``options`` (PgBouncer refuses that startup
     parameter, and ignoring it would put the tables in ``public`` of the shared database), so a store
     behind it gets a database of its own and uses its ``public`` schema."""
-    name = f"ss_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    with throwaway_database("postgresql", "ss") as url:
+        name = make_url(url).database
+        assert name is not None
         yield name
-    finally:
-        with admin.connect() as conn:  # WITH (FORCE): PgBouncer may still hold server connections to it
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.dispose()
 
 
 class PgBouncer(NamedTuple):

@@ -33,6 +33,7 @@ from helpers import (
     sql,
     throwaway_airflow_database,
 )
+from sqlalchemy import create_engine
 
 LAYOUTS = {"3.4": HEAD_34, "3.4-between": BETWEEN}  # layout name -> its alembic revision
 SQLITE_FILES = {HEAD_34: "airflow-3.4.sqlite", BETWEEN: "airflow-3.4-between.sqlite"}
@@ -172,14 +173,20 @@ class AirflowDb:
         tables = ["task_state_store", "asset_state_store", "asset_active", "asset", "dag_run"]
         if self.has_dag_run_store:
             tables.insert(1, "dag_run_state_store")
-        for table in tables:
-            self.sql(f"DELETE FROM {table}")
+        engine = create_engine(self.url)  # one connection for them all: a new one costs more than a DELETE
+        try:
+            with engine.begin() as conn:
+                for table in tables:
+                    conn.exec_driver_sql(f"DELETE FROM {table}")
+        finally:
+            engine.dispose()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server_databases() -> Iterator[Callable[[str, str], str]]:
-    """One throwaway database per server engine and revision, loaded the first time a test needs it and
-    dropped at the end of the module: loading the whole Airflow schema takes seconds per database."""
+    """One throwaway database per server engine and revision, loaded the first time a test of this worker
+    needs it and dropped at the end of its session (a worker runs this module's tests among others', so a
+    module-scoped one would be loaded again each time it comes back to the module)."""
     loaded: dict[tuple[str, str], str] = {}
     with ExitStack() as stack:
 

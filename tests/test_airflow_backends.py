@@ -17,14 +17,15 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow_venv import airflow_env, run_ops
+from airflow_venv import AirflowOps, airflow_env
 from sqlalchemy import create_engine, text
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 OBJECT_STORAGE = "airflow.providers.common.io.state_store.backend.StateStoreObjectStorageBackend"
@@ -88,6 +89,7 @@ class Deployment:
         self.env = airflow_env(tmp_path / "home", self.url)
         del self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]  # the config file says it, for both sides
         self.airflow_env = {**self.env, "AIRFLOW_CONFIG": str(self.config)}
+        self.ops = AirflowOps(python, self.airflow_env, AIRFLOW_SIDE, tmp_path)
         # statestore runs on Airflow's interpreter with this checkout first on its path. PYTHONPATH leaves
         # the cached venv, which other tests share, as it is: installing the tool into it would pull in
         # our typer pin (<0.29, a start-up speed choice) over Airflow's typer 0.29.2, and a second venv
@@ -120,7 +122,7 @@ class Deployment:
             engine.dispose()
 
     def airflow_side(self, *ops: list[object]) -> list[object]:
-        return run_ops(self.python, self.airflow_env, AIRFLOW_SIDE, ops)
+        return self.ops(ops)
 
     def statestore(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -140,8 +142,10 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(airflow_python: Path, migrated_sqlite: Path, tmp_path: Path) -> Deployment:
-    return Deployment(airflow_python, tmp_path, migrated_sqlite)
+def deployment(airflow_python: Path, migrated_sqlite: Path, tmp_path: Path) -> Iterator[Deployment]:
+    made = Deployment(airflow_python, tmp_path, migrated_sqlite)
+    yield made
+    made.ops.close()
 
 
 def task(map_index: int = -1) -> list[object]:

@@ -13,13 +13,12 @@ import json
 import re
 import shutil
 import sqlite3
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import require_server, run_cli, sql
-from sqlalchemy import create_engine, make_url
+from helpers import run_cli, sql, throwaway_database
+from sqlalchemy import create_engine
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 AIRFLOW_332 = FIXTURES / "airflow-3.3.2.sqlite"
@@ -223,26 +222,16 @@ AIRFLOW_332_PG = FIXTURES / "airflow-3.3.2-postgres-schema.sql"
 @pytest.fixture
 def airflow_postgres(tmp_path):
     """A PostgreSQL database holding Airflow 3.3.2's own schema (the pg_dump of a migrated database)."""
-    admin_url = require_server("postgresql")
     lines = fixture(AIRFLOW_332_PG, tmp_path).read_text().splitlines()
     dump = "\n".join(line for line in lines if not line.startswith("\\"))  # psql meta-commands (\restrict)
-    name = f"af_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.exec_driver_sql(dump)
-        conn.exec_driver_sql("SELECT pg_catalog.set_config('search_path', 'public', false)")
-        conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('d2f4e1b3c5a7')")
-    engine.dispose()
-    try:
+    with throwaway_database("postgresql", "af") as url:
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(dump)
+            conn.exec_driver_sql("SELECT pg_catalog.set_config('search_path', 'public', false)")
+            conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('d2f4e1b3c5a7')")
+        engine.dispose()
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
-        admin.dispose()
 
 
 def test_airflow_postgres_database_is_read_and_cleaned_in_place(airflow_postgres):

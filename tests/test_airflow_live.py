@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import shutil
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow_venv import airflow, airflow_env, run_ops
-from helpers import require_server, run_cli
+from airflow_venv import AirflowOps, airflow, airflow_env
+from helpers import database_name, require_server, run_cli, run_database, run_folder, run_lock
 from sqlalchemy import create_engine, make_url, text
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 RUN = "scheduled__2026-11-30T00:00:00+00:00"
 LONG_KEY = "external_system_reference_for_partition_2026_11_30_eu_west_1"
@@ -45,6 +43,10 @@ class AirflowDb:
     def __init__(self, python: Path, home: Path, airflow_url: str, our_url: str) -> None:
         self.python, self.url = python, our_url
         self.env = airflow_env(home, airflow_url)
+        self.ops = AirflowOps(python, self.env, DRIVER, home.parent)
+
+    def close(self) -> None:
+        self.ops.close()
 
     def sql(self, statement: str, **params: object) -> list[tuple]:
         engine = create_engine(self.url)
@@ -62,7 +64,7 @@ class AirflowDb:
 
     def backend(self, *ops: list[object]) -> list[object]:
         """Run ``ops`` through Airflow's own configured state store backend; returns each op's result."""
-        return run_ops(self.python, self.env, DRIVER, ops)
+        return self.ops(ops)
 
     def airflow_dry_run(self) -> set[tuple]:
         """The rows ``airflow state-store clean --dry-run`` lists, as (dag_id, run_id, task_id, map_index, key)."""
@@ -136,19 +138,17 @@ print(json.dumps(results))
 
 
 @pytest.fixture(scope="session")
-def migrated_postgres(airflow_python: Path) -> Iterator[str]:
-    """A PostgreSQL database ``airflow db migrate`` made, once per session: the template of each test's."""
-    admin_url = require_server("postgresql")
-    name = f"af_tpl_{uuid.uuid4().hex[:10]}"
-    _admin(admin_url, f"CREATE DATABASE {name}")
-    url = make_url(admin_url).set(database=name)
-    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"{name}-home"
-    try:
+def migrated_postgres(airflow_python: Path) -> str:
+    """A PostgreSQL database ``airflow db migrate`` made, once per test run (``run_database``): the
+    template of each test's. Its name."""
+
+    def migrate(url: str) -> None:
+        home = run_folder() / "airflow-postgres-home"
         airflow(airflow_python, airflow_env(home, _driver(url, "psycopg2")), "db", "migrate")
-        yield name
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-        _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    name = make_url(run_database("postgresql", "airflow_tpl", migrate)).database
+    assert name is not None
+    return name
 
 
 def _admin(admin_url: str, statement: str) -> None:
@@ -176,16 +176,21 @@ def airflow_db(request: pytest.FixtureRequest, airflow_python: Path, tmp_path: P
     if request.param == "sqlite":
         path = tmp_path / "airflow.db"
         shutil.copyfile(request.getfixturevalue("migrated_sqlite"), path)
-        yield AirflowDb(airflow_python, home, f"sqlite:///{path}", f"sqlite:///{path}")
+        db = AirflowDb(airflow_python, home, f"sqlite:///{path}", f"sqlite:///{path}")
+        yield db
+        db.close()
         return
     template = request.getfixturevalue("migrated_postgres")
     admin_url = require_server("postgresql")
-    name = f"af_{uuid.uuid4().hex[:10]}"
-    _admin(admin_url, f"CREATE DATABASE {name} TEMPLATE {template}")
+    name = database_name("af")
+    with run_lock("airflow-postgres-template"):  # a template is copied by one CREATE DATABASE at a time
+        _admin(admin_url, f"CREATE DATABASE {name} TEMPLATE {template}")
     url = make_url(admin_url).set(database=name)
+    db = AirflowDb(airflow_python, home, _driver(url, "psycopg2"), _driver(url, "psycopg"))
     try:
-        yield AirflowDb(airflow_python, home, _driver(url, "psycopg2"), _driver(url, "psycopg"))
+        yield db
     finally:
+        db.close()
         _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
@@ -280,10 +285,11 @@ def test_a_database_airflow_migrated_into_a_schema(airflow_python: Path, tmp_pat
     """`airflow db migrate` with [database] sql_alchemy_schema: Airflow's tables in the schema, its
     alembic_version in public; statestore finds both, and every command works on that database."""
     admin_url = require_server("postgresql")
-    name = f"af_schema_{uuid.uuid4().hex[:10]}"
+    name = database_name("af_schema")
     _admin(admin_url, f"CREATE DATABASE {name}")
     url = make_url(admin_url).set(database=name)
     ours = _driver(url, "psycopg")
+    db: AirflowDb | None = None
     try:
         _admin(ours, "CREATE SCHEMA airflow_meta")
         env = airflow_env(tmp_path / "home", _driver(url, "psycopg2"))
@@ -334,4 +340,6 @@ def test_a_database_airflow_migrated_into_a_schema(airflow_python: Path, tmp_pat
         db.backend(["set_task", "etl", RUN, "load", -1, "by_airflow", {"rows": 3}, None])
         assert db.cli("get", "--dag-id", "etl", "--run-id", RUN, "--task-id", "load", "by_airflow") == '{"rows": 3}\n'
     finally:
+        if db is not None:
+            db.close()
         _admin(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -19,6 +19,8 @@ from helpers import REPO
 
 from statestore_cli.ops.metrics import CleanMetrics, StatsMetrics
 
+pytestmark = pytest.mark.slow  # promtool runs the rules' unit tests
+
 RULES_DIR = REPO / "config" / "prometheus"
 RULES = RULES_DIR / "statestore-alerts.yml"
 UNIT_TESTS = RULES_DIR / "statestore-alerts.test.yml"

@@ -190,6 +190,7 @@ def test_the_table_shows_one_table_per_backend(monkeypatch, sample_objects):
     assert lines[-1] == "2 of 14 checks did not pass"  # delete, and adelete in async_non_blocking
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv", [["backend", "check", "-o", "plain"], ["orphans"], ["backend", "check", "-o", "json"]], ids=" ".join
 )

@@ -709,6 +709,7 @@ def read_only_store(tmp_path: Path) -> Iterator[str]:
         subprocess.run(["umount", str(where)], check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [("set", *TASK, "k", '"new"'), ("clean",), ("clear", *TASK, "--yes")])
 def test_a_read_only_sqlite_store(read_only_store, args):
     before = snapshot(read_only_store)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, server_environment
 
 STATESTORE = Path(sys.executable).with_name("statestore")
 
@@ -39,7 +39,9 @@ def test_quick_benchmark_measures_everything(tmp_path: Path) -> None:
     assert STATESTORE.exists(), f"statestore is not installed next to {sys.executable}"
     out = tmp_path / "results.json"
     cmd = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--workdir", str(tmp_path / "work")]
-    done = subprocess.run([*cmd, "--json-out", str(out)], capture_output=True, text=True, timeout=600, check=False)
+    env = server_environment()  # its server stores go into this worker's databases
+    argv = [*cmd, "--json-out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
 
     assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     results = json.loads(out.read_text())
@@ -70,7 +72,9 @@ def test_quick_transfer_benchmark_measures_everything(tmp_path: Path) -> None:
     or the script exits non-zero), on every engine it reaches."""
     out = tmp_path / "transfer.json"
     cmd = [sys.executable, str(REPO / "bench" / "transfer.py"), "--quick", "--workdir", str(tmp_path / "work")]
-    done = subprocess.run([*cmd, "--json-out", str(out)], capture_output=True, text=True, timeout=600, check=False)
+    env = server_environment()  # its server stores go into this worker's databases
+    argv = [*cmd, "--json-out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
 
     assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     results = json.loads(out.read_text())

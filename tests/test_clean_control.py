@@ -172,6 +172,7 @@ def test_writer_interleaved_right_before_the_delete_statement_keeps_its_key(db_u
 
 
 # -- signals (a real process, a real SIGTERM) -------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_sigterm_stops_after_the_current_batch(db_url, tmp_path):
     path = db_url.removeprefix("sqlite:///")

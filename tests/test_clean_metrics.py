@@ -191,6 +191,7 @@ def test_a_dry_run_refuses_a_metrics_file(cli, db_url, tmp_path):
 
 
 # -- signals: a real process ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sigterm_still_writes_the_metrics_file(db_url, tmp_path):
     path = db_url.removeprefix("sqlite:///")
     seed_expired(db_url, 1)

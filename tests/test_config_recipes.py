@@ -169,6 +169,7 @@ def test_cron_entry_parses(tmp_path):
         assert re.search(rf"#.*\b{code} ", text), code
 
 
+@pytest.mark.slow
 def test_cron_command_runs(store, bin_dir, tmp_path):
     variables, _, _, command = parse_cron_d(CONFIG / "cron" / "statestore-clean")
     collector, lock = tmp_path / "textfile_collector", tmp_path / "lock"
@@ -223,6 +224,7 @@ def test_cronjob_manifest_is_safe_to_schedule():
         assert re.search(rf"#\s+{code}\s", text), f"exit code {code} explained in a comment"
 
 
+@pytest.mark.slow
 def test_cronjob_container_runs(store, bin_dir, tmp_path):
     [container] = load_cronjob()["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     [mount] = container["volumeMounts"]
@@ -266,6 +268,7 @@ def test_systemd_units_parse():
         assert calendar.returncode == 0, calendar.stderr
 
 
+@pytest.mark.slow
 def test_systemd_service_runs(store, bin_dir, tmp_path):
     service = read_unit("statestore-clean.service")["Service"]
     collector = tmp_path / "textfile_collector"

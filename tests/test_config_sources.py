@@ -208,6 +208,7 @@ def test_a_command_names_a_real_store(tmp_path, monkeypatch):
     assert run_cli("--conn", url, "get", *TASK, "job").stdout == '"42"\n'  # the store the command named
 
 
+@pytest.mark.slow
 def test_the_fast_get_path_hands_a_command_over_and_it_runs_once(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'store.db'}"
     db_init(load_settings(conn_override=url))
@@ -420,6 +421,7 @@ def test_a_backend_that_cannot_be_loaded_is_exit_2(tmp_path, clean_environment, 
     assert_failed(run_cli("--config", str(cfg), "db", "init"), 2, message, tmp_path, clean_environment)
 
 
+@pytest.mark.slow
 def test_the_fast_get_path_hands_a_secret_over(tmp_path, monkeypatch, secrets):
     url = f"sqlite:///{tmp_path / 'store.db'}"
     db_init(load_settings(conn_override=url))

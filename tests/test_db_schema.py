@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from helpers import require_server, run_cli, sql
+from helpers import require_server, run_cli, sql, throwaway_database
 from sqlalchemy import create_engine, make_url
 
 from statestore_cli.backends.stores import open_metastore
@@ -48,23 +48,15 @@ def admin(url: str, *statements: str) -> None:
 
 @contextmanager
 def schema_store(name: str) -> Iterator[SchemaStore]:
-    admin_url = require_server(name)
-    label = f"ss_{uuid.uuid4().hex[:10]}"
     if name == "postgresql":
-        admin(admin_url, f"CREATE DATABASE {label}")
-        url = make_url(admin_url).set(database=label).render_as_string(hide_password=False)
-        admin(url, "CREATE SCHEMA airflow_meta")
-        try:
+        with throwaway_database(name, "ss") as url:
+            admin(url, "CREATE SCHEMA airflow_meta")
             yield SchemaStore(name, url, "airflow_meta", "public")
-        finally:
-            admin(admin_url, f"DROP DATABASE {label} WITH (FORCE)")
         return
-    admin(admin_url, f"CREATE DATABASE {label}", f"CREATE DATABASE {label}_meta")
-    url = make_url(admin_url).set(database=label).render_as_string(hide_password=False)
-    try:
-        yield SchemaStore(name, url, f"{label}_meta", label)
-    finally:
-        admin(admin_url, f"DROP DATABASE {label}", f"DROP DATABASE {label}_meta")
+    with throwaway_database(name, "ss") as url, throwaway_database(name, "ss_meta") as meta:
+        schema, default = make_url(meta).database, make_url(url).database
+        assert schema and default
+        yield SchemaStore(name, url, schema, default)
 
 
 @pytest.fixture(params=["postgresql", "mariadb"])

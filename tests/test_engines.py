@@ -178,15 +178,14 @@ def test_postgresql_session_time_zone_does_not_change_what_expires(tmp_path):
 
 
 def test_mariadb_server_time_zone_does_not_change_what_expires(tmp_path):
-    admin = require_server("mariadb")
+    """A server whose time zone is not UTC: every session starts in it. The session is started in it by the
+    connection's init_command, not by SET GLOBAL, which would reach every other test's sessions too."""
     with isolated_database("mariadb", tmp_path) as url:
         db_init(load_settings(conn_override=url))
-        sql(admin, "SET GLOBAL time_zone = '+09:00'")
-        try:
-            assert sql(url, "SELECT @@global.time_zone") == [("+09:00",)]
-            _check_time_zone_independence(url, url)
-        finally:
-            sql(admin, "SET GLOBAL time_zone = 'SYSTEM'")
+        tokyo = make_url(url).update_query_dict({"init_command": "SET time_zone = '+09:00'"})
+        tokyo_url = tokyo.render_as_string(hide_password=False)
+        assert sql(tokyo_url, "SELECT @@session.time_zone") == [("+09:00",)]
+        _check_time_zone_independence(tokyo_url, tokyo_url)
         [(stored,)] = sql(url, "SELECT CAST(expires_at AS CHAR) FROM task_state_store WHERE {key} = 'expired'")
         assert stored.endswith(EXPIRED_AT.astimezone(UTC).strftime("%H:%M:%S.%f"))  # naive UTC on disk
 
@@ -214,16 +213,16 @@ def test_statement_timeout_that_sqlite_cannot_apply_is_said(cli, db_url):
 
 
 @pytest.mark.parametrize(
-    "url",
+    "engine, drivername",
     [
-        "postgresql://postgres@127.0.0.1:5432/test",
-        "postgresql+psycopg2://postgres@127.0.0.1:5432/test",
-        "mysql://root@127.0.0.1:3306/test",
-        "mysql+mysqldb://root@127.0.0.1:3306/test",
+        ("postgresql", "postgresql"),
+        ("postgresql", "postgresql+psycopg2"),
+        ("mariadb", "mysql"),
+        ("mariadb", "mysql+mysqldb"),
     ],
 )
-def test_url_forms_airflow_users_have_work(url):
-    require_server("postgresql" if url.startswith("postgresql") else "mariadb")
+def test_url_forms_airflow_users_have_work(engine, drivername):
+    url = make_url(require_server(engine)).set(drivername=drivername).render_as_string(hide_password=False)
     result = run_cli("db", "check", "-o", "json", conn=url)
     doc = json.loads(result.stdout)
     assert doc["engine"] in ("postgresql", "mysql", "mariadb")

@@ -111,6 +111,7 @@ def test_db_check_of_a_store_without_tables_exits_3_with_one_line(cli, tmp_path)
     )
 
 
+@pytest.mark.slow
 def test_a_clear_answered_no_deletes_nothing_and_says_so_as_one_error_line(cli, db_url):
     assert cli("set", *TASK, "a", "1").exit_code == 0
     primary, secondary = pty.openpty()

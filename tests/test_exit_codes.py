@@ -171,6 +171,7 @@ def test_3_db_check_reports_an_unreachable_database_as_json(cli):
     assert result.stderr.startswith("statestore: error: database error on ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("group", "commands"),
     [

@@ -8,12 +8,15 @@ from pathlib import Path
 import pytest
 from helpers import run_statestore_process
 
+pytestmark = pytest.mark.slow  # real processes: the start-up fast path
+
 TASK = ["--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract"]
 HEAVY = ("sqlalchemy", "typer", "rich")
 PROBE = f"""
 import sys
 sys.argv[0] = "statestore"
 from statestore_cli.__main__ import main
+
 try:
     main()
 finally:

@@ -87,6 +87,7 @@ def store(cli, db_url):
     return db_url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [["--bogus"], ["-o=json"], ["--output", "yaml"]])
 def test_an_option_the_fast_path_does_not_read_gets_the_full_clis_answer(store, tmp_path, extra):
     argv = ["--conn", store, "get", *TASK, "job", *extra]
@@ -117,6 +118,7 @@ def run_on_terminal(argv: list[str], cwd: Path, fast: bool) -> tuple[int, bytes,
     return proc.wait(timeout=20), seen, stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["job", "missing"])
 def test_auto_output_on_a_terminal_is_the_full_clis(store, tmp_path, key):
     argv = ["--conn", store, "get", *TASK, key]

@@ -26,6 +26,8 @@ from sqlalchemy import create_engine, make_url, text
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
 
+pytestmark = pytest.mark.slow  # real processes, signals and connect timeouts
+
 SERVERS = ["postgresql", "mariadb"]
 PAST = datetime(2020, 1, 1)  # naive: every engine reads it as UTC here, and it is long expired
 TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")

@@ -135,6 +135,7 @@ def test_clear_with_nothing_to_clear_says_so_and_does_not_ask(cli):
     assert (asset.exit_code, asset.stderr) == (0, "nothing to clear: no keys for name=nowhere\n")
 
 
+@pytest.mark.slow
 def test_clear_question_names_the_scope_the_map_indices_and_the_count(cli, db_url):
     _mapped_keys(cli)
     term = Terminal(["--conn", db_url, "clear", *TASK, "--all-map-indices"], terminal_env())
@@ -148,6 +149,7 @@ def test_clear_question_names_the_scope_the_map_indices_and_the_count(cli, db_ur
     assert _keys(db_url) == 0
 
 
+@pytest.mark.slow
 def test_clear_of_one_map_index_names_it(cli, db_url):
     _mapped_keys(cli)
     term = Terminal(["--conn", db_url, "clear", *TASK, "--map-index", "1"], terminal_env())
@@ -158,6 +160,7 @@ def test_clear_of_one_map_index_names_it(cli, db_url):
     assert _keys(db_url) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("keys", "code", "after_question"),
     [
@@ -188,6 +191,7 @@ def test_the_reference_documents_the_clear_exit_codes():
 
 
 # -- interrupted runs and progress ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_dry_run_interrupted_says_nothing_was_deleted_and_how_many_it_listed(cli, db_url):
     _expired_rows(db_url, 50_000)
     env = {**os.environ, "STATESTORE_NO_FAST_PATH": "1"}
@@ -214,6 +218,7 @@ def test_a_dry_run_interrupted_says_nothing_was_deleted_and_how_many_it_listed(c
     assert _keys(db_url) == 50_000
 
 
+@pytest.mark.slow
 def test_an_interrupted_dry_run_on_a_terminal_erases_its_bar(cli, db_url):
     _expired_rows(db_url, 400_000)
     term = Terminal(["--conn", db_url, "clean", "--dry-run"], terminal_env(80))
@@ -232,6 +237,7 @@ def test_an_interrupted_dry_run_on_a_terminal_erases_its_bar(cli, db_url):
     assert _keys(db_url) == 400_000
 
 
+@pytest.mark.slow
 def test_the_progress_bar_ends_at_the_final_count(cli, db_url):
     _expired_rows(db_url, 2200)
     status, screen = Terminal(["--conn", db_url, "clean", "--batch-size", "1000"], terminal_env(100)).finish()
@@ -241,6 +247,7 @@ def test_the_progress_bar_ends_at_the_final_count(cli, db_url):
     assert "deleted 2,200 expired task keys in 3 batches of up to 1,000" in screen
 
 
+@pytest.mark.slow
 def test_a_dry_run_bar_ends_at_the_final_count(cli, db_url):
     _expired_rows(db_url, 2500)
     status, screen = Terminal(["--conn", db_url, "clean", "--dry-run"], terminal_env(100)).finish()
@@ -297,6 +304,7 @@ def _rich_help(args: list[str], columns: int) -> str:
     return ANSI.sub("", screen)
 
 
+@pytest.mark.slow
 def test_flags_read_as_flags_in_rich_help_on_a_terminal():
     screen = _rich_help(["clean"], 120)
     assert "╭─ Options" in screen, "help on a terminal is rich"
@@ -335,6 +343,7 @@ def test_rich_help_fills_its_lines_and_examples_do_not_wrap_at_80_columns():
     assert '\'{"id": "j-123"}\' --retention 6h' in screen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["set", "get", "clear", "list", "import", "clean", "db", "assets"])
 def test_plain_help_examples_fit_80_columns(command):
     shown = run_statestore_process(command, "--help", env={**os.environ, "COLUMNS": "80"}).stdout

@@ -69,6 +69,7 @@ def test_db_check_names_the_layout_of_a_3_4_database(tmp_path):
     assert "problems" not in doc
 
 
+@pytest.mark.slow
 def test_the_fast_get_path_never_reads_a_key_of_a_region(tmp_path):
     """On the in-between layout (region_id beside map_index) a key stored in a region is not the key of the
     same task outside it: `get` as a real process (the fast path for SQLite) must not print it."""

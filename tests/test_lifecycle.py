@@ -333,6 +333,7 @@ def test_worker_backend_clears_tasks_differing_by_a_trailing_space_apart(cli, db
 
 
 # -- confirmation at a terminal ------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_clear_of_a_run_asks_with_the_count_at_a_terminal(cli, db_url):
     from test_help_and_prompts import Terminal, terminal_env
@@ -355,6 +356,7 @@ def test_clear_of_a_run_asks_with_the_count_at_a_terminal(cli, db_url):
     assert [dag for dag, *_ in _remaining(db_url)] == ["etl", "etl"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_runs_and_assets_delete_ask_at_a_terminal(cli, db_url):
     from test_help_and_prompts import Terminal, terminal_env

@@ -24,6 +24,8 @@ from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine, mask_url
 
+pytestmark = pytest.mark.slow  # each test waits out a lock timeout
+
 TASK = ("--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract")
 SCOPE = TaskScope("etl", "manual__1", "extract")
 HINT = "raise [state_store] lock_timeout or --lock-timeout"

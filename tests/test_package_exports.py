@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO
 
 import statestore_cli
@@ -41,6 +42,7 @@ def test_the_library_guide_example_runs_as_written(db_url, monkeypatch):
     assert watermark.get("last_seen") == "2026-11-30T00:00:00Z"
 
 
+@pytest.mark.slow
 def test_importing_the_package_does_not_load_sqlalchemy():
     probe = "import sys, statestore_cli; statestore_cli.accessor; print('sqlalchemy' in sys.modules)"
     lazy = "import sys, statestore_cli; print('sqlalchemy' in sys.modules)"

@@ -12,19 +12,22 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_statestore_process
+from helpers import REPO, once_per_run, run_statestore_process
+
+pytestmark = pytest.mark.slow  # builds the wheel and the sdist, installs the wheel
 
 TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
-        check=True,
-    )
-    [built] = out.glob("statestore_cli-*.whl")
+@pytest.fixture(scope="session")
+def wheel() -> Path:
+    """The wheel of this checkout, built once per test run (``once_per_run``); tests only read it."""
+
+    def build(out: Path) -> None:
+        pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out)]
+        subprocess.run([*pip, str(REPO)], check=True)
+
+    [built] = once_per_run("wheel", build).glob("statestore_cli-*.whl")
     return built
 
 

@@ -41,6 +41,8 @@ from statestore_cli.db.database import make_engine
 from statestore_cli.ops.cleanup import CleanControl, delete_expired
 from statestore_cli.ops.commands import db_init
 
+pytestmark = pytest.mark.slow  # PgBouncer started for each test, in front of PostgreSQL
+
 MODES = ("transaction", "session", "direct")
 # Server connections per database and user: in transaction mode fewer than the clients, so they take
 # turns on them; in session mode a client keeps one while it is connected, so the pool must seat our
@@ -110,7 +112,7 @@ def pool(request: pytest.FixtureRequest) -> Iterator[Pool]:
     admin = require_server("postgresql")
     if request.param != "direct":
         require_pgbouncer()
-    with throwaway_pg_database(admin) as database:
+    with throwaway_pg_database() as database:
         server_url = make_url(admin).set(database=database).render_as_string(hide_password=False)
         db_init(load_settings(conn_override=server_url))
         if request.param == "direct":

@@ -24,6 +24,8 @@ from sqlalchemy import create_engine, text
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
 
+pytestmark = pytest.mark.slow  # real processes whose pipes close
+
 DAGS = ("etl_orders_daily", "ml_feature_store_refresh_with_a_rather_long_dag_id")
 TASKS = 25
 KEYS_PER_TASK = 40  # 2 dags x 2 runs x 25 tasks x 40 keys = 4,000 rows, 2,000 of them expired

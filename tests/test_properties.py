@@ -21,6 +21,8 @@ from statestore_cli.errors import ConfigError, InvalidInputError
 from statestore_cli.model.retention import NEVER_EXPIRE, parse_duration, parse_retention
 from statestore_cli.ops.commands import db_init, get_entry, set_value
 
+pytestmark = pytest.mark.slow  # hundreds of generated examples per test
+
 SETTINGS = settings(
     derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

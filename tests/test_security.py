@@ -117,6 +117,7 @@ EVERY_COMMAND = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("url", FAILING_URLS, ids=["pg", "mysql", "pg-query", "unparsable"])
 def test_no_command_prints_the_password(url, monkeypatch, tmp_path):
     """Every command, every way the URL can be given, with and without --debug: the password never shows."""
@@ -141,6 +142,7 @@ def test_no_command_prints_the_password(url, monkeypatch, tmp_path):
         assert result.exit_code in (0, 2, 3), result.output
 
 
+@pytest.mark.slow
 def test_debug_tracebacks_do_not_print_the_password(monkeypatch):
     result = run_statestore_process("--debug", "--conn", FAILING_URLS[0], "list", timeout=60)
     assert result.exit_code != 0

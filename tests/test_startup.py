@@ -14,12 +14,15 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real process for each test
+
 TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 WATCHED = ("sqlalchemy", "rich", "pydantic", "typer")
 PROBE = """
 import json, sys
 sys.argv = ["statestore", *{argv!r}]
 from statestore_cli.__main__ import main
+
 code = 0
 try:
     main()

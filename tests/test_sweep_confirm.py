@@ -34,6 +34,7 @@ def test_sweep_without_a_terminal_needs_yes_and_deletes_nothing(cli, db_url):
     assert _asset_keys(db_url) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_sweep_asks_at_a_terminal_with_the_count_and_the_assets(cli, db_url):
     from test_help_and_prompts import Terminal, terminal_env

@@ -242,6 +242,7 @@ def test_a_key_wider_than_the_table_wraps_whole(db_url, monkeypatch):
     assert "".join(shown) == key and "…" not in screen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("fast", [True, False])
 def test_get_on_a_terminal_says_the_key_expired(db_url, fast):

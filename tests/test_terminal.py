@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import read_terminal, statestore_argv
 
+pytestmark = pytest.mark.slow  # real processes on pseudo-terminals
+
 TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from helpers import run_statestore_process, sql
 
 from statestore_cli.backends.base import REF_MARKER
@@ -44,6 +45,7 @@ def test_a_reference_without_a_worker_backend_is_shown_with_a_warning(cli, monke
     assert json.loads(result.stdout) == {REF_MARKER: REF}
 
 
+@pytest.mark.slow
 def test_the_fast_path_hands_a_reference_to_the_full_cli(cli, monkeypatch, db_url, sample_objects):
     monkeypatch.setenv(WORKER, "sample_backends.DictWorkerBackend")
     assert cli("set", *TASK, "job_id", '"v"').exit_code == 0
