@@ -61,6 +61,7 @@ from statestore_cli.timestamps import iso_utc
 _MYSQL = ("mysql", "mariadb")
 WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held
 DELETE_CHUNK = 10_000  # ids per DELETE ... IN (...) on MySQL/MariaDB, well within any packet limit
+COPY_CHUNK = 1 << 18  # bytes of COPY output written at a time
 
 
 class BackupFileError(BackendError):
@@ -361,8 +362,8 @@ def _lines_batch(
     dialect = conn.dialect.name
     if dialect == "postgresql":
         _utc_session(conn)
-        if not batch_size and lines.whole is not None and _copies(conn):
-            return _copy_all(conn, selection, lines.whole, backup)
+        if lines.whole is not None and _copies(conn):
+            return _copy_batch(conn, selection, lines.whole, backup, batch_size, after)
     if not batch_size or dialect not in ("postgresql", "sqlite"):
         return _select_then_delete(conn, selection, lines, backup, batch_size, after)
     columns, make, _ = lines
@@ -399,10 +400,27 @@ def _copies(conn: Connection) -> bool:
     return hasattr(conn.connection.dbapi_connection, "pgconn")
 
 
-def _copy_all(conn: Connection, selection: Selection, line: Any, backup: BackupFile) -> Batch:
-    """A one-statement run on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows'
-    lines streamed into the file as the server sends them (nothing held), then synced before the commit."""
-    statement = delete(selection.table).where(selection.where).returning(line)
+def _copy_batch(
+    conn: Connection, selection: Selection, line: Any, backup: BackupFile, batch_size: int, after: Any
+) -> Batch:
+    """A batch on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows' lines streamed
+    into the file as the server sends them (no row held in Python, nothing turned into Python objects), then
+    synced before the commit. A bounded batch first takes its rows' ids, locked (``FOR UPDATE SKIP LOCKED``, as
+    without a backup), and the delete is of exactly those ids, each of which must come back as a line."""
+    order = selection.order
+    where = selection.where
+    ids: list[Any] | None = None
+    last = None
+    if batch_size:
+        walk = selection.walk if selection.walk is not None else where
+        picked = select(order).where(walk, *([order > after] if after is not None else [])).order_by(order)
+        taken = picked.limit(batch_size).with_for_update(skip_locked=True).subquery()
+        found, last = conn.execute(select(func.array_agg(taken.c[0]), func.max(taken.c[0]))).one()
+        ids = list(found or ())
+        if not ids:
+            return Batch(0, None)
+        where = and_(order == any_(bindparam("ids", ids, type_=ARRAY(order.type))), where)
+    statement = delete(selection.table).where(where).returning(line)
     compiled = statement.compile(
         dialect=conn.dialect, schema_translate_map=conn.get_execution_options().get("schema_translate_map")
     )
@@ -410,19 +428,28 @@ def _copy_all(conn: Connection, selection: Selection, line: Any, backup: BackupF
     cursor = dbapi_conn.cursor()
     sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
     count = 0
-    pending = b""
+    blocks: list[bytes] = []
+    size = 0
     errors = conn.dialect.loaded_dbapi
+
+    def write_out(final: bool) -> int:
+        # Whole lines only (a block is a row as the server sends it, but need not be); the text format doubles
+        # each backslash, and a line holds no tab, line break or other control character for it to escape
+        # (JSON escapes them, and the value's are made spaces).
+        data = b"".join(blocks)
+        end = len(data) if final else data.rfind(b"\n") + 1
+        blocks[:] = [data[end:]] if end < len(data) else []
+        return backup.add_lines(data[:end].replace(b"\\\\", b"\\").decode("utf-8")) if end else 0
+
     try:
         with cursor.copy(sql, params) as copy:
             for block in copy:
-                pending += bytes(block)
-                end = pending.rfind(b"\n") + 1
-                if end:
-                    # The text format doubles each backslash; a line holds no tab, line break or other control
-                    # character for it to escape (JSON escapes them, and the value's are made spaces).
-                    lines = pending[:end].replace(b"\\\\", b"\\").decode("utf-8")
-                    count += backup.add_lines(lines)
-                    pending = pending[end:]
+                blocks.append(bytes(block))
+                size += len(block)
+                if size >= COPY_CHUNK:
+                    count += write_out(final=False)
+                    size = sum(map(len, blocks))
+        count += write_out(final=True)
         deleted = cursor.rowcount
     except errors.DataError:  # a value that is not JSON: the statement again, from the rows in Python
         raise _Redo from None
@@ -433,13 +460,14 @@ def _copy_all(conn: Connection, selection: Selection, line: Any, backup: BackupF
         raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
     finally:
         cursor.close()
-    if deleted != count:
+    if deleted != count or (ids is not None and count != len(ids)):
         raise BackendError(
-            f"the delete removed {deleted:,} rows and returned {count:,} lines; the batch was rolled back"
+            f"the batch took {len(ids or ()):,} rows, deleted {deleted:,} and wrote {count:,} lines: the rows changed "
+            "meanwhile; the batch was rolled back, run the command again"
         )
     if count:
-        backup.sync()
-    return Batch(count, None)
+        backup.sync()  # durable before the commit
+    return Batch(count, None if ids is None or count < batch_size else last)
 
 
 def _select_then_delete(
