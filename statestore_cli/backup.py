@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,7 +278,7 @@ class Lines(NamedTuple):
     whole: Any = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared (and hashed) by identity: it keys its compiled statements
 class Selection:
     """What a backed-up delete deletes from one table, and how each row becomes a line.
 
@@ -407,26 +408,18 @@ def _copy_batch(
     into the file as the server sends them (no row held in Python, nothing turned into Python objects), then
     synced before the commit. A bounded batch first takes its rows' ids, locked (``FOR UPDATE SKIP LOCKED``, as
     without a backup), and the delete is of exactly those ids, each of which must come back as a line."""
-    order = selection.order
-    where = selection.where
+    pick, copy_all, copy_ids = _copy_statements(conn, selection, line)
     ids: list[Any] | None = None
     last = None
     if batch_size:
-        walk = selection.walk if selection.walk is not None else where
-        picked = select(order).where(walk, *([order > after] if after is not None else [])).order_by(order)
-        taken = picked.limit(batch_size).with_for_update(skip_locked=True).subquery()
-        found, last = conn.execute(select(func.array_agg(taken.c[0]), func.max(taken.c[0]))).one()
+        found, last = conn.execute(pick, {"after": 0 if after is None else after, "size": batch_size}).one()
         ids = list(found or ())
         if not ids:
             return Batch(0, None)
-        where = and_(order == any_(bindparam("ids", ids, type_=ARRAY(order.type))), where)
-    statement = delete(selection.table).where(where).returning(line)
-    compiled = statement.compile(
-        dialect=conn.dialect, schema_translate_map=conn.get_execution_options().get("schema_translate_map")
-    )
+    compiled = copy_all if ids is None else copy_ids
+    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params({"ids": ids} if ids else None)
     dbapi_conn: Any = conn.connection.dbapi_connection
     cursor = dbapi_conn.cursor()
-    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
     count = 0
     blocks: list[bytes] = []
     size = 0
@@ -468,6 +461,34 @@ def _copy_batch(
     if count:
         backup.sync()  # durable before the commit
     return Batch(count, None if ids is None or count < batch_size else last)
+
+
+# The statements of each selection's COPY batches, made once: statements made per batch leave reference cycles,
+# each holding its batch's ids, for the garbage collector, and memory would grow with the batches until it ran.
+_COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _copy_statements(conn: Connection, selection: Selection, line: Any) -> tuple[Any, Any, Any]:
+    """The ids a bounded batch takes (after ``:after``, ``:size`` of them, locked), and the delete of every row
+    of the selection and of the ``:ids``, each returning its line, compiled for this connection."""
+    made = _COPY_STATEMENTS.get(selection)
+    if made is None:
+        order = selection.order
+        walk = selection.walk if selection.walk is not None else selection.where
+        picked = select(order).where(walk, order > bindparam("after", type_=order.type)).order_by(order)
+        taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).subquery()
+        pick = select(func.array_agg(taken.c[0]), func.max(taken.c[0]))
+        chosen = order == any_(bindparam("ids", type_=ARRAY(order.type)))
+        translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
+        every, of_ids = (
+            delete(selection.table)
+            .where(*where, selection.where)
+            .returning(line)
+            .compile(dialect=conn.dialect, **translate)
+            for where in ([], [chosen])
+        )
+        made = _COPY_STATEMENTS[selection] = (pick, every, of_ids)
+    return made
 
 
 def _select_then_delete(
