@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import generate
+import harness
 import stores
 from generate import Spec
 from measure import RSS_METHOD, run_process
@@ -44,18 +45,18 @@ RSS_TARGET = 1.10  # peak RSS at --rows within 1.10x of that at --small-rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--small-rows", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=10_000)
-    parser.add_argument("--json-out", type=Path)
-    parser.add_argument("--quick", action="store_true", help="4,000 and 400 rows, one run, batches of 500")
-    stores.add_engine_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rows, args.small_rows, args.repeat, args.batch_size = 4000, 400, 1, 500
-    workdir = stores.check_workdir(args.workdir)
+    parser = harness.arguments(
+        __doc__,
+        rows=1_000_000,
+        small_rows=10_000,
+        repeat=3,
+        batch_size=10_000,
+        engines=True,
+        json_out=True,
+        quick={"rows": 4000, "small_rows": 400, "repeat": 1, "batch_size": 500},
+    )
+    args = harness.parse(parser, argv)
+    workdir = args.workdir
     env = generate.tool_env(workdir / "airflow-home")
     statestore = generate.statestore_executable()
     batch = str(args.batch_size)
@@ -67,11 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     results: dict[str, Any] = {"rss_method": RSS_METHOD, "batch_size": args.batch_size, "engines": {}}
     problems: list[str] = []
-    for engine in stores.engines(args):
-        store = stores.open_stores(engine, args, workdir, env)
-        if isinstance(store, str):
-            results["engines"][engine] = {"skipped": store}
-            continue
+
+    def measure(engine: str, store: stores.Stores) -> None:
         scratch = workdir / "backup-run" / engine
         scratch.mkdir(parents=True, exist_ok=True)
         backup = scratch / "backup.jsonl"
@@ -130,9 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     measured["fsync"] = fsync_cost(backup, args.batch_size, scratch / "rewrite.jsonl", args.repeat)
         finally:
-            store.close()
             backup.unlink(missing_ok=True)
         results["engines"][engine] = measured
+
+    for engine, why in harness.each_engine(args, env, measure).items():
+        results["engines"][engine] = {"skipped": why}
     text, targets = report(results, args, variants)
     print(text)
     if args.json_out:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,7 @@ from statestore_cli.ops.records import asset_record, dag_run_record, encode_line
 _MYSQL = ("mysql", "mariadb")
 WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held
 DELETE_CHUNK = 10_000  # ids per DELETE ... IN (...) on MySQL/MariaDB, well within any packet limit
+COPY_CHUNK = 1 << 18  # bytes of COPY output written at a time
 
 
 class BackupFileError(BackendError):
@@ -276,7 +278,7 @@ class Lines(NamedTuple):
     whole: Any = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared (and hashed) by identity: it keys its compiled statements
 class Selection:
     """What a backed-up delete deletes from one table, and how each row becomes a line.
 
@@ -361,8 +363,8 @@ def _lines_batch(
     dialect = conn.dialect.name
     if dialect == "postgresql":
         _utc_session(conn)
-        if not batch_size and lines.whole is not None and _copies(conn):
-            return _copy_all(conn, selection, lines.whole, backup)
+        if lines.whole is not None and _copies(conn):
+            return _copy_batch(conn, selection, lines.whole, backup, batch_size, after)
     if not batch_size or dialect not in ("postgresql", "sqlite"):
         return _select_then_delete(conn, selection, lines, backup, batch_size, after)
     columns, make, _ = lines
@@ -399,30 +401,48 @@ def _copies(conn: Connection) -> bool:
     return hasattr(conn.connection.dbapi_connection, "pgconn")
 
 
-def _copy_all(conn: Connection, selection: Selection, line: Any, backup: BackupFile) -> Batch:
-    """A one-statement run on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows'
-    lines streamed into the file as the server sends them (nothing held), then synced before the commit."""
-    statement = delete(selection.table).where(selection.where).returning(line)
-    compiled = statement.compile(
-        dialect=conn.dialect, schema_translate_map=conn.get_execution_options().get("schema_translate_map")
-    )
+def _copy_batch(
+    conn: Connection, selection: Selection, line: Any, backup: BackupFile, batch_size: int, after: Any
+) -> Batch:
+    """A batch on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows' lines streamed
+    into the file as the server sends them (no row held in Python, nothing turned into Python objects), then
+    synced before the commit. A bounded batch first takes its rows' ids, locked (``FOR UPDATE SKIP LOCKED``, as
+    without a backup), and the delete is of exactly those ids, each of which must come back as a line."""
+    pick, copy_all, copy_ids = _copy_statements(conn, selection, line)
+    ids: list[Any] | None = None
+    last = None
+    if batch_size:
+        found, last = conn.execute(pick, {"after": 0 if after is None else after, "size": batch_size}).one()
+        ids = list(found or ())
+        if not ids:
+            return Batch(0, None)
+    compiled = copy_all if ids is None else copy_ids
+    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params({"ids": ids} if ids else None)
     dbapi_conn: Any = conn.connection.dbapi_connection
     cursor = dbapi_conn.cursor()
-    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
     count = 0
-    pending = b""
+    blocks: list[bytes] = []
+    size = 0
     errors = conn.dialect.loaded_dbapi
+
+    def write_out(final: bool) -> int:
+        # Whole lines only (a block is a row as the server sends it, but need not be); the text format doubles
+        # each backslash, and a line holds no tab, line break or other control character for it to escape
+        # (JSON escapes them, and the value's are made spaces).
+        data = b"".join(blocks)
+        end = len(data) if final else data.rfind(b"\n") + 1
+        blocks[:] = [data[end:]] if end < len(data) else []
+        return backup.add_lines(data[:end].replace(b"\\\\", b"\\").decode("utf-8")) if end else 0
+
     try:
         with cursor.copy(sql, params) as copy:
             for block in copy:
-                pending += bytes(block)
-                end = pending.rfind(b"\n") + 1
-                if end:
-                    # The text format doubles each backslash; a line holds no tab, line break or other control
-                    # character for it to escape (JSON escapes them, and the value's are made spaces).
-                    lines = pending[:end].replace(b"\\\\", b"\\").decode("utf-8")
-                    count += backup.add_lines(lines)
-                    pending = pending[end:]
+                blocks.append(bytes(block))
+                size += len(block)
+                if size >= COPY_CHUNK:
+                    count += write_out(final=False)
+                    size = sum(map(len, blocks))
+        count += write_out(final=True)
         deleted = cursor.rowcount
     except errors.DataError:  # a value that is not JSON: the statement again, from the rows in Python
         raise _Redo from None
@@ -433,13 +453,42 @@ def _copy_all(conn: Connection, selection: Selection, line: Any, backup: BackupF
         raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
     finally:
         cursor.close()
-    if deleted != count:
+    if deleted != count or (ids is not None and count != len(ids)):
         raise BackendError(
-            f"the delete removed {deleted:,} rows and returned {count:,} lines; the batch was rolled back"
+            f"the batch took {len(ids or ()):,} rows, deleted {deleted:,} and wrote {count:,} lines: the rows changed "
+            "meanwhile; the batch was rolled back, run the command again"
         )
     if count:
-        backup.sync()
-    return Batch(count, None)
+        backup.sync()  # durable before the commit
+    return Batch(count, None if ids is None or count < batch_size else last)
+
+
+# The statements of each selection's COPY batches, made once: statements made per batch leave reference cycles,
+# each holding its batch's ids, for the garbage collector, and memory would grow with the batches until it ran.
+_COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _copy_statements(conn: Connection, selection: Selection, line: Any) -> tuple[Any, Any, Any]:
+    """The ids a bounded batch takes (after ``:after``, ``:size`` of them, locked), and the delete of every row
+    of the selection and of the ``:ids``, each returning its line, compiled for this connection."""
+    made = _COPY_STATEMENTS.get(selection)
+    if made is None:
+        order = selection.order
+        walk = selection.walk if selection.walk is not None else selection.where
+        picked = select(order).where(walk, order > bindparam("after", type_=order.type)).order_by(order)
+        taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).subquery()
+        pick = select(func.array_agg(taken.c[0]), func.max(taken.c[0]))
+        chosen = order == any_(bindparam("ids", type_=ARRAY(order.type)))
+        translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
+        every, of_ids = (
+            delete(selection.table)
+            .where(*where, selection.where)
+            .returning(line)
+            .compile(dialect=conn.dialect, **translate)
+            for where in ([], [chosen])
+        )
+        made = _COPY_STATEMENTS[selection] = (pick, every, of_ids)
+    return made
 
 
 def _select_then_delete(
