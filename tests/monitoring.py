@@ -177,7 +177,21 @@ def prometheus(folder: Path, target: Server, rule_files: list[Path]) -> Iterator
         ]
 
     with _serve("prometheus", argv, folder / "prometheus.log") as server:
+        # It listens before its storage is open and answers 503 to queries until then: wait for /-/ready.
+        deadline = time.monotonic() + 60
+        while not _ready(server):
+            if time.monotonic() > deadline:
+                pytest.fail(f"prometheus was not ready within 60 s:\n{server.log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
         yield server
+
+
+def _ready(server: Server) -> bool:
+    try:
+        with _LOOPBACK.open(server.url("/-/ready"), timeout=5) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def query(server: Server, expression: str, at: float | None = None) -> list[dict[str, Any]]:

@@ -205,9 +205,7 @@ def _check_time_zone_independence(write_url: str, read_url: str) -> datetime:
     backend.engine.dispose()
     for url in (write_url, read_url):
         plan = json.loads(_cli(url, "clean", "--dry-run", "-o", "json").stdout)
-        assert [(r["key"], r["expires_at"]) for r in plan["rows"]] == [
-            ("expired", expired.astimezone(UTC).isoformat())
-        ]
+        assert [(r["key"], r["expires_at"]) for r in plan["rows"]] == [("expired", expired.astimezone(UTC).isoformat())]
     return expired
 
 
