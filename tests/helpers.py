@@ -394,8 +394,8 @@ def postgresql_store() -> Iterator[str]:
     if _idle_pg_stores:
         label, url, shape = _idle_pg_stores.pop()
     else:
-        from statestore_cli.commands import db_init
         from statestore_cli.config import load_settings
+        from statestore_cli.ops.commands import db_init
 
         worker_url = require_server("postgresql")
         label = database_name("ss")
