@@ -185,25 +185,27 @@ def test_mariadb_server_time_zone_does_not_change_what_expires(tmp_path):
         tokyo = make_url(url).update_query_dict({"init_command": "SET time_zone = '+09:00'"})
         tokyo_url = tokyo.render_as_string(hide_password=False)
         assert sql(tokyo_url, "SELECT @@session.time_zone") == [("+09:00",)]
-        _check_time_zone_independence(tokyo_url, tokyo_url)
+        expired_at = _check_time_zone_independence(tokyo_url, tokyo_url)
         [(stored,)] = sql(url, "SELECT CAST(expires_at AS CHAR) FROM task_state_store WHERE {key} = 'expired'")
-        assert stored.endswith(EXPIRED_AT.astimezone(UTC).strftime("%H:%M:%S.%f"))  # naive UTC on disk
+        assert stored.endswith(expired_at.astimezone(UTC).strftime("%H:%M:%S.%f"))  # naive UTC on disk
 
 
-EXPIRED_AT = datetime.now(timezone(timedelta(hours=5))) - timedelta(minutes=10)
-
-
-def _check_time_zone_independence(write_url: str, read_url: str) -> None:
+def _check_time_zone_independence(write_url: str, read_url: str) -> datetime:
+    """Write a key that expired ten minutes ago and one that expires in ten (in UTC+5), then check that only
+    the first is planned for deletion; returns when the first expired. The instants are taken now, not
+    when the module was imported: a run can reach this test more than ten minutes after that."""
+    expired_at = datetime.now(timezone(timedelta(hours=5))) - timedelta(minutes=10)
     backend = MetastoreBackend(make_engine(write_url))
     scope = TaskScope("d", "r", "t")
-    backend.set(scope, "expired", "1", expires_at=EXPIRED_AT)
-    backend.set(scope, "alive", "1", expires_at=EXPIRED_AT + timedelta(minutes=20))
+    backend.set(scope, "expired", "1", expires_at=expired_at)
+    backend.set(scope, "alive", "1", expires_at=expired_at + timedelta(minutes=20))
     backend.engine.dispose()
     for url in (write_url, read_url):
         plan = json.loads(_cli(url, "clean", "--dry-run", "-o", "json").stdout)
         assert [(r["key"], r["expires_at"]) for r in plan["rows"]] == [
-            ("expired", EXPIRED_AT.astimezone(UTC).isoformat())
+            ("expired", expired_at.astimezone(UTC).isoformat())
         ]
+    return expired_at
 
 
 def test_statement_timeout_that_sqlite_cannot_apply_is_said(cli, db_url):
