@@ -2,19 +2,23 @@
 
 Helpers that are not fixtures (running the CLI, raw SQL, the servers) are in ``helpers.py``.
 
-Databases. The suite runs in parallel (pytest-xdist: ``-n`` in pyproject's addopts), so every test gets its
-databases of its own and no test sees another's rows, locks or settings. A store with the schema made:
-``db_url`` (SQLite; ``@pytest.mark.parametrize("db_url", ENGINES, indirect=True)`` or a module's
-``ALL_ENGINES = True`` for PostgreSQL and MariaDB too). An empty one: ``empty_db_url`` (the same
-parameters) or ``helpers.isolated_database(engine, tmp_path)``; a whole server database (PgBouncer, an
-Airflow schema): ``helpers.throwaway_database`` / ``throwaway_airflow_database``. Each worker has a
-database of its own on each server, ``sstest_<run>_<worker>`` (``helpers.require_server``, created on
-first use and dropped when the worker ends); every PostgreSQL schema above is made inside it, and every
-database name comes from ``helpers.database_name``, which names the worker. Never write a server URL or a
-database name into a test. No test changes a server-wide setting (``SET GLOBAL``, ``ALTER SYSTEM``):
-it would reach every worker's sessions; set it for the test's own sessions (a URL's ``options`` or
-``init_command``). Servers a test starts (PgBouncer) listen on a free loopback
-port; files go to ``tmp_path``, which is per test and per worker already.
+Parallel workers. The suite runs on pytest-xdist's workers (``-n`` in pyproject's addopts), so no test may
+rely on another's rows, locks, files or settings, nor on running alone. How a test gets a database:
+
+- a store with the schema made: ``db_url`` (SQLite; ``@pytest.mark.parametrize("db_url", ENGINES,
+  indirect=True)``, or ``ALL_ENGINES = True`` in the module, for PostgreSQL and MariaDB too); an empty one:
+  ``empty_db_url`` (the same parameters) or ``helpers.isolated_database(engine, tmp_path)``;
+- a whole server database (PgBouncer, an Airflow schema): ``helpers.throwaway_database`` /
+  ``throwaway_airflow_database``, named by ``helpers.database_name``, which names the worker.
+
+Each worker has a database of its own on each server, ``sstest_<run>_<worker>`` (``helpers.require_server``
+gives its URL: create databases and schemas from it, never tables in it); the PostgreSQL schemas above are
+made inside it. Never write the URL or name of a database a test uses into the test, nor change a server-wide
+setting (``SET GLOBAL``): set it for the test's own sessions (the URL's ``options`` or ``init_command``). What is
+costly and only read is built once per run for every worker (``helpers.once_per_run``, ``run_database``:
+Airflow's migrated databases, the wheel); servers a test starts listen on a free loopback port. A test on a
+server, or one that starts processes, terminals or servers or waits out a timeout, is ``slow``: the quick
+subset (``-m 'not slow'``) leaves it out.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from helpers import (
     finish_run,
     isolated_database,
     once_per_run,
+    postgresql_store,
     run_cli,
     start_run,
 )
@@ -118,9 +123,14 @@ def _configured() -> bool:
 def db_url(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A store with the schema created, as the CLI's --conn takes it (SQLite unless parametrised).
 
-    On SQLite, a copy of the file ``db init`` made once for the worker (with nothing configured), unless the
-    test has configured something before asking for its store: then ``db init`` makes this one."""
+    On SQLite, a copy of the file ``db init`` made once for the worker (with nothing configured); on PostgreSQL
+    a store the worker's earlier test had and left as it was, emptied (``helpers.postgresql_store``); unless
+    the test has configured something before asking for its store: then ``db init`` makes this one."""
     name = getattr(request, "param", "sqlite")
+    if name == "postgresql" and not _configured():
+        with postgresql_store() as url:
+            yield url
+        return
     with isolated_database(name, tmp_path) as url:
         if name == "sqlite" and not _configured():
             if not _sqlite_template:

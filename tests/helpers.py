@@ -359,6 +359,77 @@ def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
         _server_statements(worker_url, f"DROP {kind} {label}" + (" CASCADE" if name == "postgresql" else ""))
 
 
+# PostgreSQL stores db_url hands out, kept for the worker's next test: making a schema with its tables and
+# dropping it again costs the server four times what emptying it does.
+_idle_pg_stores: list[tuple[str, str, list[tuple]]] = []  # (schema, url, what db init made)
+_PG_SHAPE = """
+SELECT 'column', table_name::text, column_name::text,
+       data_type::text || is_nullable::text || coalesce(column_default, '')
+  FROM information_schema.columns WHERE table_schema = :s
+UNION ALL SELECT 'relation', c.relname::text, c.relkind::text,
+       coalesce(c.reloptions::text, '') || coalesce(c.relacl::text, '')
+  FROM pg_class c WHERE c.relnamespace = CAST(:s AS regnamespace)
+UNION ALL SELECT 'index', tablename::text, indexname::text, indexdef FROM pg_indexes WHERE schemaname = :s
+UNION ALL SELECT 'constraint', conrelid::regclass::text, conname::text, pg_get_constraintdef(oid)
+  FROM pg_constraint WHERE connamespace = CAST(:s AS regnamespace)
+UNION ALL SELECT 'trigger', tgrelid::regclass::text, tgname::text, ''
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+  WHERE NOT t.tgisinternal AND c.relnamespace = CAST(:s AS regnamespace)
+UNION ALL SELECT 'routine', proname::text, '', '' FROM pg_proc WHERE pronamespace = CAST(:s AS regnamespace)
+ORDER BY 1, 2, 3, 4
+"""
+
+
+def _pg_shape(url: str, schema: str) -> list[tuple]:
+    return sql(url, _PG_SHAPE, s=schema)
+
+
+@contextmanager
+def postgresql_store() -> Iterator[str]:
+    """The URL of a PostgreSQL store with the schema made, a schema of its own in this worker's database, as
+    ``isolated_database`` and ``db init`` make it, with nothing configured. Afterwards it is emptied
+    (``TRUNCATE ... RESTART IDENTITY``: new, empty tables, counters from 1) and kept for the worker's next
+    test, unless the test changed what is in it (a table, column, index, constraint, trigger or routine
+    added, changed or dropped), or it cannot be emptied at once: then it is dropped."""
+    if _idle_pg_stores:
+        label, url, shape = _idle_pg_stores.pop()
+    else:
+        from statestore_cli.config import load_settings
+        from statestore_cli.ops.commands import db_init
+
+        worker_url = require_server("postgresql")
+        label = database_name("ss")
+        _server_statements(worker_url, f"CREATE SCHEMA {label}")
+        url = make_url(worker_url).update_query_dict({"options": f"-csearch_path={label}"})
+        url = url.render_as_string(hide_password=False)
+        db_init(load_settings(conn_override=url, environ={"AIRFLOW_HOME": tempfile.gettempdir()}))
+        shape = _pg_shape(url, label)
+    try:
+        yield url
+    finally:
+        if not _empty_pg_store(url, label, shape):
+            _server_statements(require_server("postgresql"), f"DROP SCHEMA {label} CASCADE")
+        else:
+            _idle_pg_stores.append((label, url, shape))
+
+
+def _empty_pg_store(url: str, schema: str, shape: list[tuple]) -> bool:
+    """Empty the store if it is as db init made it; whether it was."""
+    tables = sorted({row[1] for row in shape if row[0] == "relation" and row[2] in ("r", "p")})
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            if [tuple(row) for row in conn.execute(text(_PG_SHAPE), {"s": schema})] != shape:
+                return False
+            conn.exec_driver_sql("SET LOCAL lock_timeout = '5s'")  # a lock the test left: drop it instead
+            conn.exec_driver_sql(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+        return True
+    except Exception:  # whatever stops the reuse, the store is dropped as isolated_database drops it
+        return False
+    finally:
+        engine.dispose()
+
+
 def quote_key(statement: str, dialect: str) -> str:
     """``statement`` with ``{key}``, the reserved column name, quoted as the engine wants."""
     return statement.replace("{key}", "`key`" if dialect in ("mysql", "mariadb") else '"key"')

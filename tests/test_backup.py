@@ -345,6 +345,7 @@ def assert_restores_all(url: str, backup: Path, total: int, deleted: int) -> Non
     assert {json.loads(line)["key"] for line in lines} <= {long_key(i) for i in range(1, total)} | {"first"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("signum", "code", "reason"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
 )
@@ -408,6 +409,7 @@ def test_a_connection_lost_during_a_one_statement_clean_deletes_nothing(db_url, 
     assert backup.read_bytes() == b""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 def test_a_clean_killed_with_sigkill_leaves_every_deleted_key_in_the_backup(db_url, tmp_path):
     total = 20_000
@@ -425,6 +427,7 @@ def test_a_clean_killed_with_sigkill_leaves_every_deleted_key_in_the_backup(db_u
     assert_restores_all(db_url, backup, total, deleted)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 def test_a_full_disk_under_the_backup_stops_the_clean_with_every_deleted_key_in_it(db_url, small_disk):
     total = 20_000  # some 6 MB of lines: the 1 MiB disk fills after a few batches

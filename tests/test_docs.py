@@ -52,6 +52,7 @@ def test_the_readme_test_command_is_the_one_ci_runs():
     assert command in commands, f"README.md no longer shows the test command .ci/run runs: {command}"
 
 
+@pytest.mark.slow
 def test_the_readme_quick_start_runs_the_demo_on_the_embedded_default(tmp_path):
     """The quick start installs the checkout and runs examples/demo.sh with the installed `statestore`;
     here the demo runs with this checkout's CLI as `statestore`, on the SQLite default it picks itself."""

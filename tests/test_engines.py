@@ -185,28 +185,27 @@ def test_mariadb_server_time_zone_does_not_change_what_expires(tmp_path):
         tokyo = make_url(url).update_query_dict({"init_command": "SET time_zone = '+09:00'"})
         tokyo_url = tokyo.render_as_string(hide_password=False)
         assert sql(tokyo_url, "SELECT @@session.time_zone") == [("+09:00",)]
-        expired = _check_time_zone_independence(tokyo_url, tokyo_url)
+        expired_at = _check_time_zone_independence(tokyo_url, tokyo_url)
         [(stored,)] = sql(url, "SELECT CAST(expires_at AS CHAR) FROM task_state_store WHERE {key} = 'expired'")
-        assert stored.endswith(expired.astimezone(UTC).strftime("%H:%M:%S.%f"))  # naive UTC on disk
-
-
-def expired_at() -> datetime:
-    """Ten minutes ago in UTC+05:00, the offset of neither session; taken when the test runs, so a slow
-    run cannot carry the "alive" key (20 minutes later) past its expiry."""
-    return datetime.now(timezone(timedelta(hours=5))) - timedelta(minutes=10)
+        assert stored.endswith(expired_at.astimezone(UTC).strftime("%H:%M:%S.%f"))  # naive UTC on disk
 
 
 def _check_time_zone_independence(write_url: str, read_url: str) -> datetime:
-    expired = expired_at()
+    """Write a key that expired ten minutes ago and one that expires in ten (in UTC+5), then check that only
+    the first is planned for deletion; returns when the first expired. The instants are taken now, not
+    when the module was imported: a run can reach this test more than ten minutes after that."""
+    expired_at = datetime.now(timezone(timedelta(hours=5))) - timedelta(minutes=10)
     backend = MetastoreBackend(make_engine(write_url))
     scope = TaskScope("d", "r", "t")
-    backend.set(scope, "expired", "1", expires_at=expired)
-    backend.set(scope, "alive", "1", expires_at=expired + timedelta(minutes=20))
+    backend.set(scope, "expired", "1", expires_at=expired_at)
+    backend.set(scope, "alive", "1", expires_at=expired_at + timedelta(minutes=20))
     backend.engine.dispose()
     for url in (write_url, read_url):
         plan = json.loads(_cli(url, "clean", "--dry-run", "-o", "json").stdout)
-        assert [(r["key"], r["expires_at"]) for r in plan["rows"]] == [("expired", expired.astimezone(UTC).isoformat())]
-    return expired
+        assert [(r["key"], r["expires_at"]) for r in plan["rows"]] == [
+            ("expired", expired_at.astimezone(UTC).isoformat())
+        ]
+    return expired_at
 
 
 def test_statement_timeout_that_sqlite_cannot_apply_is_said(cli, db_url):

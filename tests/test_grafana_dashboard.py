@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from helpers import REPO, run_cli
 from monitoring import (
@@ -166,6 +167,7 @@ def _wait_for_data(server: Server, monitored: list[Monitored]) -> None:
         time.sleep(0.5)
 
 
+@pytest.mark.slow
 def test_every_query_of_every_panel_shows_data_from_prometheus_scraping_node_exporter(textfile_exporter, tmp_path):
     require_binary(PROMETHEUS, "prometheus")  # before the databases are made
     folder = tmp_path / "prometheus"

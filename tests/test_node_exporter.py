@@ -8,11 +8,14 @@ and ``statestore clean`` processes (``monitoring.monitored_databases``).
 
 from __future__ import annotations
 
+import pytest
 from helpers import read_samples, run_statestore_process
 from monitoring import DUPLICATE, Server, http_get, monitored_databases, parse_exposition
 
 from statestore_cli.config import load_settings
 from statestore_cli.ops.commands import db_init
+
+pytestmark = pytest.mark.slow  # node-exporter started for each test
 
 
 def _ours(samples: dict) -> dict:
