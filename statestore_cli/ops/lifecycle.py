@@ -134,20 +134,13 @@ def sweep_inactive(
     if backup is not None:
         return _sweep_backed_up(engine, batch_size, pause, backup)
     started = time.monotonic()
-    query = (
-        select(asset.c.id, asset.c.name, asset.c.uri)
-        .distinct()
-        .join(_akv, _akv.c.asset_id == asset.c.id)
-        .where(inactive())
-        .order_by(asset.c.name, asset.c.uri, asset.c.id)
-    )
     with translate_errors(engine):
         if batch_size == 0:
             swept, batches = _sweep_at_once(engine)
             _clear_worker_assets(worker, swept)
             return SweepReport(sum(a.deleted for a in swept), batches, 0, tuple(swept), time.monotonic() - started)
         with engine.connect() as conn:
-            candidates = conn.execute(query).all()
+            candidates = _inactive_assets(conn)
     swept = []
     tally = _Tally()
     try:
