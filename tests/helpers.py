@@ -216,7 +216,7 @@ def _mark_database(engine_name: str, name: str) -> Path:
 
 def _drop_database(engine_name: str, name: str) -> None:
     force = " WITH (FORCE)" if engine_name == "postgresql" else ""
-    _server_statements(SERVER_URLS[engine_name], f"DROP DATABASE IF EXISTS {name}{force}")
+    server_statements(SERVER_URLS[engine_name], f"DROP DATABASE IF EXISTS {name}{force}")
 
 
 @contextmanager
@@ -255,7 +255,7 @@ def run_database(engine_name: str, what: str, build: Callable[[str], None]) -> s
     def create(folder: Path) -> None:
         _mark_database(engine_name, name)
         _drop_database(engine_name, name)  # left by a build that failed
-        _server_statements(require_server(engine_name), f"CREATE DATABASE {name}")
+        server_statements(require_server(engine_name), f"CREATE DATABASE {name}")
         build(url)
 
     once_per_run(f"database-{engine_name}-{what}", create)
@@ -286,7 +286,7 @@ def require_server(name: str) -> str:
         label = f"sstest_{run_token()}_{worker_id()}"
         charset = "" if name == "postgresql" else " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
         _mark_database(name, label)
-        _server_statements(SERVER_URLS[name], f"CREATE DATABASE {label}{charset}")
+        server_statements(SERVER_URLS[name], f"CREATE DATABASE {label}{charset}")
         url = make_url(SERVER_URLS[name]).set(database=label).render_as_string(hide_password=False)
         _worker_databases[name] = url
     return _worker_databases[name]
@@ -327,7 +327,8 @@ def drop_worker_databases() -> None:
         (run_folder() / "databases" / f"{name}--{label}").unlink(missing_ok=True)
 
 
-def _server_statements(url: str, *statements: str) -> None:
+def server_statements(url: str, *statements: str) -> None:
+    """Run ``statements`` one by one on the server ``url`` names, each committed at once (DDL, DROP DATABASE)."""
     engine = create_engine(url, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
@@ -347,7 +348,7 @@ def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
     worker_url = require_server(name)
     label = database_name("ss")
     kind = "SCHEMA" if name == "postgresql" else "DATABASE"
-    _server_statements(worker_url, f"CREATE {kind} {label}")
+    server_statements(worker_url, f"CREATE {kind} {label}")
     url = make_url(worker_url)
     if name == "postgresql":
         url = url.update_query_dict({"options": f"-csearch_path={label}"})
@@ -356,7 +357,7 @@ def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
     try:
         yield url.render_as_string(hide_password=False)
     finally:
-        _server_statements(worker_url, f"DROP {kind} {label}" + (" CASCADE" if name == "postgresql" else ""))
+        server_statements(worker_url, f"DROP {kind} {label}" + (" CASCADE" if name == "postgresql" else ""))
 
 
 # PostgreSQL stores db_url hands out, kept for the worker's next test: making a schema with its tables and
@@ -399,7 +400,7 @@ def postgresql_store() -> Iterator[str]:
 
         worker_url = require_server("postgresql")
         label = database_name("ss")
-        _server_statements(worker_url, f"CREATE SCHEMA {label}")
+        server_statements(worker_url, f"CREATE SCHEMA {label}")
         url = make_url(worker_url).update_query_dict({"options": f"-csearch_path={label}"})
         url = url.render_as_string(hide_password=False)
         db_init(load_settings(conn_override=url, environ={"AIRFLOW_HOME": tempfile.gettempdir()}))
@@ -408,7 +409,7 @@ def postgresql_store() -> Iterator[str]:
         yield url
     finally:
         if not _empty_pg_store(url, label, shape):
-            _server_statements(require_server("postgresql"), f"DROP SCHEMA {label} CASCADE")
+            server_statements(require_server("postgresql"), f"DROP SCHEMA {label} CASCADE")
         else:
             _idle_pg_stores.append((label, url, shape))
 
@@ -484,12 +485,12 @@ def throwaway_database(engine_name: str, prefix: str = "db", options: str = "") 
     (FORCE): PgBouncer may still hold server connections to it). Skips when the server is unreachable."""
     worker_url = require_server(engine_name)
     name = database_name(prefix)
-    _server_statements(worker_url, f"CREATE DATABASE {name}{' ' + options if options else ''}")
+    server_statements(worker_url, f"CREATE DATABASE {name}{' ' + options if options else ''}")
     try:
         yield make_url(worker_url).set(database=name).render_as_string(hide_password=False)
     finally:
         force = " WITH (FORCE)" if engine_name == "postgresql" else ""
-        _server_statements(worker_url, f"DROP DATABASE IF EXISTS {name}{force}")
+        server_statements(worker_url, f"DROP DATABASE IF EXISTS {name}{force}")
 
 
 def throwaway_airflow_database(engine_name: str) -> AbstractContextManager[str]:

@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 import pytest
 from helpers import require_server, run_cli, sql, throwaway_database
-from sqlalchemy import create_engine, make_url
+from helpers import server_statements as admin
+from sqlalchemy import make_url
 
 from statestore_cli.backends.stores import open_metastore
 from statestore_cli.config import load_settings
@@ -34,16 +35,6 @@ class SchemaStore(NamedTuple):
     url: str  # names the database only
     schema: str
     default: str  # the schema an unqualified name lands in (public; the URL's database on MariaDB)
-
-
-def admin(url: str, *statements: str) -> None:
-    engine = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            for statement in statements:
-                conn.exec_driver_sql(statement)
-    finally:
-        engine.dispose()
 
 
 @contextmanager
