@@ -419,6 +419,17 @@ def test_config_show_says_where_it_looked(clean_environment, monkeypatch, tmp_pa
     )
 
 
+def test_config_show_breaks_where_it_looked_between_words(clean_environment, monkeypatch):
+    """At 80 columns the paths tried stay whole, each on one line (the terminal would cut one at its edge)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    lines = run_cli("config", "show", "-o", "table").stdout.split("\n\n")[0].splitlines()
+    tried = f"{clean_environment / 'airflow.cfg'}"
+    assert len(lines) > 1 and all(len(line) <= 80 or " " not in line for line in lines), lines  # a path alone
+    assert lines[0].startswith("config file: none found (tried: no --config;")
+    assert any(line == tried or line.startswith(tried + " ") for line in lines), lines
+    assert " ".join(lines).endswith(f"{tried} ($AIRFLOW_HOME/airflow.cfg) does not exist)")
+
+
 REALISTIC_CFG = """\
 [state_store]
 default_retention_days = 14

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.documents import entry_json, expired_notice, get_output, iso
 from statestore_cli.cli.failure import FLAGS
+from statestore_cli.cli.grid import wrap
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
 from statestore_cli.cli.writer import Writer, cell
 from statestore_cli.errors import InterruptedByUser, StopReason
@@ -380,7 +381,9 @@ class Output(Writer):
                 self.plain_row(f"{row.section}.{row.option}", row.value, _source(row))
             return
         found = config_file or "none found" + (f" (tried: {searched})" if searched else "")
-        self.console.print(cell(f"config file: {found}"), soft_wrap=True)
+        # Broken between words, never inside a path (the terminal would fold one mid-name at its edge).
+        for line in wrap(f"config file: {found}".split(" "), self.console.width):
+            self.console.print(cell(line), soft_wrap=True)
         for line in config_lines(rows, config_file, self.console.width):
             self.console.print(line, soft_wrap=True)
 
