@@ -59,3 +59,25 @@ def test_sweep_asks_at_a_terminal_with_the_count_and_the_assets(cli, db_url):
     status, screen = term.finish()
     assert status == 0 and "deleted 4 keys of 4 inactive assets" in screen, screen
     assert _asset_keys(db_url) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_sweep_question_breaks_between_words_at_80_columns(cli, db_url):
+    """The question names the assets whole: at 80 columns it goes on between words, and each line leaves the
+    column the answer's first letter would wrap at."""
+    from test_help_and_prompts import Terminal, terminal_env
+
+    names = ("orders_daily_partitions_legacy", "invoices_curated_hourly")
+    _inactive_assets(cli, db_url, *names)
+    term = Terminal(["--conn", db_url, "assets", "sweep"], terminal_env(columns=80))
+    term.wait_for(b"[y/N] ")
+    term.type(b"n\n")
+    status, screen = term.finish()
+    assert status == 1, screen
+    lines = screen.splitlines()
+    assert lines[-3:] == [
+        "Delete 2 keys (they never expire) of 2 inactive assets:",
+        "invoices_curated_hourly, orders_daily_partitions_legacy? [y/N] n",
+        "statestore: nothing deleted (answered no)",
+    ], screen

@@ -1,7 +1,9 @@
 """The question every deleting command asks before it deletes, and how it counts what it deletes."""
 
+import shutil
 import sys
 
+from statestore_cli.cli.grid import wrap
 from statestore_cli.errors import InterruptedByUser, InvalidInputError, NotConfirmedError
 
 
@@ -19,6 +21,9 @@ def confirm(question: str) -> bool:
     """Ask ``question`` on the terminal (stderr, so stdout keeps only results): only y or yes confirms.
     Ctrl-C and end of input (Ctrl-D) end the command with their own error, on a line of their own."""
     sys.stdout.flush()
+    # Broken between words at the terminal's width: the terminal would cut an asset's or a task's name in two.
+    width = shutil.get_terminal_size().columns
+    question = "\n".join(wrap(question.rstrip(" ").split(" "), width - 1)) + " "
     try:  # from before the question shows: a Ctrl-C typed as soon as it appears lands here too
         sys.stderr.write(question)
         sys.stderr.flush()
