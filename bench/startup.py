@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/startup.py
     .venv/bin/python bench/startup.py --runs 9 --json-out /tmp/statestore-bench/startup.json
+    .venv/bin/python bench/startup.py --quick        # a smoke test: every command once, figures not meant to be read
 
 Every command runs as a whole process on a one-key SQLite store in a temporary AIRFLOW_HOME, with
 stdout to a pipe (so plain output, as under cron or CI), each run right after a run of the floor in
@@ -117,22 +118,36 @@ def one_key_store(env: dict[str, str]) -> None:
             raise Failed(f"statestore {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
 
 
-def measure(runs: int, env: dict[str, str], commands: tuple[Command, ...] = COMMANDS) -> tuple[list[float], list[Row]]:
+def measure(
+    runs: int, env: dict[str, str], commands: tuple[Command, ...] = COMMANDS, warm: bool = True
+) -> tuple[list[float], list[Row]]:
+    """``runs`` timed runs of each command, each after a run of the floor; ``warm``: one untimed run of each first,
+    which warms the page and bytecode caches. A command that fails is reported, and not run again."""
     tool = statestore_executable()
     floor = [sys.executable, *FLOOR[1:]]
     rows = [Row(c) for c in commands]
-    timed(floor, env)
-    for row in rows:  # warms the page and bytecode caches; a command that fails is reported, not timed
-        try:
-            timed([tool, *row.command.args], {**env, **row.command.env})
-        except Failed as exc:
-            row.error = str(exc)
+    if warm:
+        timed(floor, env)
+        for row in rows:
+            _command(row, tool, env)
     for _ in range(runs):
         for row in rows:
             if row.error is None:
-                row.floors.append(timed(floor, env))
-                row.samples.append(timed([tool, *row.command.args], {**env, **row.command.env}))
+                floor_seconds = timed(floor, env)
+                seconds = _command(row, tool, env)
+                if seconds is not None:
+                    row.floors.append(floor_seconds)
+                    row.samples.append(seconds)
     return [f for row in rows for f in row.floors], rows
+
+
+def _command(row: Row, tool: str, env: dict[str, str]) -> float | None:
+    """One run of the row's command: its seconds, or None with the failure as the row's error."""
+    try:
+        return timed([tool, *row.command.args], {**env, **row.command.env})
+    except Failed as exc:
+        row.error = str(exc)
+        return None
 
 
 def report(floor: float, floor_runs: int, rows: list[Row], runs: int) -> tuple[str, list[dict[str, Any]]]:
@@ -180,21 +195,26 @@ def report(floor: float, floor_runs: int, rows: list[Row], runs: int) -> tuple[s
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = harness.arguments(__doc__, workdir=None, json_out=True)
     p.add_argument("--runs", type=int, default=5, help="runs of each command (and of the floor before each); 5")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke test: one run of each command, no untimed run first, the installed package's own bytecode",
+    )
     return harness.parse(p, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    runs = max(1, args.runs)
+    runs = 1 if args.quick else max(1, args.runs)
     with tempfile.TemporaryDirectory(prefix="statestore-startup-") as home:
         env = tool_env(Path(home) / "airflow-home")
         for name in ("STATESTORE_NO_FAST_PATH", "PYTHONDONTWRITEBYTECODE", "NO_COLOR", "FORCE_COLOR", "TERM"):
             env.pop(name, None)
-        # Bytecode is cached, as in an installed package, but here, away from the source tree.
-        env["PYTHONPYCACHEPREFIX"] = str(Path(home) / "pycache")
+        if not args.quick:  # bytecode is cached, as in an installed package, but here, away from the source tree
+            env["PYTHONPYCACHEPREFIX"] = str(Path(home) / "pycache")
         try:
             one_key_store(env)
-            floors, rows = measure(runs, env)
+            floors, rows = measure(runs, env, warm=not args.quick)
         except Failed as exc:
             print(f"startup benchmark failed: {exc}", file=sys.stderr)
             return 1
