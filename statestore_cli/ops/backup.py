@@ -6,7 +6,8 @@ Each batch is one transaction whose lines are written, flushed and fsynced befor
 happens before its lines are on disk: a command stopped by a signal, its deadline, a lost connection or a crash
 leaves in FILE every row it deleted. The rows written are exactly the rows deleted: on PostgreSQL and SQLite a
 batch is one ``DELETE ... RETURNING`` the lines of the rows it deleted (the rows it picks locked by the delete
-itself, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL as without a backup); on MySQL/MariaDB, and for a
+itself, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL as without a backup), and on MariaDB 10.5 and later the
+delete of the batch's id range, as without a backup, ``RETURNING`` them; on MySQL, and for a
 one-statement run (whose rows are too many to hold at once), the batch selects its rows with their full content,
 locked (``FOR UPDATE``; SQLite's write lock from ``BEGIN IMMEDIATE``), writes and syncs their lines, deletes
 exactly those rows and checks that the row count is the number of lines. A batch that fails before its commit
@@ -363,10 +364,8 @@ def _lines_batch(
     dialect = conn.dialect.name
     if dialect == "postgresql":
         _utc_session(conn)
-        if lines.whole is not None and batch_size:
-            return _aggregated_batch(conn, selection, lines.whole, backup, batch_size, after)
         if lines.whole is not None and _copies(conn):
-            return _copy_batch(conn, selection, lines.whole, backup)
+            return _copy_batch(conn, selection, lines.whole, backup, batch_size, after)
     if batch_size and dialect in _MYSQL and selection.primary_walk and conn.dialect.delete_returning:
         return _range_batch(conn, selection, lines, backup, batch_size, after)
     if not batch_size or dialect not in ("postgresql", "sqlite"):
@@ -432,35 +431,23 @@ def _copies(conn: Connection) -> bool:
     return hasattr(conn.connection.dbapi_connection, "pgconn")
 
 
-def _aggregated_batch(
+def _copy_batch(
     conn: Connection, selection: Selection, line: Any, backup: BackupFile, batch_size: int, after: Any
 ) -> Batch:
-    """A bounded batch on PostgreSQL, one statement: take the next ``batch_size`` rows, locked (``FOR UPDATE SKIP
-    LOCKED``, as without a backup), delete those still selected, and return their lines joined into one text
-    (``string_agg``), with how many rows were taken and the last id taken. One round trip and one value a batch,
-    however many rows: what a row costs on the client is nothing. The lines are written and synced before the
-    commit; a value that is not JSON fails the cast, and the batch is made again from its rows in Python."""
-    statement = _aggregate_statement(conn, selection, line)
-    taken, last, deleted, text = conn.execute(
-        statement, {"after": 0 if after is None else after, "size": batch_size}
-    ).one()
-    if deleted:
-        written = backup.add_lines(text + "\n")  # the value's line breaks were made spaces: one line a row
-        if written != deleted:
-            raise BackendError(
-                f"the batch deleted {deleted:,} rows and built {written:,} lines; the batch was rolled back, "
-                "run the command again"
-            )
-        backup.sync()  # durable before the commit
-    return Batch(int(deleted or 0), None if taken < batch_size else last)
-
-
-def _copy_batch(conn: Connection, selection: Selection, line: Any, backup: BackupFile) -> Batch:
-    """A one-statement run on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows' lines
-    streamed into the file as the server sends them (no row held in Python, nothing turned into Python objects),
-    then synced before the commit."""
-    compiled = _copy_statement(conn, selection, line)
-    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
+    """A batch on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows' lines streamed
+    into the file as the server sends them (no row held in Python, nothing turned into Python objects), then
+    synced before the commit. A bounded batch first takes its rows' ids, locked (``FOR UPDATE SKIP LOCKED``, as
+    without a backup), and the delete is of exactly those ids, each of which must come back as a line."""
+    pick, copy_all, copy_ids = _copy_statements(conn, selection, line)
+    ids: list[Any] | None = None
+    last = None
+    if batch_size:
+        found, last = conn.execute(pick, {"after": 0 if after is None else after, "size": batch_size}).one()
+        ids = list(found or ())
+        if not ids:
+            return Batch(0, None)
+    compiled = copy_all if ids is None else copy_ids
+    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params({"ids": ids} if ids else None)
     dbapi_conn: Any = conn.connection.dbapi_connection
     cursor = dbapi_conn.cursor()
     count = 0
@@ -496,58 +483,42 @@ def _copy_batch(conn: Connection, selection: Selection, line: Any, backup: Backu
         raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
     finally:
         cursor.close()
-    if deleted != count:
+    if deleted != count or (ids is not None and count != len(ids)):
         raise BackendError(
-            f"the statement deleted {deleted:,} rows and wrote {count:,} lines; it was rolled back, run the command "
-            "again"
+            f"the batch took {len(ids or ()):,} rows, deleted {deleted:,} and wrote {count:,} lines: the rows changed "
+            "meanwhile; the batch was rolled back, run the command again"
         )
     if count:
         backup.sync()  # durable before the commit
-    return Batch(count, None)
+    return Batch(count, None if ids is None or count < batch_size else last)
 
 
-# The statements of each selection, made once: statements made per batch leave reference cycles for the garbage
-# collector, and memory would grow with the batches until it ran.
-_STATEMENTS: weakref.WeakKeyDictionary[Selection, dict[str, Any]] = weakref.WeakKeyDictionary()
+# The statements of each selection's COPY batches, made once: statements made per batch leave reference cycles,
+# each holding its batch's ids, for the garbage collector, and memory would grow with the batches until it ran.
+_COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
 
 
-def _made(selection: Selection, name: str, make: Callable[[], Any]) -> Any:
-    made = _STATEMENTS.setdefault(selection, {})
-    if name not in made:
-        made[name] = make()
-    return made[name]
-
-
-def _aggregate_statement(conn: Connection, selection: Selection, line: Any) -> Any:
-    """Take ``:size`` rows after ``:after`` (locked), delete those ``where`` still selects; one row back: the
-    rows taken, the last id taken, the rows deleted, and their lines joined by line breaks."""
-
-    def make() -> Any:
+def _copy_statements(conn: Connection, selection: Selection, line: Any) -> tuple[Any, Any, Any]:
+    """The ids a bounded batch takes (after ``:after``, ``:size`` of them, locked), and the delete of every row
+    of the selection and of the ``:ids``, each returning its line, compiled for this connection."""
+    made = _COPY_STATEMENTS.get(selection)
+    if made is None:
         order = selection.order
         walk = selection.walk if selection.walk is not None else selection.where
-        picked = select(order.label("taken")).where(walk, order > bindparam("after", type_=order.type))
-        taken = picked.order_by(order).limit(bindparam("size")).with_for_update(skip_locked=True).cte("taken")
-        chosen = order == any_(func.array(select(taken.c.taken).scalar_subquery()))
-        gone = delete(selection.table).where(chosen, selection.where).returning(line.label("line")).cte("gone")
-        return select(
-            select(func.count()).select_from(taken).scalar_subquery(),
-            select(func.max(taken.c.taken)).scalar_subquery(),
-            func.count(),
-            func.string_agg(gone.c.line, _text("\n")),
-        ).select_from(gone)
-
-    return _made(selection, "aggregate", make)
-
-
-def _copy_statement(conn: Connection, selection: Selection, line: Any) -> Any:
-    """The delete of every row of the selection, each returning its line, compiled for this connection."""
-
-    def make() -> Any:
+        picked = select(order).where(walk, order > bindparam("after", type_=order.type)).order_by(order)
+        taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).subquery()
+        pick = select(func.array_agg(taken.c[0]), func.max(taken.c[0]))
+        chosen = order == any_(bindparam("ids", type_=ARRAY(order.type)))
         translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
-        every = delete(selection.table).where(selection.where).returning(line)
-        return every.compile(dialect=conn.dialect, **translate)
-
-    return _made(selection, "copy", make)
+        every, of_ids = (
+            delete(selection.table)
+            .where(*where, selection.where)
+            .returning(line)
+            .compile(dialect=conn.dialect, **translate)
+            for where in ([], [chosen])
+        )
+        made = _COPY_STATEMENTS[selection] = (pick, every, of_ids)
+    return made
 
 
 def _select_then_delete(
