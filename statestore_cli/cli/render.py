@@ -382,8 +382,8 @@ class Output(Writer):
             return
         found = config_file or "none found" + (f" (tried: {searched})" if searched else "")
         # Broken between words, never inside a path (the terminal would fold one mid-name at its edge).
-        for line in wrap(f"config file: {found}".split(" "), self.console.width):
-            self.console.print(cell(line), soft_wrap=True)
+        for head in wrap(f"config file: {found}".split(" "), self.console.width):
+            self.console.print(cell(head), soft_wrap=True)
         for line in config_lines(rows, config_file, self.console.width):
             self.console.print(line, soft_wrap=True)
 
