@@ -6,7 +6,7 @@ Each batch is one transaction whose lines are written, flushed and fsynced befor
 happens before its lines are on disk: a command stopped by a signal, its deadline, a lost connection or a crash
 leaves in FILE every row it deleted. The rows written are exactly the rows deleted: on PostgreSQL and SQLite a
 batch is one ``DELETE ... RETURNING`` the lines of the rows it deleted (the rows it picks locked by the delete
-itself, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL as without a backup), and on MariaDB 10.5 and later the
+itself, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL as without a backup), and on MariaDB (10.0.5 and later) the
 delete of the batch's id range, as without a backup, ``RETURNING`` them; on MySQL, and for a
 one-statement run (whose rows are too many to hold at once), the batch selects its rows with their full content,
 locked (``FOR UPDATE``; SQLite's write lock from ``BEGIN IMMEDIATE``), writes and syncs their lines, deletes
@@ -397,7 +397,7 @@ def _lines_batch(
 def _range_batch(
     conn: Connection, selection: Selection, lines: Lines, backup: BackupFile, batch_size: int, after: Any
 ) -> Batch:
-    """A bounded batch on MariaDB (10.5 and later have ``DELETE ... RETURNING``), as the clean without a backup
+    """A bounded batch on MariaDB (``DELETE ... RETURNING`` since 10.0.5), as the clean without a backup
     walks: find the id that ends the next ``batch_size`` rows (on the primary key), then delete the selected rows
     up to it, returning their lines: what is written is exactly what was deleted, locked by the delete itself."""
     columns, make, _ = lines
