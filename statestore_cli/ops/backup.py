@@ -358,9 +358,9 @@ def _transaction(conn: Connection, backup: BackupFile, body: Callable[[], Batch]
 def _lines_batch(
     conn: Connection, selection: Selection, lines: Lines, backup: BackupFile, batch_size: int, after: Any
 ) -> Batch:
-    """A batch whose lines the database builds: on PostgreSQL and SQLite one ``DELETE ... RETURNING`` them (what
-    is written is exactly what was deleted, the rows locked by the delete itself); elsewhere, and for a
-    one-statement run (whose rows are too many to hold), selected first and then deleted."""
+    """A batch whose lines the database builds: on PostgreSQL, SQLite and (bounded) MariaDB one ``DELETE ...
+    RETURNING`` them (what is written is exactly what was deleted, the rows locked by the delete itself);
+    on MySQL, and for a one-statement run (whose rows are too many to hold), selected first and then deleted."""
     dialect = conn.dialect.name
     if dialect == "postgresql":
         _utc_session(conn)
@@ -379,6 +379,13 @@ def _lines_batch(
     else:
         chosen = order.in_(ids.scalar_subquery())
     result = conn.execute(delete(selection.table).where(chosen, selection.where).returning(order, *columns))
+    count, last = _write_returned(result, make, backup)
+    return Batch(count, None if count < batch_size else last)
+
+
+def _write_returned(result: Any, make: Callable[[Any], str | None], backup: BackupFile) -> tuple[int, Any]:
+    """Write the line of each row a ``DELETE ... RETURNING`` gave back (its ``order`` value, then the columns of
+    its line), then sync: durable before the commit. How many rows, and the highest ``order`` value."""
     count = 0
     last = None
     for chunk in result.partitions(WRITE_CHUNK):  # the driver holds the batch's rows; Python a chunk of them
@@ -390,8 +397,8 @@ def _lines_batch(
             last = row[0] if last is None or row[0] > last else last
         count += len(chunk)
     if count:
-        backup.sync()  # durable before the commit
-    return Batch(count, None if count < batch_size else last)
+        backup.sync()
+    return count, last
 
 
 def _range_batch(
@@ -407,17 +414,8 @@ def _range_batch(
     end = select(order).with_hint(selection.table, "FORCE INDEX (PRIMARY)").where(walk, *start).order_by(order)
     upper = conn.execute(end.limit(1).offset(batch_size - 1)).scalar()
     bounds = [*start, *([order <= upper] if upper is not None else [])]
-    result = conn.execute(delete(selection.table).where(*bounds, selection.where).returning(*columns))
-    count = 0
-    for chunk in result.partitions(WRITE_CHUNK):
-        for row in chunk:
-            line = make((None, *row))  # a line's maker reads the row after its order value
-            if line is None:
-                raise _Redo
-            backup.add(line)
-        count += len(chunk)
-    if count:
-        backup.sync()  # durable before the commit
+    result = conn.execute(delete(selection.table).where(*bounds, selection.where).returning(order, *columns))
+    count, _ = _write_returned(result, make, backup)
     return Batch(count, upper)
 
 
