@@ -138,6 +138,33 @@ def test_lines_the_database_builds_are_the_export_lines(db_url, tmp_path):
     assert export(db_url) == before
 
 
+@pytest.mark.parametrize("batch", ["0", "2"])
+def test_a_backup_line_is_the_export_line_byte_for_byte(db_url, tmp_path, batch):
+    """Where the stored value is JSON as export writes it, each line of a backup is export's line of that key,
+    byte for byte: tabs, backslashes and the text ``\\N`` in ids (which PostgreSQL's COPY text escapes), a tab
+    in the value, microseconds with trailing zeros, a key that never expires (``clear`` deletes it too)."""
+    seed(db_url, expired=0, live=0)
+    backend = MetastoreBackend(make_engine(db_url))
+    odd = 'a\tb "c" \\N d\\e é'
+    backend.set(TaskScope(DAG, odd, odd, 3), odd, json.dumps({"tab": "x\ty", "n": "\\N"}, ensure_ascii=False))
+    backend.set(TaskScope(DAG, RUN, TASK), long_key(1), json.dumps([1.5, None, "é"], ensure_ascii=False), expires_at=EXPIRED_AT)
+    backend.set(TaskScope(DAG, RUN, TASK), long_key(2), "{}", expires_at=EXPIRED_AT)
+    backend.engine.dispose()
+    moment = datetime(2026, 11, 30, 1, 2, 3, 123400, tzinfo=UTC)
+    if not db_url.startswith("postgresql"):  # naive UTC, on SQLite in Airflow's text form
+        moment = moment.replace(tzinfo=None)
+    stored = moment.strftime("%Y-%m-%d %H:%M:%S.%f") if db_url.startswith("sqlite") else moment
+    sql(db_url, "UPDATE task_state_store SET updated_at = :t WHERE {key} <> :k", t=stored, k=long_key(2))
+    before = [line for line in export(db_url) if json.loads(line)["store"] == "task"]
+    assert '"updated_at": "2026-11-30T01:02:03.123400+00:00"' in before[0]
+    backup = tmp_path / "clear.jsonl"
+    result = run_cli("clear", "--dag-id", DAG, "--batch-size", batch, "--backup", str(backup), "--yes", conn=db_url)
+    assert result.exit_code == 0, result.output
+    assert sorted(lines_of(backup)) == sorted(before)
+    restore(db_url, backup)
+    assert [line for line in export(db_url) if json.loads(line)["store"] == "task"] == before
+
+
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_sqlite_timestamp_in_another_text_form_is_backed_up_too(db_url, tmp_path):
     """Airflow writes YYYY-MM-DD HH:MM:SS.ffffff; a row another writer left as ISO text or without the fraction

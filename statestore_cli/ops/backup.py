@@ -58,6 +58,7 @@ from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.model.timestamps import iso_utc
+from statestore_cli.ops import copy_lines
 from statestore_cli.ops.records import asset_record, dag_run_record, encode_line, load_strict, printable, task_record
 
 _MYSQL = ("mysql", "mariadb")
@@ -272,11 +273,12 @@ def with_backup(exc: StateStoreError, backup: BackupFile | None) -> StateStoreEr
 class Lines(NamedTuple):
     """How rows become lines: ``columns`` selected (or returned) after each row's ``order`` value, and ``make``,
     the line of such a row, None where the database could not build it (the batch is then made again from
-    the rows in Python). ``whole``: the line as one SQL expression that is never NULL, where there is one."""
+    the rows in Python). ``copied``: on PostgreSQL with psycopg 3, the columns sent by ``COPY`` instead and the
+    line made of one such row's text fields (``copy_lines``)."""
 
     columns: Sequence[Any]
     make: Callable[[Any], str | None]
-    whole: Any = None
+    copied: tuple[Sequence[Any], copy_lines.Make] | None = None
 
 
 @dataclass(frozen=True, eq=False)  # compared (and hashed) by identity: it keys its compiled statements
@@ -364,8 +366,8 @@ def _lines_batch(
     dialect = conn.dialect.name
     if dialect == "postgresql":
         _utc_session(conn)
-        if lines.whole is not None and _copies(conn):
-            return _copy_batch(conn, selection, lines.whole, backup, batch_size, after)
+        if lines.copied is not None and _copies(conn):
+            return _copy_batch(conn, selection, lines.copied, backup, batch_size, after)
     if batch_size and dialect in _MYSQL and selection.primary_walk and conn.dialect.delete_returning:
         return _range_batch(conn, selection, lines, backup, batch_size, after)
     if not batch_size or dialect not in ("postgresql", "sqlite"):
@@ -420,8 +422,9 @@ def _range_batch(
 
 
 def _utc_session(conn: Connection) -> None:
-    """PostgreSQL writes a timestamp in JSON in the session's time zone: UTC, for this transaction only."""
-    conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true)")
+    """PostgreSQL writes a timestamp (in JSON and in COPY's text) in the session's time zone and date style:
+    UTC and ISO, for this transaction only."""
+    conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO', true)")
 
 
 def _copies(conn: Connection) -> bool:
@@ -430,13 +433,19 @@ def _copies(conn: Connection) -> bool:
 
 
 def _copy_batch(
-    conn: Connection, selection: Selection, line: Any, backup: BackupFile, batch_size: int, after: Any
+    conn: Connection,
+    selection: Selection,
+    copied: tuple[Sequence[Any], copy_lines.Make],
+    backup: BackupFile,
+    batch_size: int,
+    after: Any,
 ) -> Batch:
-    """A batch on PostgreSQL: ``COPY (DELETE ... RETURNING line) TO STDOUT``, the deleted rows' lines streamed
-    into the file as the server sends them (no row held in Python, nothing turned into Python objects), then
-    synced before the commit. A bounded batch first takes its rows' ids, locked (``FOR UPDATE SKIP LOCKED``, as
-    without a backup), and the delete is of exactly those ids, each of which must come back as a line."""
-    pick, copy_all, copy_ids = _copy_statements(conn, selection, line)
+    """A batch on PostgreSQL: ``COPY (DELETE ... RETURNING <columns>) TO STDOUT``, the deleted rows' lines made
+    from COPY's text as the server sends it (``copy_lines``; a 256 KB block of it held at a time) and written,
+    then synced before the commit. A bounded batch first takes its rows' ids, locked (``FOR UPDATE SKIP
+    LOCKED``, as without a backup), and the delete is of exactly those ids, each of which must come back."""
+    columns, make = copied
+    pick, copy_all, copy_ids = _copy_statements(conn, selection, columns)
     ids: list[Any] | None = None
     last = None
     if batch_size:
@@ -452,15 +461,21 @@ def _copy_batch(
     blocks: list[bytes] = []
     size = 0
     errors = conn.dialect.loaded_dbapi
+    unmade = False  # a row whose line Python must make from its row: the rest is read, then the batch again
 
     def write_out(final: bool) -> int:
-        # Whole lines only (a block is a row as the server sends it, but need not be); the text format doubles
-        # each backslash, and a line holds no tab, line break or other control character for it to escape
-        # (JSON escapes them, and the value's are made spaces).
+        nonlocal unmade
+        # Whole rows only (a block is a row as the server sends it, but need not be).
         data = b"".join(blocks)
         end = len(data) if final else data.rfind(b"\n") + 1
         blocks[:] = [data[end:]] if end < len(data) else []
-        return backup.add_lines(data[:end].replace(b"\\\\", b"\\").decode("utf-8")) if end else 0
+        if not end or unmade:
+            return data.count(b"\n", 0, end)
+        made = copy_lines.lines(data[:end].decode("utf-8"), make)
+        if None in made:
+            unmade = True
+            return len(made)
+        return backup.add_lines("\n".join(made) + "\n")  # type: ignore[arg-type]  # no None in it
 
     try:
         with cursor.copy(sql, params) as copy:
@@ -472,8 +487,6 @@ def _copy_batch(
                     size = sum(map(len, blocks))
         count += write_out(final=True)
         deleted = cursor.rowcount
-    except errors.DataError:  # a value that is not JSON: the statement again, from the rows in Python
-        raise _Redo from None
     except errors.Error as exc:  # as SQLAlchemy would raise it, a lost connection noticed as one
         gone = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
         if gone:
@@ -481,6 +494,8 @@ def _copy_batch(
         raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
     finally:
         cursor.close()
+    if unmade:
+        raise _Redo
     if deleted != count or (ids is not None and count != len(ids)):
         raise BackendError(
             f"the batch took {len(ids or ()):,} rows, deleted {deleted:,} and wrote {count:,} lines: the rows changed "
@@ -496,9 +511,9 @@ def _copy_batch(
 _COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
 
 
-def _copy_statements(conn: Connection, selection: Selection, line: Any) -> tuple[Any, Any, Any]:
+def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[Any]) -> tuple[Any, Any, Any]:
     """The ids a bounded batch takes (after ``:after``, ``:size`` of them, locked), and the delete of every row
-    of the selection and of the ``:ids``, each returning its line, compiled for this connection."""
+    of the selection and of the ``:ids``, each returning ``columns``, compiled for this connection."""
     made = _COPY_STATEMENTS.get(selection)
     if made is None:
         order = selection.order
@@ -511,7 +526,7 @@ def _copy_statements(conn: Connection, selection: Selection, line: Any) -> tuple
         every, of_ids = (
             delete(selection.table)
             .where(*where, selection.where)
-            .returning(line)
+            .returning(*columns)
             .compile(dialect=conn.dialect, **translate)
             for where in ([], [chosen])
         )
@@ -713,11 +728,11 @@ def _task_lines(table: Table) -> Callable[[str], Lines | None]:
         tail += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         tail += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
         checked = [c.value] if _python_checks(dialect) else []
+        sent = [c.dag_id, c.run_id, c.task_id, c.map_index, c.key, c.updated_at, c.expires_at, c.value]
+        copied = ([*sent, c.region_id] if regions else sent, copy_lines.task_line) if dialect == "postgresql" else None
         if not regions:
-            line = _joined(dialect, head + tail)
-            whole = line if dialect == "postgresql" else None
-            return Lines([line, *checked], _checked_line(1 if checked else None), whole)
-        return Lines([_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked], _region_line)
+            return Lines([_joined(dialect, head + tail), *checked], _checked_line(1 if checked else None), copied)
+        return Lines([_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked], _region_line, copied)
 
     return build
 
@@ -730,9 +745,9 @@ def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
         parts += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         parts += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
         checked = [c.value] if _python_checks(dialect) else []
-        line = _joined(dialect, parts)
-        whole = line if dialect == "postgresql" else None
-        return Lines([line, *checked], _checked_line(1 if checked else None), whole)
+        sent = [c.dag_id, c.run_id, c.key, c.updated_at, c.expires_at, c.value]
+        copied = (sent, copy_lines.dag_run_line) if dialect == "postgresql" else None
+        return Lines([_joined(dialect, parts), *checked], _checked_line(1 if checked else None), copied)
 
     return build
 
