@@ -186,6 +186,11 @@ class BackupFile:
         self._write(text, count)
         return count
 
+    def add_bytes(self, data: bytes, count: int) -> None:
+        """``count`` lines already joined and encoded (UTF-8), each ending in a newline."""
+        self._write_pending()
+        self._write_bytes(data if data.isascii() and b"\x7f" not in data else printable(data.decode()).encode(), count)
+
     def _write_pending(self) -> None:
         if self._pending:
             count = len(self._pending)
@@ -195,7 +200,10 @@ class BackupFile:
 
     def _write(self, text: str, count: int) -> None:
         # What the database built is escaped here as encode_line escapes (DEL, C1 controls, bidi overrides).
-        view = memoryview(printable(text).encode("utf-8"))
+        self._write_bytes(printable(text).encode("utf-8"), count)
+
+    def _write_bytes(self, data: bytes, count: int) -> None:
+        view = memoryview(data)
         try:
             while view:
                 written = os.write(self._descriptor(), view)
@@ -278,7 +286,7 @@ class Lines(NamedTuple):
 
     columns: Sequence[Any]
     make: Callable[[Any], str | None]
-    copied: tuple[Sequence[Any], copy_lines.Make] | None = None
+    copied: copy_lines.Shape | None = None
 
 
 @dataclass(frozen=True, eq=False)  # compared (and hashed) by identity: it keys its compiled statements
@@ -433,19 +441,13 @@ def _copies(conn: Connection) -> bool:
 
 
 def _copy_batch(
-    conn: Connection,
-    selection: Selection,
-    copied: tuple[Sequence[Any], copy_lines.Make],
-    backup: BackupFile,
-    batch_size: int,
-    after: Any,
+    conn: Connection, selection: Selection, shape: copy_lines.Shape, backup: BackupFile, batch_size: int, after: Any
 ) -> Batch:
     """A batch on PostgreSQL: ``COPY (DELETE ... RETURNING <columns>) TO STDOUT``, the deleted rows' lines made
     from COPY's text as the server sends it (``copy_lines``; a 256 KB block of it held at a time) and written,
     then synced before the commit. A bounded batch first takes its rows' ids, locked (``FOR UPDATE SKIP
     LOCKED``, as without a backup), and the delete is of exactly those ids, each of which must come back."""
-    columns, make = copied
-    pick, copy_all, copy_ids = _copy_statements(conn, selection, columns)
+    pick, copy_all, copy_ids = _copy_statements(conn, selection, shape.fields)
     ids: list[Any] | None = None
     last = None
     if batch_size:
@@ -461,7 +463,7 @@ def _copy_batch(
     blocks: list[bytes] = []
     size = 0
     errors = conn.dialect.loaded_dbapi
-    unmade = False  # a row whose line Python must make from its row: the rest is read, then the batch again
+    unmade = False  # a row whose line must be made from its row: the rest is read, then the batch again
 
     def write_out(final: bool) -> int:
         nonlocal unmade
@@ -471,11 +473,13 @@ def _copy_batch(
         blocks[:] = [data[end:]] if end < len(data) else []
         if not end or unmade:
             return data.count(b"\n", 0, end)
-        made = copy_lines.lines(data[:end].decode("utf-8"), make)
-        if None in made:
+        try:
+            made, rows = copy_lines.lines(data[:end], shape)
+        except copy_lines.Unmade:
             unmade = True
-            return len(made)
-        return backup.add_lines("\n".join(made) + "\n")  # type: ignore[arg-type]  # no None in it
+            return data.count(b"\n", 0, end)
+        backup.add_bytes(made, rows)
+        return rows
 
     try:
         with cursor.copy(sql, params) as copy:
@@ -487,6 +491,8 @@ def _copy_batch(
                     size = sum(map(len, blocks))
         count += write_out(final=True)
         deleted = cursor.rowcount
+    except errors.DataError:  # a value that is not JSON: the statement again, from the rows in Python
+        raise _Redo from None
     except errors.Error as exc:  # as SQLAlchemy would raise it, a lost connection noticed as one
         gone = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
         if gone:
@@ -728,8 +734,7 @@ def _task_lines(table: Table) -> Callable[[str], Lines | None]:
         tail += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         tail += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
         checked = [c.value] if _python_checks(dialect) else []
-        sent = [c.dag_id, c.run_id, c.task_id, c.map_index, c.key, c.updated_at, c.expires_at, c.value]
-        copied = ([*sent, c.region_id] if regions else sent, copy_lines.task_line) if dialect == "postgresql" else None
+        copied = copy_lines.task_shape(table) if dialect == "postgresql" else None
         if not regions:
             return Lines([_joined(dialect, head + tail), *checked], _checked_line(1 if checked else None), copied)
         return Lines([_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked], _region_line, copied)
@@ -745,8 +750,7 @@ def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
         parts += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         parts += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
         checked = [c.value] if _python_checks(dialect) else []
-        sent = [c.dag_id, c.run_id, c.key, c.updated_at, c.expires_at, c.value]
-        copied = (sent, copy_lines.dag_run_line) if dialect == "postgresql" else None
+        copied = copy_lines.dag_run_shape(table) if dialect == "postgresql" else None
         return Lines([_joined(dialect, parts), *checked], _checked_line(1 if checked else None), copied)
 
     return build

@@ -1,104 +1,126 @@
-"""Export lines made from PostgreSQL's ``COPY ... TO STDOUT`` text rows, for ``--backup`` on psycopg 3.
+"""Export lines from what PostgreSQL's ``COPY ... TO STDOUT`` sends a backed-up batch (psycopg 3).
 
-A backed-up batch on PostgreSQL is ``COPY (DELETE ... RETURNING <the row's columns>) TO STDOUT``: the server
-only deletes and sends each row in COPY's text format (tab-separated, ``\\N`` for NULL, a backslash before
-a tab, line break or backslash in a value), and this process makes each key's line of the export format
-while the server goes on deleting, on the other core. Building the same line in SQL (``to_json`` of every
-field, the value cast to ``json``) doubled what the delete costs the server.
+A batch is ``COPY (DELETE ... RETURNING <fields>) TO STDOUT``. Each field is already JSON where the server
+makes that cheaply (``to_json`` of the ids and the key, the value cast to ``json``, which checks it), the
+timestamps are ``to_char`` text; this process puts each row's fields between the fixed text of its line
+(``{"store": "task", "dag_id": ``, ...) a block of rows at a time, with list operations, while the server
+goes on deleting on the other core. Building the whole line in SQL cost the server as much as the delete;
+making each line in Python code of its own, four times as much as that.
 
-A line is what ``export`` writes for the same key: strings JSON-quoted as Python quotes them, timestamps in
-ISO 8601 UTC with six-digit microseconds (or none), the stored value embedded as the JSON it is, checked to
-be JSON and its line breaks made spaces. A row whose line cannot be made here (a value that is not JSON, a
-timestamp in another form) gives None: the batch is then made again from its rows, which names the key.
-The session's ``TimeZone`` must be UTC and its ``DateStyle`` ISO (``backup._utc_session``).
+This holds because every field is JSON or a timestamp: none holds a tab or line break of its own, so in COPY's
+text format a tab always ends a field and a line break a row. COPY writes a backslash as two, and the line
+breaks and tabs a value has between its JSON tokens as ``\\n``, ``\\r``, ``\\t``: those become spaces, so that
+each key stays on one line. Timestamps are written as export writes them: ISO 8601 UTC, six-digit
+microseconds or none. The session's time zone must be UTC (``backup._utc_session``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from json.encoder import encode_basestring as _quoted
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from sqlalchemy import JSON, String, Table, Text, case, cast, func, literal_column
 
 from statestore_cli.model.scopes import NIL_REGION
-from statestore_cli.ops.records import load_strict
-
-Fields = list[Any]  # a row's fields: str, None for NULL
-Make = Callable[[Fields], str | None]
-
-_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
-_ESCAPED = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
-_FLAT = str.maketrans("\r\n\t", "   ")  # the whitespace JSON allows between tokens, on one line
 
 
-def fields(row: str) -> Fields:
-    """One row of COPY's text format (without its line break) as its fields, NULL as None."""
-    split: Fields = row.split("\t")
-    if "\\" not in row:  # nothing escaped, and no NULL (written \N)
-        return split
-    return [None if f == "\\N" else _ESCAPE.sub(_unescaped, f) if f and "\\" in f else f for f in split]
+class Unmade(ValueError):
+    """A field that is not in the form its line needs (a timestamp before year 1 or after 9999): the batch
+    is made again from its rows."""
 
 
-def _unescaped(found: re.Match[str]) -> str:
-    return _ESCAPED.get(found[1], found[1])
+class Shape(NamedTuple):
+    """A line as COPY fields and the text around them: ``before[i]`` precedes field ``i``, ``end`` follows
+    the last; ``finish`` makes the fields Python completes (the timestamps) final."""
+
+    fields: Sequence[Any]
+    before: Sequence[bytes]
+    end: bytes
+    finish: dict[int, Callable[[bytes], bytes]]
 
 
-def lines(text: str, make: Make) -> list[str | None]:
-    """The lines of whole COPY rows, ``text`` ending in a line break."""
-    return [make(fields(row)) for row in text.split("\n")[:-1]]  # not splitlines: a value may hold \x1c, U+2028
+_ESCAPE = re.compile(rb"\\(.)")
+_UNESCAPED = {b"\\": b"\\", b"n": b" ", b"r": b" ", b"t": b" "}  # the whitespace between a value's tokens
 
 
-def _moment(text: str | None) -> str | None:
-    """``YYYY-MM-DD HH:MM:SS[.ffffff]+00`` (timestamptz in UTC, DateStyle ISO) as a JSON string of
-    ISO 8601, as ``iso_utc`` writes it; None for any other form (a year past 9999, BC)."""
-    if text is None or len(text) < 22 or text[10] != " " or text[19:20] not in ("+", ".") or text[-3:] != "+00":
-        return None
-    if len(text) == 22:
-        return f'"{text[:10]}T{text[11:19]}+00:00"'
-    fraction = text[19:-3]
-    if not 2 <= len(fraction) <= 7 or not fraction[1:].isdigit():
-        return None
-    return f'"{text[:10]}T{text[11:19]}{fraction.ljust(7, "0")}+00:00"'
+def _unescaped(found: re.Match[bytes]) -> bytes:
+    return _UNESCAPED.get(found[1], found[0])
 
 
-def _value(text: str | None) -> str | None:
-    """The stored value as the JSON it holds, on one line; None when it is not JSON."""
-    if text is None:
-        return None
-    try:
-        load_strict(text)
-    except ValueError:
-        return None
-    return text.translate(_FLAT) if "\n" in text or "\r" in text or "\t" in text else text
+def lines(data: bytes, shape: Shape) -> tuple[bytes, int]:
+    """Whole COPY rows (``data`` ends in a line break) as export lines, each ending in a line break, and how
+    many. Raises ``Unmade``."""
+    if b"\\" in data:
+        data = _ESCAPE.sub(_unescaped, data)
+    pieces = data.replace(b"\n", b"\t").split(b"\t")
+    pieces.pop()  # after the last line break
+    width = len(shape.before)
+    rows, odd = divmod(len(pieces), width)
+    if odd:
+        raise Unmade("a row of COPY's output has a field too many or too few")
+    stride = 2 * width + 1
+    out: list[bytes] = [b""] * (rows * stride)
+    for i, text in enumerate(shape.before):
+        column = pieces[i::width]
+        finish = shape.finish.get(i)
+        out[2 * i : len(out) : stride] = [text] * rows
+        out[2 * i + 1 : len(out) : stride] = column if finish is None else list(map(finish, column))
+    out[stride - 1 : len(out) : stride] = [shape.end] * rows
+    return b"".join(out), rows
 
 
-def _expiry(text: str | None) -> str | None:
-    return "null" if text is None else _moment(text)
+def _literal(text: str) -> Any:
+    return literal_column("'" + text.replace("'", "''") + "'", String)
 
 
-def task_line(row: Fields) -> str | None:
-    """The line of a task key from its COPY fields: dag_id, run_id, task_id, map_index, key, updated_at,
-    expires_at, value, and region_id where the layout has regions (the identifiers are NOT NULL columns)."""
-    dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value, *in_region = row
-    updated, expires, stored = _moment(updated_at), _expiry(expires_at), _value(value)
-    if updated is None or expires is None or stored is None:
-        return None
-    region = in_region[0] if in_region else None
-    place = "" if region is None or region == NIL_REGION else f', "region_id": {_quoted(region)}'
-    return (
-        f'{{"store": "task", "dag_id": {_quoted(dag_id)}, "run_id": {_quoted(run_id)}, "task_id": '
-        f'{_quoted(task_id)}{place}, "map_index": {map_index}, "key": {_quoted(key)}, "updated_at": {updated}, '
-        f'"expires_at": {expires}, "value": {stored}}}'
-    )
+def _moment_text(column: Any) -> Any:
+    """28 characters from year 1 to 9999: ``YYYY-MM-DDTHH:MM:SS.ffffffAD``, in the session's zone (UTC)."""
+    return func.to_char(column, _literal('YYYY-MM-DD"T"HH24:MI:SS.USAD'))
 
 
-def dag_run_line(row: Fields) -> str | None:
-    """The line of a dag-run key from its COPY fields: dag_id, run_id, key, updated_at, expires_at, value."""
-    dag_id, run_id, key, updated_at, expires_at, value = row
-    updated, expires, stored = _moment(updated_at), _expiry(expires_at), _value(value)
-    if updated is None or expires is None or stored is None:
-        return None
-    return (
-        f'{{"store": "dag_run", "dag_id": {_quoted(dag_id)}, "run_id": {_quoted(run_id)}, "key": {_quoted(key)}, '
-        f'"updated_at": {updated}, "expires_at": {expires}, "value": {stored}}}'
-    )
+def moment(text: bytes) -> bytes:
+    """``YYYY-MM-DDTHH:MM:SS.ffffffAD`` as a JSON string, as ``iso_utc`` writes it (no ``.000000``)."""
+    if len(text) != 28 or text[26:] != b"AD":
+        raise Unmade(f"a timestamp export cannot write: {text!r}")
+    return b'"' + (text[:19] if text[20:26] == b"000000" else text[:26]) + b'+00:00"'
+
+
+def expiry(text: bytes) -> bytes:
+    return b"null" if text == b"null" else moment(text)
+
+
+def _quoted(column: Any) -> Any:
+    return cast(func.to_json(column), Text)
+
+
+def _value(column: Any) -> Any:
+    return cast(cast(column, JSON), Text)  # refused (DataError) where the value is not JSON
+
+
+def task_shape(table: Table) -> Shape:
+    """A task key's line: the fields of ``records.task_record`` in its order (the region only where the key
+    has one other than the nil region)."""
+    c = table.c
+    fields = [_quoted(c.dag_id), _quoted(c.run_id), _quoted(c.task_id)]
+    before = [b'{"store": "task", "dag_id": ', b', "run_id": ', b', "task_id": ']
+    if "region_id" in c:
+        region = _literal(', "region_id": "').op("||")(cast(c.region_id, Text)).op("||")(_literal('"'))
+        fields.append(case((cast(c.region_id, Text) == _literal(str(NIL_REGION)), _literal("")), else_=region))
+        before.append(b"")
+    fields += [cast(c.map_index, Text), _quoted(c.key), _moment_text(c.updated_at)]
+    before += [b', "map_index": ', b', "key": ', b', "updated_at": ']
+    fields += [func.coalesce(_moment_text(c.expires_at), _literal("null")), _value(c.value)]
+    before += [b', "expires_at": ', b', "value": ']
+    last = len(fields)
+    return Shape(fields, before, b"}\n", {last - 3: moment, last - 2: expiry})
+
+
+def dag_run_shape(table: Table) -> Shape:
+    """A dag-run key's line: the fields of ``records.dag_run_record`` in its order."""
+    c = table.c
+    fields = [_quoted(c.dag_id), _quoted(c.run_id), _quoted(c.key), _moment_text(c.updated_at)]
+    fields += [func.coalesce(_moment_text(c.expires_at), _literal("null")), _value(c.value)]
+    before = [b'{"store": "dag_run", "dag_id": ', b', "run_id": ', b', "key": ', b', "updated_at": ']
+    before += [b', "expires_at": ', b', "value": ']
+    return Shape(fields, before, b"}\n", {3: moment, 4: expiry})
