@@ -80,7 +80,7 @@ def lines_of(path: Path) -> list[str]:
 
 def records(lines: list[str]) -> list[dict]:
     """The lines as records, timestamps as instants, sorted: what an import reads from them. (The database
-    builds a task key's line: a value's JSON as stored, PostgreSQL's microseconds without trailing zeros.)"""
+    builds a task key's line, with a value's JSON as stored.)"""
     found = []
     for line in lines:
         record = json.loads(line)
@@ -147,7 +147,8 @@ def test_a_backup_line_is_the_export_line_byte_for_byte(db_url, tmp_path, batch)
     backend = MetastoreBackend(make_engine(db_url))
     odd = 'a\tb "c" \\N d\\e é'
     backend.set(TaskScope(DAG, odd, odd, 3), odd, json.dumps({"tab": "x\ty", "n": "\\N"}, ensure_ascii=False))
-    backend.set(TaskScope(DAG, RUN, TASK), long_key(1), json.dumps([1.5, None, "é"], ensure_ascii=False), expires_at=EXPIRED_AT)
+    listed = json.dumps([1.5, None, "é"], ensure_ascii=False)
+    backend.set(TaskScope(DAG, RUN, TASK), long_key(1), listed, expires_at=EXPIRED_AT)
     backend.set(TaskScope(DAG, RUN, TASK), long_key(2), "{}", expires_at=EXPIRED_AT)
     backend.engine.dispose()
     moment = datetime(2026, 11, 30, 1, 2, 3, 123400, tzinfo=UTC)

@@ -15,7 +15,8 @@ is cut from the file again; one whose commit was under way when the connection w
 not be gone), so the file may hold one batch more than was deleted, never one row fewer.
 
 The lines of task and dag-run keys are built by the database (one SQL expression per line: what Python would
-spend per row costs more than the delete itself); asset keys' lines, and a batch whose lines the database
+spend per row costs more than the delete itself; on PostgreSQL with psycopg 3 the fields of each line, joined
+by ``copy_lines``); asset keys' lines, and a batch whose lines the database
 cannot build (a value that is not JSON, a SQLite timestamp in another text form), are made in Python, as
 ``export`` makes them. Values are written as stored, as ``export`` writes them: with a worker-side backend they
 are its references.
