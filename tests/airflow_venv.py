@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -146,18 +147,66 @@ for line in sys.stdin:
 """
 
 
+# Run by Airflow's interpreter for ``StatestoreIn``: ``statestore ARGS`` (its JSON argument's ``args``) as the
+# command's own ``python -m statestore_cli`` runs it (``__main__.main``, the fast path of ``get`` included),
+# with stdin, stdout, stderr and the environment (plus the argument's ``env``) isolated as a process has them;
+# it prints the exit code and both outputs as one JSON line. A traceback is printed to that stderr, as a
+# process would print it.
+_STATESTORE = """
+import json, sys, traceback
+from click.testing import CliRunner
+from statestore_cli.__main__ import main
+
+request = json.loads(sys.argv[1])
+with CliRunner().isolation(env=request["env"]) as (stdout, stderr, _):
+    sys.argv = ["statestore", *request["args"]]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if isinstance(exc.code, str):
+            sys.stderr.write(exc.code + "\\n")
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
+print(json.dumps({"code": code, "stdout": out, "stderr": err}))
+"""
+
+
+class StatestoreIn:
+    """``statestore ARGS`` run by ``python`` (Airflow's) with ``env``, every call in one interpreter (an
+    ``AirflowOps``, started at the first call, ended by ``close``) as ``python -m statestore_cli ARGS`` would
+    run it: the command, its exit code, stdout and stderr. Importing Airflow's provider costs seconds of CPU
+    in each new process."""
+
+    def __init__(self, python: Path, env: dict[str, str], folder: Path) -> None:
+        self.ops = AirflowOps(python, env, _STATESTORE, folder, name="statestore")
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        reply = self.ops({"args": list(args), "env": env or {}})
+        assert isinstance(reply, dict)
+        return subprocess.CompletedProcess(["statestore", *args], reply["code"], reply["stdout"], reply["stderr"])
+
+    def close(self) -> None:
+        self.ops.close()
+
+
 class AirflowOps:
     """``run_ops`` for the ops of one test, with one Airflow interpreter (started at the first call, ended by
     ``close``) running ``script`` for each call: starting Airflow takes seconds of CPU each time. Each call
     runs the script afresh, in an interpreter that has run it before, as a long-lived Airflow process
     (a worker, the API server) runs one request after another."""
 
-    def __init__(self, python: Path, env: dict[str, str], script: str, folder: Path) -> None:
+    def __init__(self, python: Path, env: dict[str, str], script: str, folder: Path, name: str = "airflow-ops") -> None:
         self.python, self.env, self.script = python, env, script
-        self.stderr_path = folder / "airflow-ops.stderr"
+        self.stderr_path = folder / f"{name}.stderr"
         self.proc: subprocess.Popen[str] | None = None
 
-    def __call__(self, ops: Sequence[object]) -> list[object]:
+    def __call__(self, ops: object) -> Any:
         if self.proc is None:
             self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.stderr_path, "w") as stderr:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow_venv import AirflowOps, airflow_env
+from airflow_venv import AirflowOps, StatestoreIn, airflow_env
 from sqlalchemy import create_engine, text
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
@@ -96,6 +96,7 @@ class Deployment:
         # layered on it would need a .pth naming its site-packages for no gain. The tool runs fine on
         # Airflow's typer 0.29.2 and SQLAlchemy 2.1; what is tested is the code of this checkout.
         self.tool_env = {**self.env, "PYTHONPATH": str(REPO)}
+        self.tool = StatestoreIn(python, self.tool_env, tmp_path)
         self.sql(
             "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, clear_number, span_status) "
             "VALUES (:d, :r, 'scheduled', :t, 0, 'not_started')",
@@ -125,14 +126,7 @@ class Deployment:
         return self.ops(ops)
 
     def statestore(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.python), "-m", "statestore_cli", "--config", str(self.config), *args],
-            env={**self.tool_env, **(env or {})},
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
+        return self.tool("--config", str(self.config), *args, env=env)
 
     def ok(self, *args: str, env: dict[str, str] | None = None) -> str:
         done = self.statestore(*args, env=env)
@@ -146,6 +140,7 @@ def deployment(airflow_python: Path, migrated_sqlite: Path, tmp_path: Path) -> I
     made = Deployment(airflow_python, tmp_path, migrated_sqlite)
     yield made
     made.ops.close()
+    made.tool.close()
 
 
 def task(map_index: int = -1) -> list[object]:

@@ -10,9 +10,10 @@ a PostgreSQL database on the test server) and checks both directions on each:
 - both dry runs list the same rows.
 
 Airflow is only driven (its CLI, and a short script run by its interpreter that calls its public
-``airflow.state`` API); none of its code is in this repository. Where it cannot be installed the module
-is skipped with the reason, except under ``CI=true``, where that fails it. Select it alone with
-``pytest -m airflow``; leave it out with ``-m 'not airflow'``.
+``airflow.state`` API; one such interpreter per test runs both, as a long-lived Airflow process would,
+since starting Airflow costs seconds of CPU); none of its code is in this repository. Where it cannot be
+installed the module is skipped with the reason, except under ``CI=true``, where that fails it. Select it
+alone with ``pytest -m airflow``; leave it out with ``-m 'not airflow'``.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class AirflowDb:
 
     def airflow_dry_run(self) -> set[tuple]:
         """The rows ``airflow state-store clean --dry-run`` lists, as (dag_id, run_id, task_id, map_index, key)."""
-        out = airflow(self.python, self.env, "state-store", "clean", "--dry-run")
+        [out] = self.backend(["airflow", "state-store", "clean", "--dry-run"])
+        assert isinstance(out, str)
         rows = set()
         for line in out.splitlines():
             found = DRY_RUN_LINE.fullmatch(line.strip())
@@ -109,14 +111,25 @@ DRY_RUN_LINE = re.compile(r"Dag ('.*'), run ('.*'), task ('.*'), map_index (-?\d
 
 # Run by Airflow's interpreter: each op goes through `airflow.state.get_state_backend()`, Airflow's public
 # entry to the configured backend (its MetastoreBackend here). Values travel JSON-encoded, as Airflow's do.
+# An "airflow" op is Airflow's CLI, `airflow ARGS`, as its main() runs it (its parser, the command's own
+# function) in this interpreter, which has imported Airflow already: its output is the op's result.
 DRIVER = """
-import json, sys
+import contextlib, io, json, sys
 from datetime import datetime
 from airflow.state import AssetScope, TaskScope, get_state_backend
 
 backend = get_state_backend()
 results = []
 for kind, *args in json.loads(sys.argv[1]):
+    if kind == "airflow":
+        from airflow.cli import cli_parser
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            command = cli_parser.get_parser().parse_args(args)
+            command.func(command)
+        results.append(out.getvalue())
+        continue
     if kind in ("set_task", "get_task"):
         dag_id, run_id, task_id, map_index, key, *rest = args
         scope = TaskScope(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
@@ -274,7 +287,7 @@ def test_statestore_writes_airflow_reads_and_cleans(airflow_db: AirflowDb):
 
     expected = {(task[0], RUN, task[2], -1, "expired"), (task[0], RUN, task[2], 3, LONG_KEY)}
     assert db.airflow_dry_run() == db.our_dry_run() == expected
-    airflow(db.python, db.env, "state-store", "clean")
+    db.backend(["airflow", "state-store", "clean"])
     assert db.airflow_dry_run() == db.our_dry_run() == set()
     listed = db.cli("list", "-o", "json")
     assert isinstance(listed, list)
