@@ -95,6 +95,18 @@ class Pool(NamedTuple):
             " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
 
+    def settle(self, timeout: float = 30) -> None:
+        """Wait until no server session of this database is inside a statement or transaction: a client
+        killed just after sending its COMMIT leaves the server finishing that batch after the kill."""
+        deadline = time.monotonic() + timeout
+        busy = (
+            "SELECT pid, state FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND backend_type = 'client backend' AND state <> 'idle'"
+        )
+        while self.on_server(busy) or self.advisory_locks():
+            assert time.monotonic() < deadline, f"the server still works for a killed client: {self.on_server(busy)}"
+            time.sleep(0.05)
+
     def on_server(self, statement: str) -> list[tuple]:
         import psycopg
 
@@ -330,6 +342,7 @@ def test_a_killed_exclusive_clean_leaves_no_lock_behind(pool):
         proc.kill()
         proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+    pool.settle()
     left = rows(pool)[0]
     assert 0 < left < 100_000
     nxt = statestore(pool, "clean", "--exclusive", "-o", "json")
