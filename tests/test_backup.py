@@ -324,6 +324,22 @@ def test_a_value_that_is_not_json_stops_a_one_statement_clean_before_anything_is
     assert task_rows(db_url) == 6 and backup.read_bytes() == b""
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("batch", ["0", "4"])
+def test_a_timestamp_no_line_can_hold_stops_the_clean_before_its_batch_is_deleted(db_url, tmp_path, batch):
+    """A PostgreSQL timestamp before year 1 (which export, ISO 8601 and Python cannot write): the batch is made
+    again from its rows, which says what is wrong; nothing of it is deleted or written."""
+    seed(db_url, expired=6, live=0)
+    sql(db_url, "UPDATE task_state_store SET updated_at = '0044-03-15 00:00:00+00 BC' WHERE {key} = :k", k=long_key(2))
+    backup = tmp_path / "clean.jsonl"
+    result = run_cli("clean", "--batch-size", batch, "--backup", str(backup), conn=db_url)
+    assert result.exit_code == 3, result.output
+    assert "timestamp too small (before year 1)" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert 2 <= task_rows(db_url) <= 6
+    assert long_key(2) in {row[0] for row in sql(db_url, "SELECT {key} FROM task_state_store")}
+    assert len(lines_of(backup)) == 6 - task_rows(db_url)  # the batches before it, every one of their keys
+
+
 # -- stopped midway: signals, a lost connection, SIGKILL --------------------------------------------------------
 def seed_bulk(url: str, count: int) -> None:
     """``count`` expired task keys of one task, written in one statement."""
