@@ -28,12 +28,12 @@ from helpers import (
     HEAD_34,
     Result,
     as_utc,
+    engine_of,
     load_airflow_schema,
     run_cli,
     sql,
     throwaway_airflow_database,
 )
-from sqlalchemy import create_engine
 
 LAYOUTS = {"3.4": HEAD_34, "3.4-between": BETWEEN}  # layout name -> its alembic revision
 SQLITE_FILES = {HEAD_34: "airflow-3.4.sqlite", BETWEEN: "airflow-3.4-between.sqlite"}
@@ -173,7 +173,7 @@ class AirflowDb:
         tables = ["task_state_store", "asset_state_store", "asset_active", "asset", "dag_run"]
         if self.has_dag_run_store:
             tables.insert(1, "dag_run_state_store")
-        engine = create_engine(self.url)  # one connection for them all: a new one costs more than a DELETE
+        engine = engine_of(self.url)  # one connection for them all: a new one costs more than a DELETE
         try:
             with engine.begin() as conn:
                 for table in tables:

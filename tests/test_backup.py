@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 import test_faults
-from helpers import Result, read_metrics, run_cli, sql, statestore_argv
-from sqlalchemy import create_engine, event, text
+from helpers import Result, engine_of, read_metrics, run_cli, sql, statestore_argv
+from sqlalchemy import event, text
 from test_faults import kill_session, named_session, row_locked
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
@@ -347,7 +347,7 @@ def seed_bulk(url: str, count: int) -> None:
     backend.set(TaskScope(DAG, RUN, TASK), "first", '{"id": 0}', expires_at=EXPIRED_AT)
     backend.engine.dispose()
     run_pk = sql(url, "SELECT dag_run_id FROM task_state_store")[0][0]
-    engine = create_engine(url)
+    engine = engine_of(url)
     quoted = "`key`" if engine.dialect.name in ("mysql", "mariadb") else '"key"'
     moment = EXPIRED_AT.replace(tzinfo=None) if engine.dialect.name != "postgresql" else EXPIRED_AT
     statement = text(

@@ -11,8 +11,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import run_statestore_process, sql, statestore_argv
-from sqlalchemy import create_engine, event
+from helpers import engine_of, run_statestore_process, sql, statestore_argv
+from sqlalchemy import event
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
@@ -91,7 +91,7 @@ def test_summary_has_elapsed_time_and_rate(cli, db_url):
 # -- one clean at a time ----------------------------------------------------------------------------------
 def _hold_clean_lock(db_url: str):
     """Take the lock `clean --exclusive` takes, from another session, as a running clean would."""
-    engine = create_engine(db_url)
+    engine = engine_of(db_url)
     conn = engine.connect()
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f"SELECT pg_advisory_lock({0x73746174657374})")  # the key `clean` uses

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import isolated_database, sql
-from sqlalchemy import create_engine, event, insert, text
+from helpers import engine_of, isolated_database, sql
+from sqlalchemy import event, insert, text
 from sqlalchemy.engine import Engine
 
 from statestore_cli.config import load_settings
@@ -37,7 +37,7 @@ NOW = datetime.now(UTC)
 def store(tmp_path) -> Iterator[str]:
     with isolated_database("mariadb", tmp_path) as url:
         db_init(load_settings(conn_override=url))
-        engine = create_engine(url)
+        engine = engine_of(url)
         with engine.begin() as conn:
             conn.execute(
                 insert(dag_run), [{"id": 1, "dag_id": "etl", "run_id": "scheduled__2026-11-30T00:00:00+00:00"}]
@@ -66,7 +66,7 @@ def _row(i: int) -> dict[str, object]:
 @contextmanager
 def snapshot_held(url: str) -> Iterator[None]:
     """Another session with a consistent snapshot open: purge keeps every delete-marked record."""
-    reader = create_engine(url).connect()
+    reader = engine_of(url).connect()
     try:
         reader.exec_driver_sql("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         reader.exec_driver_sql("SELECT count(*) FROM task_state_store").scalar()
@@ -118,7 +118,7 @@ def test_every_batch_of_a_clean_touches_no_more_pages_than_the_first(store):
 
 def test_the_measurement_sees_a_batch_that_rescans_deleted_rows(store):
     """The counter can fail the test above: ``DELETE ... LIMIT`` batches grow under the same snapshot."""
-    engine = create_engine(store)
+    engine = engine_of(store)
     statement = text(
         f"ANALYZE FORMAT=JSON DELETE FROM task_state_store WHERE expires_at IS NOT NULL AND expires_at < :now "
         f"LIMIT {BATCH}"

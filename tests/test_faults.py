@@ -20,8 +20,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from helpers import run_statestore_process, sql, statestore_argv
-from sqlalchemy import create_engine, make_url, text
+from helpers import engine_of, run_statestore_process, sql, statestore_argv
+from sqlalchemy import make_url, text
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
@@ -158,7 +158,7 @@ def kill_session(
 ) -> None:
     """End the server session of the command (``pg_terminate_backend`` / ``KILL``) once it is there
     (and, with ``waiting_for_lock``, waiting for a row lock)."""
-    admin = create_engine(db_url, isolation_level="AUTOCOMMIT")
+    admin = engine_of(db_url, isolation_level="AUTOCOMMIT")
     postgres = admin.dialect.name == "postgresql"
     if postgres:
         find = "SELECT pid FROM pg_stat_activity WHERE application_name = :m"
@@ -196,7 +196,7 @@ def seed_bulk_expired(db_url: str, count: int) -> None:
 
 
 def _insert_many(db_url: str, run_id: int, rows: list[dict]) -> None:
-    engine = create_engine(db_url)
+    engine = engine_of(db_url)
     quoted = "`key`" if engine.dialect.name in ("mysql", "mariadb") else '"key"'
     statement = text(
         f"INSERT INTO task_state_store (dag_run_id, task_id, map_index, {quoted}, dag_id, run_id, value, "
@@ -248,7 +248,7 @@ def test_a_connection_killed_mid_clean_keeps_the_committed_batches_and_a_rerun_f
 @contextmanager
 def row_locked(db_url: str, key: str) -> Iterator[None]:
     """Hold the row lock of task key ``key`` (SELECT ... FOR UPDATE in an open transaction)."""
-    engine = create_engine(db_url)
+    engine = engine_of(db_url)
     quoted = "`key`" if engine.dialect.name in ("mysql", "mariadb") else '"key"'
     with engine.connect() as conn, conn.begin():
         found = conn.execute(text(f"SELECT id FROM task_state_store WHERE {quoted} = :k FOR UPDATE"), {"k": key})

@@ -10,8 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, run_statestore_process
-from sqlalchemy import create_engine
+from helpers import engine_of, run_cli, run_statestore_process
 
 from statestore_cli.db.layout import layout_of
 
@@ -48,7 +47,7 @@ def rows(path: Path, statement: str) -> list[tuple]:
     ],
 )
 def test_the_layout_is_read_from_the_database(tmp_path, name, layout, revision, region, dag_run_store):
-    engine = create_engine(f"sqlite:///{copy(name, tmp_path)}")
+    engine = engine_of(f"sqlite:///{copy(name, tmp_path)}")
     try:
         with engine.connect() as conn:
             found = layout_of(conn)

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import ENGINES, Result, quote_key, read_metrics, run_cli, run_statestore_process, sql
-from sqlalchemy import create_engine, event, make_url, text
+from helpers import ENGINES, Result, engine_of, quote_key, read_metrics, run_cli, run_statestore_process, sql
+from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import Engine
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
@@ -39,8 +39,8 @@ def holder(url: str) -> Engine:
     PostgreSQL, which would wait forever, the server ends the session after 20 s idle in its transaction:
     a command that does not give up then succeeds and fails its test instead of hanging the suite."""
     if url.startswith("sqlite"):
-        return create_engine(url)
-    engine = create_engine(url, isolation_level="READ COMMITTED")
+        return engine_of(url)
+    engine = engine_of(url, isolation_level="READ COMMITTED")
     if url.startswith("postgresql"):
 
         @event.listens_for(engine, "connect")

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import REALISTIC_KEY, REALISTIC_RUNS, run_cli, sql, statestore_argv
-from sqlalchemy import create_engine, text
+from helpers import REALISTIC_KEY, REALISTIC_RUNS, engine_of, run_cli, sql, statestore_argv
+from sqlalchemy import text
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
@@ -34,7 +34,7 @@ PIPE_BUFFER = 64 * 1024
 
 def seed_many(url: str, keys_per_task: int = KEYS_PER_TASK) -> int:
     """Realistic task keys in bulk, every other one expired; returns how many expired."""
-    engine = create_engine(url)
+    engine = engine_of(url)
     now = datetime.now(UTC).replace(microsecond=0)
     runs, rows = [], []
     for dag_id in DAGS:

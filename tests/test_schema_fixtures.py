@@ -22,10 +22,11 @@ from helpers import (
     HEAD_332,
     SQLITE_FIXTURES,
     STEP_FILE,
+    engine_of,
     load_airflow_schema,
     throwaway_airflow_database,
 )
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import inspect
 
 SQLITE_FILES = SQLITE_FIXTURES
 STEPS = AIRFLOW_STEPS  # the DDL files applied on the 3.3.2 schema
@@ -57,7 +58,7 @@ def expected(revision: str) -> dict[str, object]:
 
 def check_layout(url: str, revision: str, *, revision_row: bool = True) -> None:
     want = expected(revision)
-    engine = create_engine(url)
+    engine = engine_of(url)
     try:
         insp = inspect(engine)
         tables = set(insp.get_table_names())
@@ -171,7 +172,7 @@ def test_mariadb_dump_is_airflows_own_332_schema(server_database):
     """The dump is a whole 3.3.2 database: the state store tables and their parents, with Airflow's MySQL types."""
     _, url = server_database
     load_airflow_schema("mariadb", url, HEAD_332)
-    engine = create_engine(url)
+    engine = engine_of(url)
     try:
         insp = inspect(engine)
         assert set(insp.get_table_names()) == SQLITE_332_TABLES  # the same 58 tables as Airflow's SQLite file
