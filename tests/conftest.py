@@ -47,6 +47,14 @@ from monitoring import Server, node_exporter
 from statestore_cli.config import load_settings
 from statestore_cli.ops.commands import db_init
 
+# tmp_path on a RAM-backed file system where the machine has one (Linux's /dev/shm), unless the caller chose
+# a root: the SQLite stores, backups and metrics files of two thousand tests are fsynced at every commit, and
+# on a disk those waits were a quarter of the suite's time. Nothing here tests the disk (the full-disk tests
+# mount a tmpfs of their own), and a path the caller passes with --basetemp still wins.
+_RAM = Path("/dev/shm")
+if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os.X_OK):
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_RAM)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without workers): the run's token and folder

@@ -420,7 +420,7 @@ def test_a_connection_lost_midway_leaves_every_deleted_key_in_the_backup(db_url,
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
     done = re.search(
-        r"\(the clean had deleted ([\d,]+) expired keys in [\d,]+ committed batches; they stay deleted: run clean "
+        r"\(the clean had deleted ([\d,]+) expired keys in [\d,]+ committed batch(?:es)?; they stay deleted: run clean "
         rf"again to finish\); {re.escape(str(backup))} holds the ([\d,]+) deleted keys: `statestore --conn .+ import "
         rf"{re.escape(str(backup))}` restores them\n$",
         err,

@@ -230,7 +230,7 @@ def test_a_connection_killed_mid_clean_keeps_the_committed_batches_and_a_rerun_f
     assert proc.returncode == 3, err
     assert out == "" and err.count("\n") == 1 and err.startswith("statestore: error: database error on "), err
     done = re.search(
-        r"\(the clean had deleted ([\d,]+) expired keys in ([\d,]+) committed batches; "
+        r"\(the clean had deleted ([\d,]+) expired keys in ([\d,]+) committed batch(?:es)?; "
         r"they stay deleted: run clean again to finish\)\n$",
         err,
     )

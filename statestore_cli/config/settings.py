@@ -37,6 +37,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -89,6 +90,7 @@ def env_var_name(section: str, option: str) -> str:
     return f"AIRFLOW__{section.replace('.', '_').upper()}__{option.upper()}"
 
 
+@cache  # the package's own file, read once per process (a library caller may load settings many times)
 def load_option_specs() -> tuple[OptionSpec, ...]:
     """The option schema shipped inside the package as ``options.toml``."""
     # Read beside this module (inside the installed package); importlib.resources costs start-up time.
