@@ -282,8 +282,8 @@ def with_backup(exc: StateStoreError, backup: BackupFile | None) -> StateStoreEr
 class Lines(NamedTuple):
     """How rows become lines: ``columns`` selected (or returned) after each row's ``order`` value, and ``make``,
     the line of such a row, None where the database could not build it (the batch is then made again from
-    the rows in Python). ``copied``: on PostgreSQL with psycopg 3, the columns sent by ``COPY`` instead and the
-    line made of one such row's text fields (``copy_lines``)."""
+    the rows in Python). ``copied``: on PostgreSQL with psycopg 3, the fields ``COPY`` sends instead and the
+    text of the line around them (``copy_lines.Shape``)."""
 
     columns: Sequence[Any]
     make: Callable[[Any], str | None]
@@ -431,8 +431,8 @@ def _range_batch(
 
 
 def _utc_session(conn: Connection) -> None:
-    """PostgreSQL writes a timestamp (in JSON and in COPY's text) in the session's time zone and date style:
-    UTC and ISO, for this transaction only."""
+    """PostgreSQL writes a timestamp (``to_json``, ``to_char``, COPY's text) in the session's time zone and date
+    style: UTC and ISO, for this transaction only."""
     conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO', true)")
 
 
