@@ -30,6 +30,7 @@ import stat
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -60,7 +61,15 @@ from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, St
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.model.timestamps import iso_utc
 from statestore_cli.ops import copy_lines
-from statestore_cli.ops.records import asset_record, dag_run_record, encode_line, load_strict, printable, task_record
+from statestore_cli.ops.records import (
+    asset_record,
+    dag_run_record,
+    encode_line,
+    load_strict,
+    printable,
+    printable_utf8,
+    task_record,
+)
 
 _MYSQL = ("mysql", "mariadb")
 WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held
@@ -190,7 +199,7 @@ class BackupFile:
     def add_bytes(self, data: bytes, count: int) -> None:
         """``count`` lines already joined and encoded (UTF-8), each ending in a newline."""
         self._write_pending()
-        self._write_bytes(data if data.isascii() and b"\x7f" not in data else printable(data.decode()).encode(), count)
+        self._write_bytes(printable_utf8(data), count)
 
     def _write_pending(self) -> None:
         if self._pending:
@@ -431,9 +440,9 @@ def _range_batch(
 
 
 def _utc_session(conn: Connection) -> None:
-    """PostgreSQL writes a timestamp (``to_json``, ``to_char``, COPY's text) in the session's time zone and date
-    style: UTC and ISO, for this transaction only."""
-    conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO', true)")
+    """PostgreSQL writes a timestamp (``to_json``, ``to_char``) in the session's time zone: UTC, for this
+    transaction only."""
+    conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true)")
 
 
 def _copies(conn: Connection) -> bool:
@@ -472,15 +481,15 @@ def _copy_batch(
         data = b"".join(blocks)
         end = len(data) if final else data.rfind(b"\n") + 1
         blocks[:] = [data[end:]] if end < len(data) else []
-        if not end or unmade:
-            return data.count(b"\n", 0, end)
-        try:
-            made, rows = copy_lines.lines(data[:end], shape)
-        except copy_lines.Unmade:
-            unmade = True
-            return data.count(b"\n", 0, end)
-        backup.add_bytes(made, rows)
-        return rows
+        if end and not unmade:
+            try:
+                made, rows = copy_lines.lines(data[:end], shape)
+            except copy_lines.Unmade:
+                unmade = True
+            else:
+                backup.add_bytes(made, rows)
+                return rows
+        return data.count(b"\n", 0, end)
 
     try:
         with cursor.copy(sql, params) as copy:
@@ -727,6 +736,7 @@ def _json(dialect: str, column: Any) -> Any:
 def _task_lines(table: Table) -> Callable[[str], Lines | None]:
     regions = "region_id" in table.c
 
+    @cache  # every batch asks: the expressions are made once per selection and engine
     def build(dialect: str) -> Lines | None:
         c = table.c
         head = [_text('{"store": "task", "dag_id": '), _quoted(dialect, c.dag_id), _text(', "run_id": ')]
@@ -744,6 +754,7 @@ def _task_lines(table: Table) -> Callable[[str], Lines | None]:
 
 
 def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
+    @cache  # every batch asks: the expressions are made once per selection and engine
     def build(dialect: str) -> Lines | None:
         c = table.c
         parts = [_text('{"store": "dag_run", "dag_id": '), _quoted(dialect, c.dag_id), _text(', "run_id": ')]

@@ -122,6 +122,11 @@ def printable(text: str) -> str:
     return text if text.isascii() and "\x7f" not in text else text.translate(_ESCAPES)
 
 
+def printable_utf8(data: bytes) -> bytes:
+    """``printable`` of JSON lines encoded as UTF-8, without decoding the ASCII ones."""
+    return data if data.isascii() and b"\x7f" not in data else printable(data.decode("utf-8")).encode("utf-8")
+
+
 class BadRecord(Exception):
     """A line that cannot be imported; ``line`` is its number in the input (1-based)."""
 
