@@ -23,6 +23,7 @@ subset (``-m 'not slow'``) leaves it out.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import sys
@@ -57,8 +58,20 @@ if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _RAM.is_dir() and os.access(_RA
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Python's cyclic collector, a tenth as often as by default (every 7,000 allocations, not 700), and blind
+    # to what collection made (pytest_collection_finish): a worker keeps every module's tests, SQLAlchemy's
+    # tables and typer's commands alive for the whole run, and each collection walked them again. Together
+    # 13% of the quick subset's CPU (21.5 s -> 18.6 s in one process). Nothing here waits for the collector:
+    # the tool closes what it opens, and a test that needs a collection makes one.
+    gc.set_threshold(7000, 10, 10)
     if not hasattr(config, "workerinput"):  # the controller (or a run without workers): the run's token and folder
         start_run()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection made lives as long as the run: out of the collector's sight from now on."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
