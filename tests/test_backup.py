@@ -27,6 +27,7 @@ from test_faults import kill_session, named_session, row_locked
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
+from statestore_cli.ops import copy_lines
 from statestore_cli.ops.backup import BackupFile
 from statestore_cli.ops.cleanup import delete_expired
 
@@ -145,7 +146,7 @@ def test_a_backup_line_is_the_export_line_byte_for_byte(db_url, tmp_path, batch)
     in the value, microseconds with trailing zeros, a key that never expires (``clear`` deletes it too)."""
     seed(db_url, expired=0, live=0)
     backend = MetastoreBackend(make_engine(db_url))
-    odd = 'a\tb "c" \\N d\\e é'
+    odd = 'a\tb "c" \\N d\\e é \x01\x08\x0b\x0c'  # and control characters JSON escapes
     backend.set(TaskScope(DAG, odd, odd, 3), odd, json.dumps({"tab": "x\ty", "n": "\\N"}, ensure_ascii=False))
     listed = json.dumps([1.5, None, "é"], ensure_ascii=False)
     backend.set(TaskScope(DAG, RUN, TASK), long_key(1), listed, expires_at=EXPIRED_AT)
@@ -164,6 +165,27 @@ def test_a_backup_line_is_the_export_line_byte_for_byte(db_url, tmp_path, batch)
     assert sorted(lines_of(backup)) == sorted(before)
     restore(db_url, backup)
     assert [line for line in export(db_url) if json.loads(line)["store"] == "task"] == before
+
+
+@pytest.mark.parametrize(
+    ("copied", "line"),
+    [
+        (b"2026-11-30 01:02:03+00", b'"2026-11-30T01:02:03+00:00"'),
+        (b"2026-11-30 01:02:03.5+00", b'"2026-11-30T01:02:03.500000+00:00"'),
+        (b"0999-01-01 00:00:00.000001+00", b'"0999-01-01T00:00:00.000001+00:00"'),
+        (b"2026-11-30 01:02:03.123456+00", b'"2026-11-30T01:02:03.123456+00:00"'),
+    ],
+)
+def test_a_timestamp_postgresql_copies_is_written_as_export_writes_it(copied, line):
+    assert copy_lines.moment(copied) == line
+
+
+@pytest.mark.parametrize(
+    "copied", [b"0044-03-15 00:00:00+00 BC", b"10000-01-01 00:00:00+00", b"infinity", b"2026-11-30 01:02:03+01"]
+)
+def test_a_timestamp_no_line_can_hold_as_postgresql_copies_it_is_unmade(copied):
+    with pytest.raises(copy_lines.Unmade):
+        copy_lines.moment(copied)
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

@@ -25,6 +25,7 @@ are its references.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import stat
 import weakref
@@ -440,9 +441,9 @@ def _range_batch(
 
 
 def _utc_session(conn: Connection) -> None:
-    """PostgreSQL writes a timestamp (``to_json``, ``to_char``) in the session's time zone: UTC, for this
-    transaction only."""
-    conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true)")
+    """PostgreSQL writes a timestamp (``to_json``, COPY's text) in the session's time zone and date style: UTC
+    and ISO (``2026-11-30 01:02:03.1234+00``, what ``copy_lines.moment`` reads), for this transaction only."""
+    conn.exec_driver_sql("SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO', true)")
 
 
 def _copies(conn: Connection) -> bool:
@@ -776,12 +777,25 @@ def _valid(value: str) -> bool:
     return True
 
 
+# MariaDB's JSON_QUOTE writes a control character as \u000B where json.dumps writes \u000b: the hex digits of
+# such an escape (not of an escaped backslash followed by "u00") in lower case, as export writes them.
+_UPPER_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*\\u00)([01][A-F])")
+
+
+def _lower_escape(found: re.Match[str]) -> str:
+    return found[1] + found[2].lower()
+
+
+def _as_export(line: str | None) -> str | None:
+    return line if line is None or "\\u00" not in line else _UPPER_ESCAPE.sub(_lower_escape, line)
+
+
 def _checked_line(value_at: int | None) -> Callable[[Any], str | None]:
     """The line of a row (``row[1]``), None when the database could not build it; with ``value_at`` (the
     stored value's place in the row, after the line) only when that value is JSON as well."""
     if value_at is None:
-        return lambda row: row[1]
-    return lambda row: row[1] if row[1] is not None and _valid(row[value_at + 1]) else None
+        return lambda row: _as_export(row[1])
+    return lambda row: _as_export(row[1]) if row[1] is not None and _valid(row[value_at + 1]) else None
 
 
 def _region_line(row: Any) -> str | None:
@@ -791,8 +805,8 @@ def _region_line(row: Any) -> str | None:
     if head is None or tail is None or (value and not _valid(value[0])):
         return None
     if region is None or region == NIL_REGION:
-        return head + tail
-    return f'{head}, "region_id": "{region}"{tail}'
+        return _as_export(head + tail)
+    return _as_export(f'{head}, "region_id": "{region}"{tail}')
 
 
 # -- the rows of each store as lines ---------------------------------------------------------------------------

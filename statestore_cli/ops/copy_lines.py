@@ -1,26 +1,29 @@
 """Export lines from what PostgreSQL's ``COPY ... TO STDOUT`` sends a backed-up batch (psycopg 3).
 
-A batch is ``COPY (DELETE ... RETURNING <fields>) TO STDOUT``. Each field is already JSON where the server
-makes that cheaply (``to_json`` of the ids and the key, the value cast to ``json``, which checks it), the
-timestamps are ``to_char`` text; this process puts each row's fields between the fixed text of its line
-(``{"store": "task", "dag_id": ``, ...) a block of rows at a time, with list operations, while the server
-goes on deleting on the other core. Building the whole line in SQL cost the server as much as the delete;
-making each line in Python code of its own, four times as much as that.
+A batch is ``COPY (DELETE ... RETURNING <fields>) TO STDOUT``. The server sends the columns as they are, but
+the value cast to ``json`` (which checks it, cheaply); this process puts each row's fields between the fixed
+text of its line (``{"store": "task", "dag_id": "``, ...) a block of rows at a time, with list operations,
+while the server goes on deleting. Making each field JSON in SQL (``to_json``, ``to_char``) cost the server
+more than the delete itself; making each line in Python code of its own, four times as much as that.
 
-This holds because every field is JSON or a timestamp: none holds a tab or line break of its own, so in COPY's
-text format a tab always ends a field and a line break a row. COPY writes a backslash as two, and the line
-breaks and tabs a value has between its JSON tokens as ``\\n``, ``\\r``, ``\\t``: those become spaces, so that
-each key stays on one line. Timestamps are written as export writes them: ISO 8601 UTC, six-digit
-microseconds or none. The session's time zone must be UTC (``backup._utc_session``).
+This holds because COPY's text format escapes what would be ambiguous: a tab always ends a field and a line
+break a row. A column is then made JSON at once where it can be: an id or key with no quote, backslash or
+control character in the whole block is JSON string text as it comes (the quotes are in the text around
+it); only a block that has one makes its strings one by one (``json.dumps``, as export does). COPY writes a
+backslash as two, and the line breaks and tabs a value has between its JSON tokens as ``\\n``, ``\\r``,
+``\\t``: those become spaces, so that each key stays on one line. Timestamps come in the ISO form of a UTC
+session (``backup._utc_session``: TimeZone UTC, DateStyle ISO) and are written as export writes them: ISO
+8601 UTC, six-digit microseconds or none.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import JSON, String, Table, Text, case, cast, func, literal_column
+from sqlalchemy import JSON, String, Table, Text, case, cast, literal_column
 
 from statestore_cli.model.scopes import NIL_REGION
 
@@ -30,29 +33,22 @@ class Unmade(ValueError):
     is made again from its rows."""
 
 
+Column = list[bytes]
+
+
 class Shape(NamedTuple):
     """A line as COPY fields and the text around them: ``before[i]`` precedes field ``i``, ``end`` follows
-    the last; ``finish`` makes the fields Python completes (the timestamps) final."""
+    the last; ``finish[i]`` makes the column of field ``i`` (every row's, in order) final."""
 
     fields: Sequence[Any]
     before: Sequence[bytes]
     end: bytes
-    finish: dict[int, Callable[[bytes], bytes]]
-
-
-_ESCAPE = re.compile(rb"\\(.)")
-_UNESCAPED = {b"\\": b"\\", b"n": b" ", b"r": b" ", b"t": b" "}  # the whitespace between a value's tokens
-
-
-def _unescaped(found: re.Match[bytes]) -> bytes:
-    return _UNESCAPED.get(found[1], found[0])
+    finish: dict[int, Callable[[Column], Column]]
 
 
 def lines(data: bytes, shape: Shape) -> tuple[bytes, int]:
     """Whole COPY rows (``data`` ends in a line break) as export lines, each ending in a line break, and how
     many. Raises ``Unmade``."""
-    if b"\\" in data:
-        data = _ESCAPE.sub(_unescaped, data)
     pieces = data.replace(b"\n", b"\t").split(b"\t")
     pieces.pop()  # after the last line break
     width = len(shape.before)
@@ -65,33 +61,69 @@ def lines(data: bytes, shape: Shape) -> tuple[bytes, int]:
         column = pieces[i::width]
         finish = shape.finish.get(i)
         out[2 * i : len(out) : stride] = [text] * rows
-        out[2 * i + 1 : len(out) : stride] = column if finish is None else list(map(finish, column))
+        out[2 * i + 1 : len(out) : stride] = column if finish is None else finish(column)
     out[stride - 1 : len(out) : stride] = [shape.end] * rows
     return b"".join(out), rows
 
 
-def _literal(text: str) -> Any:
-    return literal_column("'" + text.replace("'", "''") + "'", String)
+# -- the columns ----------------------------------------------------------------------------------------------
+_ESCAPE = re.compile(rb"\\(.)")
+_SPECIAL = re.compile(rb'["\\\x00-\x1f]')  # what a JSON string cannot hold as it is, or COPY escaped
+_COPY_ESCAPES = {b"\\": b"\\", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"b": b"\b", b"f": b"\f", b"v": b"\v"}
+_BETWEEN_TOKENS = {b"\\": b"\\", b"n": b" ", b"r": b" ", b"t": b" "}
 
 
-def _moment_text(column: Any) -> Any:
-    """28 characters from year 1 to 9999: ``YYYY-MM-DDTHH:MM:SS.ffffffAD``, in the session's zone (UTC)."""
-    return func.to_char(column, _literal('YYYY-MM-DD"T"HH24:MI:SS.USAD'))
+def _copied(found: re.Match[bytes]) -> bytes:
+    return _COPY_ESCAPES[found[1]]
+
+
+def _spaced(found: re.Match[bytes]) -> bytes:
+    return _BETWEEN_TOKENS.get(found[1], found[0])
+
+
+def _string(field: bytes) -> bytes:
+    """A text field as the inside of a JSON string, as ``json.dumps(..., ensure_ascii=False)`` writes it."""
+    if _SPECIAL.search(field) is None:
+        return field
+    return json.dumps(_ESCAPE.sub(_copied, field).decode("utf-8"), ensure_ascii=False)[1:-1].encode("utf-8")
+
+
+def strings(column: Column) -> Column:
+    """Ids and keys: as they come unless the block holds a character JSON or COPY escapes."""
+    return column if _SPECIAL.search(b"".join(column)) is None else list(map(_string, column))
+
+
+def json_texts(column: Column) -> Column:
+    """Values (JSON the server checked): COPY's escapes undone, line breaks and tabs between tokens spaces."""
+    return column if b"\\" not in b"".join(column) else [_ESCAPE.sub(_spaced, field) for field in column]
 
 
 def moment(text: bytes) -> bytes:
-    """``YYYY-MM-DDTHH:MM:SS.ffffffAD`` as a JSON string, as ``iso_utc`` writes it (no ``.000000``)."""
-    if len(text) != 28 or text[26:] != b"AD":
-        raise Unmade(f"a timestamp export cannot write: {text!r}")
-    return b'"' + (text[:19] if text[20:26] == b"000000" else text[:26]) + b'+00:00"'
+    """``YYYY-MM-DD HH:MM:SS[.f]+00`` (ISO, UTC, fraction without trailing zeros) as a JSON string, as
+    ``iso_utc`` writes it: ``"YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"``."""
+    size = len(text)
+    if size == 22 and text[19:] == b"+00" and text[10] == 0x20:
+        return b'"' + text[:10] + b"T" + text[11:19] + b'+00:00"'
+    if 24 <= size <= 29 and text[19] == 0x2E and text[size - 3 :] == b"+00" and text[10] == 0x20:
+        return b'"' + text[:10] + b"T" + text[11 : size - 3].ljust(15, b"0") + b'+00:00"'
+    raise Unmade(f"a timestamp export cannot write: {text!r}")  # BC, a year past 9999, infinity
 
 
-def expiry(text: bytes) -> bytes:
-    return b"null" if text == b"null" else moment(text)
+def moments(column: Column) -> Column:
+    return list(map(moment, column))
 
 
-def _quoted(column: Any) -> Any:
-    return cast(func.to_json(column), Text)
+def _expiry(text: bytes) -> bytes:
+    return b"null" if text == b"\\N" else moment(text)
+
+
+def expiries(column: Column) -> Column:
+    return list(map(_expiry, column))
+
+
+# -- the shapes -----------------------------------------------------------------------------------------------
+def _literal(text: str) -> Any:
+    return literal_column("'" + text.replace("'", "''") + "'", String)
 
 
 def _value(column: Any) -> Any:
@@ -102,25 +134,28 @@ def task_shape(table: Table) -> Shape:
     """A task key's line: the fields of ``records.task_record`` in its order (the region only where the key
     has one other than the nil region)."""
     c = table.c
-    fields = [_quoted(c.dag_id), _quoted(c.run_id), _quoted(c.task_id)]
-    before = [b'{"store": "task", "dag_id": ', b', "run_id": ', b', "task_id": ']
+    fields: list[Any] = [c.dag_id, c.run_id, c.task_id]
+    before = [b'{"store": "task", "dag_id": "', b'", "run_id": "', b'", "task_id": "']
+    closing = b'"'
     if "region_id" in c:
         region = _literal(', "region_id": "').op("||")(cast(c.region_id, Text)).op("||")(_literal('"'))
         fields.append(case((cast(c.region_id, Text) == _literal(str(NIL_REGION)), _literal("")), else_=region))
-        before.append(b"")
-    fields += [cast(c.map_index, Text), _quoted(c.key), _moment_text(c.updated_at)]
-    before += [b', "map_index": ', b', "key": ', b', "updated_at": ']
-    fields += [func.coalesce(_moment_text(c.expires_at), _literal("null")), _value(c.value)]
-    before += [b', "expires_at": ', b', "value": ']
+        before.append(closing)
+        closing = b""
+    fields += [cast(c.map_index, Text), c.key, c.updated_at, c.expires_at, _value(c.value)]
+    before += [closing + b', "map_index": ', b', "key": "', b'", "updated_at": ', b', "expires_at": ', b', "value": ']
     last = len(fields)
-    return Shape(fields, before, b"}\n", {last - 3: moment, last - 2: expiry})
+    finish: dict[int, Callable[[Column], Column]] = {0: strings, 1: strings, 2: strings, last - 4: strings}
+    finish.update({last - 3: moments, last - 2: expiries, last - 1: json_texts})
+    return Shape(fields, before, b"}\n", finish)
 
 
 def dag_run_shape(table: Table) -> Shape:
     """A dag-run key's line: the fields of ``records.dag_run_record`` in its order."""
     c = table.c
-    fields = [_quoted(c.dag_id), _quoted(c.run_id), _quoted(c.key), _moment_text(c.updated_at)]
-    fields += [func.coalesce(_moment_text(c.expires_at), _literal("null")), _value(c.value)]
-    before = [b'{"store": "dag_run", "dag_id": ', b', "run_id": ', b', "key": ', b', "updated_at": ']
+    fields: list[Any] = [c.dag_id, c.run_id, c.key, c.updated_at, c.expires_at, _value(c.value)]
+    before = [b'{"store": "dag_run", "dag_id": "', b'", "run_id": "', b'", "key": "', b'", "updated_at": ']
     before += [b', "expires_at": ', b', "value": ']
-    return Shape(fields, before, b"}\n", {3: moment, 4: expiry})
+    finish: dict[int, Callable[[Column], Column]] = {0: strings, 1: strings, 2: strings, 3: moments, 4: expiries}
+    finish[5] = json_texts
+    return Shape(fields, before, b"}\n", finish)
