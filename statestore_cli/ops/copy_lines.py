@@ -4,7 +4,7 @@ A batch is ``COPY (DELETE ... RETURNING <fields>) TO STDOUT``. The server sends 
 the value cast to ``json`` (which checks it, cheaply); this process puts each row's fields between the fixed
 text of its line (``{"store": "task", "dag_id": "``, ...) a block of rows at a time, with list operations,
 while the server goes on deleting. Making each field JSON in SQL (``to_json``, ``to_char``) cost the server
-more than the delete itself; making each line in Python code of its own, four times as much as that.
+nearly as much as the delete itself (0.8 s of CPU per 500,000 rows against 1.0 s).
 
 This holds because COPY's text format escapes what would be ambiguous: a tab always ends a field and a line
 break a row. A column is then made JSON at once where it can be: an id or key with no quote, backslash or
