@@ -109,8 +109,34 @@ def moment(text: bytes) -> bytes:
     raise Unmade(f"a timestamp export cannot write: {text!r}")  # BC, a year past 9999, infinity
 
 
+_FULL = 29  # YYYY-MM-DD HH:MM:SS.ffffff+00: a timestamp whose microseconds end in a digit other than 0
+_PLACEHOLDER = b"0001-01-01 00:00:00.000000+00"
+
+
+def _iso(column: Column, one: Callable[[bytes], bytes]) -> Column:
+    """``one`` of each field, the full-length ones (nine in ten) made together with bytes operations: five
+    times cheaper than one by one, for the two timestamps of every row."""
+    odd = [i for i, size in enumerate(map(len, column)) if size != _FULL]
+    if not column or len(odd) * 4 > len(column):
+        return list(map(one, column))
+    rows = len(column)
+    filled = column.copy() if odd else column
+    for i in odd:
+        filled[i] = _PLACEHOLDER  # made one by one below
+    joined = b"\n".join(filled)
+    stride = _FULL + 1
+    if any(
+        joined[at::stride] != mark * rows for at, mark in ((10, b" "), (19, b"."), (26, b"+"), (27, b"0"), (28, b"0"))
+    ):
+        return list(map(one, column))  # not the ISO form of a UTC session: each as moment says
+    made = (b'"' + joined.replace(b" ", b"T").replace(b"\n", b':00"\n"') + b':00"').split(b"\n")
+    for i in odd:
+        made[i] = one(column[i])
+    return made
+
+
 def moments(column: Column) -> Column:
-    return list(map(moment, column))
+    return _iso(column, moment)
 
 
 def _expiry(text: bytes) -> bytes:
@@ -118,7 +144,7 @@ def _expiry(text: bytes) -> bytes:
 
 
 def expiries(column: Column) -> Column:
-    return list(map(_expiry, column))
+    return _iso(column, _expiry)
 
 
 # -- the shapes -----------------------------------------------------------------------------------------------
