@@ -456,18 +456,14 @@ def _copy_batch(
 ) -> Batch:
     """A batch on PostgreSQL: ``COPY (DELETE ... RETURNING <columns>) TO STDOUT``, the deleted rows' lines made
     from COPY's text as the server sends it (``copy_lines``; a 256 KB block of it held at a time) and written,
-    then synced before the commit. A bounded batch first takes its rows' ids, locked (``FOR UPDATE SKIP
-    LOCKED``, as without a backup), and the delete is of exactly those ids, each of which must come back."""
-    pick, copy_all, copy_ids = _copy_statements(conn, selection, shape.fields)
-    ids: list[Any] | None = None
-    last = None
-    if batch_size:
-        found, last = conn.execute(pick, {"after": 0 if after is None else after, "size": batch_size}).one()
-        ids = list(found or ())
-        if not ids:
-            return Batch(0, None)
-    compiled = copy_all if ids is None else copy_ids
-    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params({"ids": ids} if ids else None)
+    then synced before the commit. A bounded batch deletes the rows its ``WITH`` takes, locked (``FOR UPDATE
+    SKIP LOCKED``, as without a backup), each returning its id too: the highest is where the next starts."""
+    copy_all, copy_batch = _copy_statements(conn, selection, shape.fields)
+    compiled = copy_batch if batch_size else copy_all
+    bound = {"after": 0 if after is None else after, "size": batch_size} if batch_size else None
+    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params(bound)
+    trailing = 1 if batch_size else 0
+    last = 0
     dbapi_conn: Any = conn.connection.dbapi_connection
     cursor = dbapi_conn.cursor()
     count = 0
@@ -477,18 +473,20 @@ def _copy_batch(
     unmade = False  # a row whose line must be made from its row: the rest is read, then the batch again
 
     def write_out(final: bool) -> int:
-        nonlocal unmade
+        nonlocal unmade, last
         # Whole rows only (a block is a row as the server sends it, but need not be).
         data = b"".join(blocks)
         end = len(data) if final else data.rfind(b"\n") + 1
         blocks[:] = [data[end:]] if end < len(data) else []
         if end and not unmade:
             try:
-                made, rows = copy_lines.lines(data[:end], shape)
+                made, rows, ids = copy_lines.lines(data[:end], shape, trailing)
             except copy_lines.Unmade:
                 unmade = True
             else:
                 backup.add_bytes(made, rows)
+                if ids:
+                    last = max(last, *map(int, ids[0]))
                 return rows
         return data.count(b"\n", 0, end)
 
@@ -513,41 +511,37 @@ def _copy_batch(
         cursor.close()
     if unmade:
         raise _Redo
-    if deleted != count or (ids is not None and count != len(ids)):
+    if deleted != count:
         raise BackendError(
-            f"the batch took {len(ids or ()):,} rows, deleted {deleted:,} and wrote {count:,} lines: the rows changed "
-            "meanwhile; the batch was rolled back, run the command again"
+            f"the batch deleted {deleted:,} rows and wrote {count:,} lines: the rows changed meanwhile; the batch "
+            "was rolled back, run the command again"
         )
     if count:
         backup.sync()  # durable before the commit
-    return Batch(count, None if ids is None or count < batch_size else last)
+    return Batch(count, None if not batch_size or count < batch_size else last)
 
 
 # The statements of each selection's COPY batches, made once: statements made per batch leave reference cycles,
 # each holding its batch's ids, for the garbage collector, and memory would grow with the batches until it ran.
-_COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
+_COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any]] = weakref.WeakKeyDictionary()
 
 
-def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[Any]) -> tuple[Any, Any, Any]:
-    """The ids a bounded batch takes (after ``:after``, ``:size`` of them, locked), and the delete of every row
-    of the selection and of the ``:ids``, each returning ``columns``, compiled for this connection."""
+def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[Any]) -> tuple[Any, Any]:
+    """The delete of every row of the selection returning ``columns``, and that of a batch, the ``:size``
+    rows after ``:after`` taken locked in its ``WITH``, returning ``columns`` and ``order``; compiled for this
+    connection."""
     made = _COPY_STATEMENTS.get(selection)
     if made is None:
         order = selection.order
         walk = selection.walk if selection.walk is not None else selection.where
         picked = select(order).where(walk, order > bindparam("after", type_=order.type)).order_by(order)
-        taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).subquery()
-        pick = select(func.array_agg(taken.c[0]), func.max(taken.c[0]))
-        chosen = order == any_(bindparam("ids", type_=ARRAY(order.type)))
+        taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).cte("taken")
         translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
-        every, of_ids = (
-            delete(selection.table)
-            .where(*where, selection.where)
-            .returning(*columns)
-            .compile(dialect=conn.dialect, **translate)
-            for where in ([], [chosen])
-        )
-        made = _COPY_STATEMENTS[selection] = (pick, every, of_ids)
+        every = delete(selection.table).where(selection.where).returning(*columns)
+        batch = delete(selection.table).where(order.in_(select(taken.c[0])), selection.where)
+        statements = (every, batch.returning(*columns, order))
+        compiled = [statement.compile(dialect=conn.dialect, **translate) for statement in statements]
+        made = _COPY_STATEMENTS[selection] = (compiled[0], compiled[1])
     return made
 
 

@@ -46,24 +46,25 @@ class Shape(NamedTuple):
     finish: dict[int, Callable[[Column], Column]]
 
 
-def lines(data: bytes, shape: Shape) -> tuple[bytes, int]:
-    """Whole COPY rows (``data`` ends in a line break) as export lines, each ending in a line break, and how
-    many. Raises ``Unmade``."""
+def lines(data: bytes, shape: Shape, trailing: int = 0) -> tuple[bytes, int, list[Column]]:
+    """Whole COPY rows (``data`` ends in a line break) as export lines, each ending in a line break, how many,
+    and the columns of the ``trailing`` fields each row has after its line's (as COPY sent them). Raises
+    ``Unmade``."""
     pieces = data.replace(b"\n", b"\t").split(b"\t")
     pieces.pop()  # after the last line break
     width = len(shape.before)
-    rows, odd = divmod(len(pieces), width)
+    rows, odd = divmod(len(pieces), width + trailing)
     if odd:
         raise Unmade("a row of COPY's output has a field too many or too few")
     stride = 2 * width + 1
     out: list[bytes] = [b""] * (rows * stride)
     for i, text in enumerate(shape.before):
-        column = pieces[i::width]
+        column = pieces[i :: width + trailing]
         finish = shape.finish.get(i)
         out[2 * i : len(out) : stride] = [text] * rows
         out[2 * i + 1 : len(out) : stride] = column if finish is None else finish(column)
     out[stride - 1 : len(out) : stride] = [shape.end] * rows
-    return b"".join(out), rows
+    return b"".join(out), rows, [pieces[width + i :: width + trailing] for i in range(trailing)]
 
 
 # -- the columns ----------------------------------------------------------------------------------------------
