@@ -486,7 +486,7 @@ def _copy_batch(
             else:
                 backup.add_bytes(made, rows)
                 if ids:
-                    last = max(last, *map(int, ids[0]))
+                    last = max(last, max(map(int, ids[0])))
                 return rows
         return data.count(b"\n", 0, end)
 
@@ -521,8 +521,8 @@ def _copy_batch(
     return Batch(count, None if not batch_size or count < batch_size else last)
 
 
-# The statements of each selection's COPY batches, made once: statements made per batch leave reference cycles,
-# each holding its batch's ids, for the garbage collector, and memory would grow with the batches until it ran.
+# The statements of each selection's COPY batches, made once: statements made per batch leave reference cycles
+# for the garbage collector, and memory would grow with the batches until it ran.
 _COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any]] = weakref.WeakKeyDictionary()
 
 
