@@ -742,8 +742,10 @@ def _task_lines(table: Table) -> Callable[[str], Lines | None]:
         checked = [c.value] if _python_checks(dialect) else []
         copied = copy_lines.task_shape(table) if dialect == "postgresql" else None
         if not regions:
-            return Lines([_joined(dialect, head + tail), *checked], _checked_line(1 if checked else None), copied)
-        return Lines([_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked], _region_line, copied)
+            make = _as_export(dialect, _checked_line(1 if checked else None))
+            return Lines([_joined(dialect, head + tail), *checked], make, copied)
+        columns = [_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked]
+        return Lines(columns, _as_export(dialect, _region_line), copied)
 
     return build
 
@@ -758,7 +760,8 @@ def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
         parts += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
         checked = [c.value] if _python_checks(dialect) else []
         copied = copy_lines.dag_run_shape(table) if dialect == "postgresql" else None
-        return Lines([_joined(dialect, parts), *checked], _checked_line(1 if checked else None), copied)
+        make = _as_export(dialect, _checked_line(1 if checked else None))
+        return Lines([_joined(dialect, parts), *checked], make, copied)
 
     return build
 
@@ -771,8 +774,8 @@ def _valid(value: str) -> bool:
     return True
 
 
-# MariaDB's JSON_QUOTE writes a control character as \u000B where json.dumps writes \u000b: the hex digits of
-# such an escape (not of an escaped backslash followed by "u00") in lower case, as export writes them.
+# MySQL's and MariaDB's JSON_QUOTE write a control character as \u000B where json.dumps writes \u000b: the hex
+# digits of such an escape (not of an escaped backslash followed by "u00") in lower case, as export writes them.
 _UPPER_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*\\u00)([01][A-F])")
 
 
@@ -780,16 +783,21 @@ def _lower_escape(found: re.Match[str]) -> str:
     return found[1] + found[2].lower()
 
 
-def _as_export(line: str | None) -> str | None:
+def _lowered(line: str | None) -> str | None:
     return line if line is None or "\\u00" not in line else _UPPER_ESCAPE.sub(_lower_escape, line)
+
+
+def _as_export(dialect: str, make: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    """``make``, its lines' escapes as export writes them where the database's JSON_QUOTE does not."""
+    return make if dialect not in _MYSQL else lambda row: _lowered(make(row))
 
 
 def _checked_line(value_at: int | None) -> Callable[[Any], str | None]:
     """The line of a row (``row[1]``), None when the database could not build it; with ``value_at`` (the
     stored value's place in the row, after the line) only when that value is JSON as well."""
     if value_at is None:
-        return lambda row: _as_export(row[1])
-    return lambda row: _as_export(row[1]) if row[1] is not None and _valid(row[value_at + 1]) else None
+        return lambda row: row[1]
+    return lambda row: row[1] if row[1] is not None and _valid(row[value_at + 1]) else None
 
 
 def _region_line(row: Any) -> str | None:
@@ -799,8 +807,8 @@ def _region_line(row: Any) -> str | None:
     if head is None or tail is None or (value and not _valid(value[0])):
         return None
     if region is None or region == NIL_REGION:
-        return _as_export(head + tail)
-    return _as_export(f'{head}, "region_id": "{region}"{tail}')
+        return head + tail
+    return f'{head}, "region_id": "{region}"{tail}'
 
 
 # -- the rows of each store as lines ---------------------------------------------------------------------------
