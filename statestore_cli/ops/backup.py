@@ -456,7 +456,7 @@ def _copy_batch(
 ) -> Batch:
     """A batch on PostgreSQL: ``COPY (DELETE ... RETURNING <columns>) TO STDOUT``, the deleted rows' lines made
     from COPY's text as the server sends it (``copy_lines``; a 256 KB block of it held at a time) and written,
-    then synced before the commit. A bounded batch deletes the rows its ``WITH`` takes, locked (``FOR UPDATE
+    then synced before the commit. A bounded batch deletes the rows its subquery takes, locked (``FOR UPDATE
     SKIP LOCKED``, as without a backup), each returning its id too: the highest is where the next starts."""
     copy_all, copy_batch = _copy_statements(conn, selection, shape.fields)
     compiled = copy_batch if batch_size else copy_all
@@ -528,17 +528,19 @@ _COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any]] = weakre
 
 def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[Any]) -> tuple[Any, Any]:
     """The delete of every row of the selection returning ``columns``, and that of a batch, the ``:size``
-    rows after ``:after`` taken locked in its ``WITH``, returning ``columns`` and ``order``; compiled for this
-    connection."""
+    rows after ``:after`` taken locked, returning ``columns`` and ``order``; compiled for this connection.
+    The rows are taken as the clean without a backup takes them, ``id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP
+    LOCKED))``: an index scan of the array's ids, where ``id IN (SELECT ...)`` of a ``WITH`` made the server
+    hash and de-duplicate the ids first (41 ms a batch of 10,000 against 29 ms)."""
     made = _COPY_STATEMENTS.get(selection)
     if made is None:
         order = selection.order
         walk = selection.walk if selection.walk is not None else selection.where
         picked = select(order).where(walk, order > bindparam("after", type_=order.type)).order_by(order)
-        taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).cte("taken")
+        taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).scalar_subquery()
         translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
         every = delete(selection.table).where(selection.where).returning(*columns)
-        batch = delete(selection.table).where(order.in_(select(taken.c[0])), selection.where)
+        batch = delete(selection.table).where(order == any_(func.array(taken)), selection.where)
         statements = (every, batch.returning(*columns, order))
         compiled = [statement.compile(dialect=conn.dialect, **translate) for statement in statements]
         made = _COPY_STATEMENTS[selection] = (compiled[0], compiled[1])
