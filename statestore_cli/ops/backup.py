@@ -476,11 +476,11 @@ def _copy_batch(
         nonlocal unmade, last
         # Whole rows only (a block is a row as the server sends it, but need not be).
         data = b"".join(blocks)
-        end = len(data) if final else data.rfind(b"\n") + 1
+        end = len(data) if final or data.endswith(b"\n") else data.rfind(b"\n") + 1
         blocks[:] = [data[end:]] if end < len(data) else []
         if end and not unmade:
             try:
-                made, rows, ids = copy_lines.lines(data[:end], shape, trailing)
+                made, rows, ids = copy_lines.lines(data if end == len(data) else data[:end], shape, trailing)
             except copy_lines.Unmade:
                 unmade = True
             else:
