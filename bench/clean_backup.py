@@ -14,9 +14,9 @@ backup hold exactly as many lines. Wall-clock seconds of the whole process; peak
 Beside them the floor of any backup (``backup_floor.py``, a bare driver script): the same batches deleted with
 their rows' columns returned (``DELETE ... RETURNING``; ``COPY`` of it on PostgreSQL), appended to a file as the
 driver gives them and fsynced before each commit: what moving the rows and syncing them costs before anything
-is put in the export format. What the fsync per batch costs on its own: the last backup file of the large
-store is written again by this script, in the clean's batches (B lines each), with and without an fsync after
-each batch.
+is put in the export format; and the same script's one statement, beside ``--batch-size 0``. What the fsync
+per batch costs on its own: the last backup file of the large store is written again by this script, in the
+clean's batches (B lines each), with and without an fsync after each batch.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from measure import RSS_METHOD, run_process
 from sqlalchemy.engine import make_url
 
 FLOOR = "backup floor (bare script)"
+FLOOR_ONE = "backup floor, one statement"  # the same script, --batch-size 0's one transaction
+FLOORS = {FLOOR: None, FLOOR_ONE: 0}  # the batch size each floor deletes with (None: the benchmark's)
 HERE = Path(__file__).resolve().parent
 
 TIME_TARGET = 1.5  # a clean with --backup within 1.5x of the same clean without it
@@ -82,17 +84,18 @@ def main(argv: list[str] | None = None) -> int:
                 for round_ in range(repeat):
                     names = list(variants)
                     names = names[round_ % len(names) :] + names[: round_ % len(names)]  # each goes first in turn
-                    for name in [*names, FLOOR]:
+                    for name in [*names, *FLOORS]:
                         with store.fresh(original) as url:
                             backup.unlink(missing_ok=True)
-                            if name == FLOOR:
-                                cmd, extra_env = floor_command(engine, url, args.batch_size, backup)
+                            if name in FLOORS:
+                                size = args.batch_size if FLOORS[name] is None else 0
+                                cmd, extra_env = floor_command(engine, url, size, backup)
                                 sample = run_process(cmd, env={**env, **extra_env}, scratch=scratch)
                             else:
                                 extra = [*variants[name], str(backup)] if name.endswith("--backup") else variants[name]
                                 cmd = [statestore, "--conn", url, "clean", *extra, "-o", "json"]
                                 sample = run_process(cmd, env=env, scratch=scratch)
-                        if name == FLOOR:
+                        if name in FLOORS:
                             deleted = lines = int(sample.stdout.strip())
                             if deleted != spec.expired:
                                 problems.append(f"{engine} {name} at {rows}: deleted {deleted}")
@@ -212,13 +215,16 @@ def report(
                         target(engine, f"{name} / without --backup", median / plain, TIME_TARGET)
                 rss = max(entry["rss_kb"]) / 1024
                 out.append(f"{engine:<11} {name:<36} {rows:>9,} {median:>9.3f} {ratio:>13} {rss:>12.1f}")
-        floor = measured.get(f"{FLOOR}@{args.rows}")
-        if floor:
+        for name, size in FLOORS.items():
+            floor = measured.get(f"{name}@{args.rows}")
+            if not floor:
+                continue
+            clean = f"clean --batch-size {args.batch_size if size is None else size}"
             seconds = statistics.median(floor["seconds"])
-            plain = statistics.median(measured[f"clean --batch-size {args.batch_size}@{args.rows}"]["seconds"])
-            ours = statistics.median(measured[f"clean --batch-size {args.batch_size} --backup@{args.rows}"]["seconds"])
+            plain = statistics.median(measured[f"{clean}@{args.rows}"]["seconds"])
+            ours = statistics.median(measured[f"{clean} --backup@{args.rows}"]["seconds"])
             out.append(
-                f"{engine:<11} {FLOOR:<36} {args.rows:>9,} {seconds:>9.3f} {seconds / plain:>12.2f}x "
+                f"{engine:<11} {name:<36} {args.rows:>9,} {seconds:>9.3f} {seconds / plain:>12.2f}x "
                 f"{max(floor['rss_kb']) / 1024:>12.1f}   (--backup / floor: {ours / seconds:.2f}x)"
             )
         for name in variants:
