@@ -122,7 +122,8 @@ def measure(
     runs: int, env: dict[str, str], commands: tuple[Command, ...] = COMMANDS, warm: bool = True
 ) -> tuple[list[float], list[Row]]:
     """``runs`` timed runs of each command, each after a run of the floor; ``warm``: one untimed run of each first,
-    which warms the page and bytecode caches. A command that fails is reported, and not run again."""
+    which warms the page and bytecode caches. A command that fails is reported, and not run again. Unwarmed
+    (``--quick``, the smoke test), one floor run stands for every command: half the processes."""
     tool = statestore_executable()
     floor = [sys.executable, *FLOOR[1:]]
     rows = [Row(c) for c in commands]
@@ -130,10 +131,11 @@ def measure(
         timed(floor, env)
         for row in rows:
             _command(row, tool, env)
+    shared = None if warm else timed(floor, env)
     for _ in range(runs):
         for row in rows:
             if row.error is None:
-                floor_seconds = timed(floor, env)
+                floor_seconds = timed(floor, env) if shared is None else shared
                 seconds = _command(row, tool, env)
                 if seconds is not None:
                     row.floors.append(floor_seconds)

@@ -7,8 +7,9 @@ happens before its lines are on disk: a command stopped by a signal, its deadlin
 leaves in FILE every row it deleted. The rows written are exactly the rows deleted: on PostgreSQL and SQLite a
 batch is one ``DELETE ... RETURNING`` the lines of the rows it deleted (the rows it picks locked by the delete
 itself, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL as without a backup), and on MariaDB (10.0.5 and later) the
-delete of the batch's id range, as without a backup, ``RETURNING`` them; on MySQL, and for a
-one-statement run (whose rows are too many to hold at once), the batch selects its rows with their full content,
+delete of the batch's id range (a one-statement run: of the whole selection, read through an unbuffered cursor),
+as without a backup, ``RETURNING`` them; on MySQL, and for a one-statement run on SQLite (whose rows are too
+many to hold at once), the batch selects its rows with their full content,
 locked (``FOR UPDATE``; SQLite's write lock from ``BEGIN IMMEDIATE``), writes and syncs their lines, deletes
 exactly those rows and checks that the row count is the number of lines. A batch that fails before its commit
 is cut from the file again; one whose commit was under way when the connection went stays (its rows may or may
@@ -379,15 +380,17 @@ def _transaction(conn: Connection, backup: BackupFile, body: Callable[[], Batch]
 def _lines_batch(
     conn: Connection, selection: Selection, lines: Lines, backup: BackupFile, batch_size: int, after: Any
 ) -> Batch:
-    """A batch whose lines the database builds: on PostgreSQL, SQLite and (bounded) MariaDB one ``DELETE ...
-    RETURNING`` them (what is written is exactly what was deleted, the rows locked by the delete itself);
-    on MySQL, and for a one-statement run (whose rows are too many to hold), selected first and then deleted."""
+    """A batch whose lines the database builds: on PostgreSQL, SQLite and MariaDB one ``DELETE ... RETURNING``
+    them (what is written is exactly what was deleted, the rows locked by the delete itself); on MySQL, and
+    for a one-statement run on SQLite (whose rows are too many to hold), selected first and then deleted."""
     dialect = conn.dialect.name
     if dialect == "postgresql":
         _utc_session(conn)
         if lines.copied is not None and _copies(conn):
             return _copy_batch(conn, selection, lines.copied, backup, batch_size, after)
-    if batch_size and dialect in _MYSQL and selection.primary_walk and conn.dialect.delete_returning:
+    if dialect in _MYSQL and selection.primary_walk and conn.dialect.delete_returning:
+        if not batch_size:
+            return _streamed_delete(conn, selection, lines, backup)
         return _range_batch(conn, selection, lines, backup, batch_size, after)
     if not batch_size or dialect not in ("postgresql", "sqlite"):
         return _select_then_delete(conn, selection, lines, backup, batch_size, after)
@@ -438,6 +441,19 @@ def _range_batch(
     result = conn.execute(delete(selection.table).where(*bounds, selection.where).returning(order, *columns))
     count, _ = _write_returned(result, make, backup)
     return Batch(count, upper)
+
+
+def _streamed_delete(conn: Connection, selection: Selection, lines: Lines, backup: BackupFile) -> Batch:
+    """A one-statement run on MariaDB: the selection's ``DELETE ... RETURNING`` its lines, as the clean without a
+    backup deletes, read through an unbuffered cursor a thousand rows at a time (no run's rows held at once),
+    then synced before the commit. A stop midway rolls the whole delete back; the lines written stay, more
+    than were deleted, which an import writes back as they were. Selecting the rows locked and deleting them
+    after took 10.9 s per 500,000 keys, this 7.9 s, the bare floor 7.8 s."""
+    columns, make, _ = lines
+    statement = delete(selection.table).where(selection.where).returning(selection.order, *columns)
+    result = conn.execution_options(stream_results=True).execute(statement)
+    count, _ = _write_returned(result, make, backup)
+    return Batch(count, None)
 
 
 def _utc_session(conn: Connection) -> None:
