@@ -4,9 +4,9 @@
     python bench/generate.py --rows 1000000 --expired 500000 --url postgresql+psycopg://postgres@127.0.0.1:5432/test
     python bench/generate.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test --drop ssbench_1a2b3c4d
 
-The schema is created by ``statestore --conn URL db init``; the rows are then bulk loaded: SQLite
-with the sqlite3 module (executemany, big transactions, timestamps as the tool writes them),
-PostgreSQL with COPY (psycopg 3), MariaDB with multi-row INSERTs (PyMySQL's executemany). With
+The schema is created by the library's ``db_init`` (what ``statestore --conn URL db init`` runs); the rows
+are then bulk loaded: SQLite with the sqlite3 module (executemany, big transactions, timestamps as the tool
+writes them), PostgreSQL with COPY (psycopg 3), MariaDB with multi-row INSERTs (PyMySQL's executemany). With
 --url the store goes into a fresh PostgreSQL schema (MariaDB: database) whose name is printed.
 
 Rows are the same for a given --seed except the timestamps, which are relative to the moment of
@@ -23,7 +23,6 @@ import os
 import random
 import shutil
 import sqlite3
-import subprocess
 import sys
 import time
 import uuid
@@ -210,10 +209,12 @@ def tool_env(airflow_home: Path | None = None) -> dict[str, str]:
 
 
 def db_init(url: str, env: dict[str, str]) -> None:
-    cmd = [statestore_executable(), "--conn", url, "db", "init", "-o", "json"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"statestore db init failed ({done.returncode}): {done.stderr.strip()}")
+    """The store's tables, made by the library's own ``db_init`` (what ``statestore --conn URL db init`` runs) in
+    this process: setup, not a measurement, so no CLI start is paid for each store and copy."""
+    from statestore_cli import load_settings
+    from statestore_cli.ops.commands import db_init as library_db_init
+
+    library_db_init(load_settings(conn_override=url, environ=env))
 
 
 # -- SQLite ------------------------------------------------------------------------------------------------
@@ -320,12 +321,8 @@ def new_store_name() -> str:
     return f"ssbench_{uuid.uuid4().hex[:10]}"
 
 
-def create_store(admin_url: str, name: str, env: dict[str, str], *, in_process: bool = False) -> str:
-    """Create the empty schema or database ``name`` and its tables; its URL.
-
-    The tables are created by ``statestore db init``, or with ``in_process`` by the library's own
-    ``db_init`` in this process (the same code, without paying for a CLI start per copy).
-    """
+def create_store(admin_url: str, name: str, env: dict[str, str]) -> str:
+    """Create the empty schema or database ``name`` and its tables (``db_init``); its URL."""
     kind = "SCHEMA" if is_postgresql(admin_url) else "DATABASE"
     conn = connect(admin_url, autocommit=True)
     try:
@@ -334,13 +331,7 @@ def create_store(admin_url: str, name: str, env: dict[str, str], *, in_process: 
     finally:
         conn.close()
     url = store_url(admin_url, name)
-    if in_process:
-        from statestore_cli import load_settings
-        from statestore_cli.ops.commands import db_init as library_db_init
-
-        library_db_init(load_settings(conn_override=url, environ=env))
-    else:
-        db_init(url, env)
+    db_init(url, env)
     return url
 
 
@@ -440,7 +431,7 @@ def _fill_mariadb(conn: Any, spec: Spec, now: datetime, counts: Counts) -> None:
 
 def clone_store(admin_url: str, template: str, name: str, env: dict[str, str] | None = None) -> str:
     """A fresh schema/database ``name`` holding a copy of the store ``template`` (same server); its URL."""
-    url = create_store(admin_url, name, env or tool_env(), in_process=True)
+    url = create_store(admin_url, name, env or tool_env())
     conn = connect(url)
     try:
         with conn.cursor() as cur:

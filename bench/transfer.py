@@ -219,7 +219,7 @@ class EmptyStores:
             generate.db_init(url, self.env)
             return url
         self.name = generate.new_store_name()
-        return generate.create_store(self.admin_url, self.name, self.env, in_process=True)
+        return generate.create_store(self.admin_url, self.name, self.env)
 
     def drop(self) -> None:
         if self.admin_url is not None and self.name is not None:
