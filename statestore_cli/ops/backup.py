@@ -62,7 +62,7 @@ from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.model.timestamps import iso_utc
-from statestore_cli.ops import copy_lines
+from statestore_cli.ops import copy_lines, pg_copy
 from statestore_cli.ops.records import (
     asset_record,
     dag_run_record,
@@ -76,7 +76,6 @@ from statestore_cli.ops.records import (
 _MYSQL = ("mysql", "mariadb")
 WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held
 DELETE_CHUNK = 10_000  # ids per DELETE ... IN (...) on MySQL/MariaDB, well within any packet limit
-COPY_CHUNK = 1 << 18  # bytes of COPY output written at a time
 
 
 class BackupFileError(BackendError):
@@ -481,50 +480,33 @@ def _copy_batch(
     trailing = 1 if batch_size else 0
     last = 0
     dbapi_conn: Any = conn.connection.dbapi_connection
-    cursor = dbapi_conn.cursor()
     count = 0
-    blocks: list[bytes] = []
-    size = 0
     errors = conn.dialect.loaded_dbapi
     unmade = False  # a row whose line must be made from its row: the rest is read, then the batch again
 
-    def write_out(final: bool) -> int:
-        nonlocal unmade, last
-        # Whole rows only (a block is a row as the server sends it, but need not be).
-        data = b"".join(blocks)
-        end = len(data) if final or data.endswith(b"\n") else data.rfind(b"\n") + 1
-        blocks[:] = [data[end:]] if end < len(data) else []
-        if end and not unmade:
-            try:
-                made, rows, ids = copy_lines.lines(data if end == len(data) else data[:end], shape, trailing)
-            except copy_lines.Unmade:
-                unmade = True
-            else:
-                backup.add_bytes(made, rows)
-                if ids:
-                    last = max(last, max(map(int, ids[0])))
-                return rows
-        return data.count(b"\n", 0, end)
+    def take(rows: list[bytes]) -> None:  # whole rows: the server sends each row as a message of its own
+        nonlocal count, unmade, last
+        count += len(rows)
+        if unmade:
+            return
+        try:
+            made, made_rows, ids = copy_lines.lines(b"".join(rows), shape, trailing)
+        except copy_lines.Unmade:
+            unmade = True
+        else:
+            backup.add_bytes(made, made_rows)
+            if ids:
+                last = max(last, max(map(int, ids[0])))
 
     try:
-        with cursor.copy(sql, params) as copy:
-            for block in copy:
-                blocks.append(bytes(block))
-                size += len(block)
-                if size >= COPY_CHUNK:
-                    count += write_out(final=False)
-                    size = sum(map(len, blocks))
-        count += write_out(final=True)
-        deleted = cursor.rowcount
+        deleted = pg_copy.copy_out(dbapi_conn, sql, params, take)
     except errors.DataError:  # a value that is not JSON: the statement again, from the rows in Python
         raise _Redo from None
     except errors.Error as exc:  # as SQLAlchemy would raise it, a lost connection noticed as one
-        gone = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+        gone = conn.dialect.is_disconnect(exc, dbapi_conn, None)
         if gone:
             conn.invalidate()
         raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
-    finally:
-        cursor.close()
     if unmade:
         raise _Redo
     if deleted != count:
