@@ -138,4 +138,8 @@ def _error(result: Any, encoding: str) -> Exception:
         kind: type[psycopg.Error] = errors.lookup(state)
     except KeyError:
         kind = psycopg.DatabaseError
-    return kind(result.get_error_message(encoding), info=result, encoding=encoding)
+    if hasattr(result, "get_error_message"):  # psycopg 3.3's libpq wrapper; before it, the raw message
+        message = result.get_error_message(encoding)
+    else:
+        message = (result.error_message or b"").decode(encoding, "replace").strip()
+    return kind(message, info=result, encoding=encoding)
