@@ -1,10 +1,10 @@
 """``COPY (...) TO STDOUT`` on psycopg 3, its rows read straight from libpq (``psycopg.pq``), a list at a time.
 
 A backed-up clean moves every deleted row to this process. psycopg's ``Copy`` iteration costs about 1 µs of
-Python per row (a generator and a wait for each of them), half of what reading the server's ``COPY`` costs
-the client; asking libpq for the rows it has already received, and waiting on the socket only when it has
-none, costs a third of that (0.27-0.38 s of CPU per 500,000 rows against 0.52-0.65 s). The statement runs
-in the transaction the connection has open; its parameters are bound here, as psycopg binds a ``COPY``'s.
+Python per row (a generator and a wait for each of them); asking libpq for the rows it has already received,
+and waiting on the socket only when it has none, costs about half of that (0.27-0.38 s of CPU per 500,000
+rows against 0.52-0.65 s). The statement runs in the transaction the connection has open; its parameters are
+bound here, as psycopg binds a ``COPY``'s.
 
 Whatever interrupts the reading (a signal, a failure of the caller's, a lost connection) cancels the
 statement on the server and reads what is left of it, so the connection is back to its transaction, which
