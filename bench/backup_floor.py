@@ -16,6 +16,7 @@ import json
 import os
 import sqlite3
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 COLUMNS = "dag_id, run_id, task_id, map_index, {key}, updated_at, expires_at, value"  # {key}: quoted per engine
@@ -36,7 +37,7 @@ def main() -> None:
     print(deleted)
 
 
-def write(out: int, rows: list[tuple[object, ...]]) -> None:
+def write(out: int, rows: Sequence[Sequence[object]]) -> None:
     os.write(out, "".join("\t".join(map(str, row)) + "\n" for row in rows).encode())
 
 
@@ -122,7 +123,7 @@ def mariadb_floor(columns: str, batch: int, now: datetime, out: int) -> int:
             cur.execute("SET time_zone = '+00:00'")
             cur.execute(f"DELETE FROM task_state_store WHERE expires_at < %s RETURNING id, {columns}", (cutoff,))
             while rows := cur.fetchmany(1000):
-                write(out, list(rows))
+                write(out, rows)
                 deleted += len(rows)
         os.fsync(out)
         conn.commit()
@@ -136,7 +137,7 @@ def mariadb_floor(columns: str, batch: int, now: datetime, out: int) -> int:
         while True:
             cur.execute(statement, (after, cutoff, batch))
             rows = cur.fetchall()
-            write(out, list(rows))
+            write(out, rows)
             os.fsync(out)
             conn.commit()
             deleted += len(rows)

@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                         with store.fresh(original) as url:
                             backup.unlink(missing_ok=True)
                             if name in FLOORS:
-                                size = args.batch_size if FLOORS[name] is None else 0
-                                cmd, extra_env = floor_command(engine, url, size, backup)
+                                cmd, extra_env = floor_command(engine, url, floor_batch(name, args), backup)
                                 sample = run_process(cmd, env={**env, **extra_env}, scratch=scratch)
                             else:
                                 extra = [*variants[name], str(backup)] if name.endswith("--backup") else variants[name]
@@ -144,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"PROBLEM: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def floor_batch(name: str, args: argparse.Namespace) -> int:
+    """The batch size the floor ``name`` deletes with, that of the clean it stands beside."""
+    size = FLOORS[name]
+    return args.batch_size if size is None else size
 
 
 def floor_command(engine: str, url: str, batch_size: int, backup: Path) -> tuple[list[str], dict[str, str]]:
@@ -215,11 +220,11 @@ def report(
                         target(engine, f"{name} / without --backup", median / plain, TIME_TARGET)
                 rss = max(entry["rss_kb"]) / 1024
                 out.append(f"{engine:<11} {name:<36} {rows:>9,} {median:>9.3f} {ratio:>13} {rss:>12.1f}")
-        for name, size in FLOORS.items():
+        for name in FLOORS:
             floor = measured.get(f"{name}@{args.rows}")
             if not floor:
                 continue
-            clean = f"clean --batch-size {args.batch_size if size is None else size}"
+            clean = f"clean --batch-size {floor_batch(name, args)}"
             seconds = statistics.median(floor["seconds"])
             plain = statistics.median(measured[f"{clean}@{args.rows}"]["seconds"])
             ours = statistics.median(measured[f"{clean} --backup@{args.rows}"]["seconds"])
