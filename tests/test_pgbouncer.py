@@ -2,12 +2,12 @@
 
 A real PgBouncer from the system's package (``helpers.pgbouncer``) in front of the local PostgreSQL
 server, in transaction mode (the chart's), in session mode, and no pooler at all ("direct"), each with
-a throwaway database of its own (PgBouncer refuses the URL's ``options``, which select a schema
-elsewhere in the suite). The pool has few server connections, which our commands share with other
-clients, and consecutive transactions of one client go to different server connections; the
-commands run as real processes, as a cron job runs them, so what they leave behind is what the pool
-keeps after they exit. What another client could inherit on a server connection: a statement or lock
-timeout, a prepared statement, an advisory lock.
+a throwaway database of its own (PgBouncer refuses the URL's ``options``, which select a schema elsewhere in
+the suite), which the module's tests take in turn, emptied for each. The pool has few server connections,
+which our commands share with other clients, and consecutive transactions of one client go to different
+server connections; the commands run as real processes, as a cron job runs them, so what they leave behind
+is what the pool keeps after they exit. What another client could inherit on a server connection: a
+statement or lock timeout, a prepared statement, an advisory lock.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from statestore_cli.db.database import make_engine
 from statestore_cli.ops.cleanup import CleanControl, delete_expired
 from statestore_cli.ops.commands import db_init
 
-pytestmark = pytest.mark.slow  # PgBouncer started for each test, in front of PostgreSQL
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pgbouncer")]  # one PgBouncer per mode, in front of PostgreSQL
 
 MODES = ("transaction", "session", "direct")
 # Server connections per database and user: in transaction mode fewer than the clients, so they take
@@ -111,7 +111,8 @@ class Pool(NamedTuple):
         import psycopg
 
         with psycopg.connect(_conninfo(self.server_url), autocommit=True) as conn:
-            return [tuple(row) for row in conn.execute(statement).fetchall()]
+            cursor = conn.execute(statement)
+            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
 
 
 def _conninfo(url: str) -> str:
@@ -119,8 +120,11 @@ def _conninfo(url: str) -> str:
     return f"host={parsed.host} port={parsed.port or 5432} dbname={parsed.database} user={parsed.username}"
 
 
-@pytest.fixture(params=MODES)
-def pool(request: pytest.FixtureRequest) -> Iterator[Pool]:
+@pytest.fixture(scope="module", params=MODES)
+def shared_pool(request: pytest.FixtureRequest) -> Iterator[Pool]:
+    """One database and one PgBouncer per mode for the module's tests (on one worker: ``xdist_group``), as a
+    pool serves one client after another: each test starts from what the previous one left on its server
+    connections, so anything of ours left there fails that test's ``baseline``."""
     admin = require_server("postgresql")
     if request.param != "direct":
         require_pgbouncer()
@@ -134,6 +138,18 @@ def pool(request: pytest.FixtureRequest) -> Iterator[Pool]:
             pool = Pool(request.param, bouncer.url(database), server_url, database, bouncer)
             pool.server_connections()  # opens every server connection of the pool: turns alternate from the start
             yield pool
+
+
+@pytest.fixture
+def pool(shared_pool: Pool) -> Pool:
+    """The mode's pool, its store emptied (new tables, ids from 1) on the server, not through the pool."""
+    shared_pool.settle()
+    tables = ", ".join(name for (name,) in shared_pool.on_server(STORE_TABLES))
+    shared_pool.on_server(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+    return shared_pool
+
+
+STORE_TABLES = "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"
 
 
 def seed(pool: Pool, expired: int, live: int = 0) -> None:
