@@ -1,10 +1,11 @@
 """Airflow's own backend classes, used by statestore beside Airflow 3.3.2 and the common-io provider.
 
-One deployment per test: a SQLite file ``airflow db migrate`` made, and an airflow.cfg naming the
-provider's ``StateStoreObjectStorageBackend`` as ``[workers] state_store_backend`` with
-``[common.io] state_store_objectstorage_path`` on a ``file://`` folder. Airflow's processes find that
-file through ``AIRFLOW_CONFIG``; statestore is given it as ``--config`` (``$AIRFLOW_HOME`` holds no
-airflow.cfg), so the provider's option reaches it only through statestore's own config file.
+One deployment for the module, emptied of keys and objects for each test: a SQLite file ``airflow db
+migrate`` made, and an airflow.cfg naming the provider's ``StateStoreObjectStorageBackend`` as ``[workers]
+state_store_backend`` with ``[common.io] state_store_objectstorage_path`` on a ``file://`` folder.
+Airflow's processes find that file through ``AIRFLOW_CONFIG``; statestore is given it as ``--config``
+(``$AIRFLOW_HOME`` holds no airflow.cfg), so the provider's option reaches it only through statestore's own
+config file.
 
 Airflow's side is driven by a short script run by its interpreter (``AIRFLOW_SIDE``) and uses only
 Airflow's components; none of Airflow's code is in this repository.
@@ -25,7 +26,7 @@ import pytest
 from airflow_venv import AirflowOps, StatestoreIn, airflow_env
 from sqlalchemy import create_engine, text
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.xdist_group("airflow-backends")]
 
 REPO = Path(__file__).resolve().parents[1]
 OBJECT_STORAGE = "airflow.providers.common.io.state_store.backend.StateStoreObjectStorageBackend"
@@ -135,12 +136,26 @@ class Deployment:
         return done.stdout
 
 
-@pytest.fixture
-def deployment(airflow_python: Path, migrated_sqlite: Path, tmp_path: Path) -> Iterator[Deployment]:
-    made = Deployment(airflow_python, tmp_path, migrated_sqlite)
+@pytest.fixture(scope="module")
+def shared_deployment(
+    airflow_python: Path, migrated_sqlite: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """One deployment for the module's tests (on one worker: ``xdist_group``), so that its two Airflow
+    interpreters start once, not in every test: each costs seconds of CPU, as in a real worker."""
+    made = Deployment(airflow_python, tmp_path_factory.mktemp("deployment"), migrated_sqlite)
     yield made
     made.ops.close()
     made.tool.close()
+
+
+@pytest.fixture
+def deployment(shared_deployment: Deployment) -> Deployment:
+    """The module's deployment as each test finds it: no state store keys, no objects (its dag run and
+    asset stay)."""
+    shared_deployment.sql("DELETE FROM task_state_store")
+    shared_deployment.sql("DELETE FROM asset_state_store")
+    shutil.rmtree(shared_deployment.objects, ignore_errors=True)
+    return shared_deployment
 
 
 def task(map_index: int = -1) -> list[object]:
