@@ -102,14 +102,20 @@ def _on_a_server(value: object) -> bool:
     return isinstance(value, str) and value in SERVER_ENGINES
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test parametrised to run on PostgreSQL or MariaDB is ``slow`` (the quick subset, ``-m 'not slow'``,
     runs on SQLite); and the slow tests run first, those starting Airflow first of all, so that the
-    parallel workers start the longest ones early, not at the end, when the others would wait for them."""
+    parallel workers start the longest ones early, not at the end, when the others would wait for them.
+
+    The tests starting Airflow run on one worker (``xdist_group``): the first of them waits for Airflow's
+    once-per-run ``db migrate``, which would otherwise hold every worker at the start while one migrates."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and any(_on_a_server(v) for v in callspec.params.values()):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("airflow") is not None:
+            item.add_marker(pytest.mark.xdist_group("airflow"))
     items.sort(key=lambda item: (item.get_closest_marker("airflow") is None, item.get_closest_marker("slow") is None))
 
 

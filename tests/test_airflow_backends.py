@@ -26,7 +26,7 @@ import pytest
 from airflow_venv import AirflowOps, StatestoreIn, airflow_env
 from sqlalchemy import create_engine, text
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.xdist_group("airflow-backends")]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 OBJECT_STORAGE = "airflow.providers.common.io.state_store.backend.StateStoreObjectStorageBackend"
@@ -140,8 +140,9 @@ class Deployment:
 def shared_deployment(
     airflow_python: Path, migrated_sqlite: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
-    """One deployment for the module's tests (on one worker: ``xdist_group``), so that its two Airflow
-    interpreters start once, not in every test: each costs seconds of CPU, as in a real worker."""
+    """One deployment for the module's tests (on one worker, as every test marked ``airflow``), so that
+    its two Airflow interpreters start once, not in every test: each costs seconds of CPU, as in a real
+    worker."""
     made = Deployment(airflow_python, tmp_path_factory.mktemp("deployment"), migrated_sqlite)
     yield made
     made.ops.close()
