@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -568,17 +568,33 @@ SQLITE_FIXTURES = {
 @contextmanager
 def airflow_database(engine_name: str, revision: str, tmp_path: Path) -> Iterator[str]:
     """The URL of an Airflow metadata database of its own at ``revision`` (``HEAD_332``, ``BETWEEN`` or
-    ``HEAD_34``), empty but for its schema: a copy of the SQLite fixture in ``tmp_path``, or a throwaway
-    PostgreSQL/MariaDB database with the dump and the 3.4 steps loaded (``load_airflow_schema``)."""
+    ``HEAD_34``), empty but for its schema: a copy of the SQLite fixture in ``tmp_path``, a throwaway
+    PostgreSQL database copied from the run's template (``airflow_template``), or a throwaway MariaDB
+    database with the dump and the 3.4 steps loaded (``load_airflow_schema``)."""
     if engine_name == "sqlite":
         path = tmp_path / f"airflow-{uuid.uuid4().hex[:8]}.db"
         shutil.copyfile(FIXTURES / SQLITE_FIXTURES[revision], path)
         path.chmod(0o644)
         yield f"sqlite:///{path}"
         return
+    if engine_name == "postgresql":  # a copy of the run's template: the dump is loaded once, not per test
+        template = make_url(airflow_template(revision)).database
+        with ExitStack() as stack:
+            with run_lock(f"template-{template}"):  # CREATE DATABASE refuses a template another session is in
+                url = stack.enter_context(throwaway_database("postgresql", "afx", f"TEMPLATE {template}"))
+            yield url
+        return
     with throwaway_airflow_database(engine_name) as url:
         load_airflow_schema(engine_name, url, revision)
         yield url
+
+
+def airflow_template(revision: str) -> str:
+    """The URL of a PostgreSQL database holding the Airflow schema at ``revision``, made once per run
+    (``run_database``): CREATE DATABASE copies it for each test, which only read it as a template."""
+    return run_database(
+        "postgresql", f"airflow_{revision}", lambda url: load_airflow_schema("postgresql", url, revision)
+    )
 
 
 # -- custom backends --------------------------------------------------------------------------------------
