@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,16 +114,6 @@ def airflow(python: Path, env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def run_ops(python: Path, env: dict[str, str], script: str, ops: Sequence[object]) -> list[object]:
-    """Run ``script`` in Airflow's interpreter with the JSON of ``ops`` as its argument; returns what its
-    last line of stdout says (a JSON list: each op's result)."""
-    done = subprocess.run(
-        [str(python), "-c", script, json.dumps(ops)], env=env, capture_output=True, text=True, check=False, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 # Run by Airflow's interpreter for AirflowOps: the script (its first argument) once per line of stdin, with
 # that line as its argument, as `python -c SCRIPT OPS` would run it; what the script prints is sent back
 # as one JSON line on the process's own stdout, which nothing else writes to (fd 1 goes to stderr).
@@ -196,10 +185,11 @@ class StatestoreIn:
 
 
 class AirflowOps:
-    """``run_ops`` for the ops of one test, with one Airflow interpreter (started at the first call, ended by
-    ``close``) running ``script`` for each call: starting Airflow takes seconds of CPU each time. Each call
-    runs the script afresh, in an interpreter that has run it before, as a long-lived Airflow process
-    (a worker, the API server) runs one request after another."""
+    """``script`` run on each call's JSON argument (the ops), as ``python -c SCRIPT OPS`` would run it, by one
+    Airflow interpreter (started at the first call, ended by ``close``): starting Airflow takes seconds of CPU
+    each time. Each call runs the script afresh, in an interpreter that has run it before, as a long-lived
+    Airflow process (a worker, the API server) runs one request after another. Returns what the script's last
+    line of stdout says (JSON)."""
 
     def __init__(self, python: Path, env: dict[str, str], script: str, folder: Path, name: str = "airflow-ops") -> None:
         self.python, self.env, self.script = python, env, script
