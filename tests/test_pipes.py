@@ -124,6 +124,22 @@ def test_export_larger_than_the_pipe_buffer_ends_quietly_when_the_reader_stops(d
     assert first.startswith('{"store": "task"'), first
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["PYTHONUNBUFFERED", "buffered"])
+def test_an_export_written_at_once_meets_the_closed_pipe_under_pythonunbuffered_too(db_url, unbuffered):
+    """1,000 keys, over 400 KB: one write, of which the pipe takes 64 KiB before its reader goes. Under
+    PYTHONUNBUFFERED (``python -u``) Python's own stdout would drop the rest without an error and the export
+    would report every key exported; the tool's stdout writes all or meets the closed pipe."""
+    seed_many(db_url, keys_per_task=10)
+    args = ("--conn", db_url, "export")
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    whole = subprocess.run(statestore_argv(*args), capture_output=True, text=True, env=env, check=False)
+    assert (whole.returncode, whole.stdout.count("\n")) == (0, 1000)
+    assert len(whole.stdout.encode()) > 4 * PIPE_BUFFER
+    code, first, stderr = closed_early(*args, env=env)
+    assert (code, stderr) == (0, "")
+    assert first.startswith('{"store": "task"'), first
+
+
 @pytest.mark.parametrize("mode", ["plain", "json", "table"])
 def test_dry_run_ends_quietly_when_the_reader_stops(db_url, mode):
     expired = seed_many(db_url)
