@@ -101,6 +101,35 @@ def test_sweep_rechecks_activity_when_it_deletes(cli, db_url):
     assert _asset_keys(db_url) == [("orders", "watermark")]
 
 
+@pytest.mark.parametrize("batch_size,backed_up", [(0, False), (1, False), (0, True), (1, True)])
+def test_a_confirmed_sweep_deletes_only_the_assets_it_was_confirmed_for(cli, db_url, tmp_path, batch_size, backed_up):
+    """``sweep(only=...)``: the assets the question named; one that went inactive since keeps its keys, and one
+    of them reactivated meanwhile keeps its keys too. Every path: one statement, batches, each with a backup."""
+    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.lifecycle import plan_sweep, sweep
+
+    _asset(cli, "orders", LONG_KEY, "watermark")
+    _asset(cli, "invoices", "cursor")
+    _asset(cli, "customers", "watermark")
+    _asset(cli, "payments", "watermark")
+    for name in ("orders", "invoices", "payments"):
+        _deactivate(db_url, name)
+    settings = load_settings(conn_override=db_url)
+    shown = [found for found in plan_sweep(settings) if found.name != "payments"]  # payments: after the question
+    sql(db_url, "INSERT INTO asset_active (name, uri) VALUES ('invoices', 's3://bucket/invoices')")
+    backup = BackupFile(tmp_path / "sweep.jsonl") if backed_up else None
+
+    report = sweep(settings, batch_size, backup=backup, only=[found.asset_id for found in shown])
+    assert [(a.name, a.deleted) for a in report.assets] == [("orders", 2)]
+    assert _asset_keys(db_url) == [("customers", "watermark"), ("invoices", "cursor"), ("payments", "watermark")]
+    if backup is not None:
+        backup.close()
+        lines = [json.loads(line) for line in (tmp_path / "sweep.jsonl").read_text().splitlines()]
+        assert sorted((line["name"], line["key"]) for line in lines) == [("orders", LONG_KEY), ("orders", "watermark")]
+    assert sweep(settings, batch_size, only=[]).deleted == 0
+    assert _asset_keys(db_url)[-1] == ("payments", "watermark")
+
+
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_sweep_on_an_airflow_database(db_url, tmp_path):
     path = tmp_path / "airflow.db"

@@ -81,3 +81,25 @@ def test_sweep_question_breaks_between_words_at_80_columns(cli, db_url):
         "invoices_curated_hourly, orders_daily_partitions_legacy? [y/N] n",
         "statestore: nothing deleted (answered no)",
     ], screen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_yes_sweeps_only_the_assets_the_question_named(cli, db_url):
+    """An asset that goes inactive while the question waits (a dag stops defining it meanwhile) was not asked
+    about: it keeps its keys until the next sweep names it."""
+    from test_help_and_prompts import Terminal, terminal_env
+
+    _inactive_assets(cli, db_url, "orders_curated_daily_snapshot")
+    uri = "s3://data-lake-prod/curated/payments_raw/"
+    assert cli("set", "--asset-name", "payments_raw", "--asset-uri", uri, WATERMARK, '"2026-11-29"').exit_code == 0
+    term = Terminal(["--conn", db_url, "assets", "sweep", "-o", "plain"], terminal_env(columns=200))
+    term.wait_for(b"[y/N] ")
+    sql(db_url, "DELETE FROM asset_active WHERE name = 'payments_raw'")
+    term.type(b"y\n")
+    status, screen = term.finish()
+    question = "Delete 1 key (they never expire) of 1 inactive asset: orders_curated_daily_snapshot? [y/N] y\n"
+    assert status == 0 and question in screen, screen
+    assert screen.endswith("deleted 1 key of 1 inactive asset in 1 batch\n"), screen
+    left = sql(db_url, "SELECT a.name FROM asset_state_store s JOIN asset a ON a.id = s.asset_id")
+    assert left == [("payments_raw",)]

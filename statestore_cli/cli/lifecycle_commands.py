@@ -63,8 +63,8 @@ def assets_sweep(
     An asset is inactive when it has no asset_active row: Airflow removes that row when no dag
     defines the asset any more, also while the dag that defines it fails to parse. Their keys
     never expire (watermarks): check with --dry-run first. Active assets' keys stay.
-    Asks on a terminal with the count and the assets; anywhere else it needs --yes (exit 2).
-    Answering no exits 1, nothing deleted.
+    Asks on a terminal with the count and the assets, and then sweeps only those assets; anywhere
+    else it needs --yes (exit 2). Answering no exits 1, nothing deleted.
 
     --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
     before it commits); `statestore import FILE` puts them back. FILE must be new or empty, its folder
@@ -80,12 +80,14 @@ def assets_sweep(
         out.sweep_plan(lifecycle.plan_sweep(settings))
         return
     name_restore(saved, settings)
+    confirmed = None  # with --yes: every asset inactive when the sweep runs
     if not yes:
         plan = list(lifecycle.plan_sweep(settings))
         if plan:
             confirm_delete(False, "assets sweep deletes keys", _sweep_question(plan))
+        confirmed = [found.asset_id for found in plan]  # an asset that goes inactive meanwhile was not asked about
     try:
-        report = lifecycle.sweep(settings, batch_size, backup=saved)
+        report = lifecycle.sweep(settings, batch_size, backup=saved, only=confirmed)
     finally:
         close_backup(saved)
     out.sweep_report(report, saved)

@@ -3,7 +3,8 @@
 - The orphan sweep: asset keys of assets that are no longer active (no ``asset_active`` row). The
   dry run and the real run share ``inactive()``; the real run deletes asset by asset, in batches of
   keys, and each delete re-checks that the asset is still inactive, so an asset reactivated while
-  the sweep runs keeps its keys.
+  the sweep runs keeps its keys. A sweep that was confirmed is held to the assets the question
+  named (``only``): one that went inactive while the operator read it is left for the next sweep.
 - Clearing every task key of a run or of a dag, in batches.
 - Deleting a run or an asset of a standalone store: the foreign keys' ``ON DELETE CASCADE`` removes
   its keys, as in Airflow. Refused on an Airflow database, whose runs and assets are Airflow's.
@@ -18,12 +19,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, and_, delete, exists, func, select
+from sqlalchemy import Table, and_, bindparam, delete, exists, func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement
 
@@ -91,6 +92,16 @@ def inactive() -> ColumnElement[bool]:
     return ~exists(active)
 
 
+def swept(only: Collection[int] | None = None) -> ColumnElement[bool]:
+    """The keys a sweep deletes: ``inactive()``, and with ``only`` just those of the assets whose ids it holds
+    (those a confirmation named). The ids are written into the statement (integers), so that no count of them
+    meets a driver's limit on parameters."""
+    if only is None:
+        return inactive()
+    ids: Any = bindparam("swept_asset_ids", sorted(only), expanding=True, literal_execute=True)
+    return and_(_akv.c.asset_id.in_(ids), inactive())
+
+
 def iter_inactive(engine: Engine) -> Iterator[SweepRow]:
     """What a sweep deletes, ordered by asset name, uri and key; streamed."""
     query = (
@@ -125,23 +136,27 @@ def sweep_inactive(
     worker: BaseStoreBackend | None = None,
     pause: Callable[[float], None] = time.sleep,
     backup: BackupFile | None = None,
+    only: Collection[int] | None = None,
 ) -> SweepReport:
-    """Delete what ``iter_inactive`` lists: per asset in one statement, or ``batch_size`` keys per commit.
-    With ``backup`` every key is written to it first, each batch synced before it commits; the worker-side
-    backend's objects are then kept, so that the backup's references still point at them."""
+    """Delete what ``iter_inactive`` lists (of the assets ``only`` holds, where given: see ``swept``): per asset
+    in one statement, or ``batch_size`` keys per commit. With ``backup`` every key is written to it first, each
+    batch synced before it commits; the worker-side backend's objects are then kept, so that the backup's
+    references still point at them."""
     if batch_size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
+    if only is not None and not only:
+        return SweepReport(0, 0, batch_size, (), 0.0)
     if backup is not None:
-        return _sweep_backed_up(engine, batch_size, pause, backup)
+        return _sweep_backed_up(engine, batch_size, pause, backup, only)
     started = time.monotonic()
     with translate_errors(engine):
         if batch_size == 0:
-            swept, batches = _sweep_at_once(engine)
-            _clear_worker_assets(worker, swept)
-            return SweepReport(sum(a.deleted for a in swept), batches, 0, tuple(swept), time.monotonic() - started)
+            gone, batches = _sweep_at_once(engine, only)
+            _clear_worker_assets(worker, gone)
+            return SweepReport(sum(a.deleted for a in gone), batches, 0, tuple(gone), time.monotonic() - started)
         with engine.connect() as conn:
-            candidates = _inactive_assets(conn)
-    swept = []
+            candidates = _inactive_assets(conn, only)
+    done: list[SweptAsset] = []
     tally = _Tally()
     try:
         with translate_errors(engine):
@@ -149,31 +164,31 @@ def sweep_inactive(
                 where = and_(_akv.c.asset_id == asset_id, inactive())
                 deleted, _used = _delete_batched(engine, _akv.c.key, where, batch_size, pause, tally=tally)
                 if deleted:
-                    swept.append(SweptAsset(asset_id, name, uri, (), deleted))
-                    _clear_worker_assets(worker, swept[-1:])
+                    done.append(SweptAsset(asset_id, name, uri, (), deleted))
+                    _clear_worker_assets(worker, done[-1:])
     except BackendError as exc:
         raise failed_midway(exc, "assets sweep", tally.deleted, tally.batches) from None
-    return SweepReport(tally.deleted, tally.batches, batch_size, tuple(swept), time.monotonic() - started)
+    return SweepReport(tally.deleted, tally.batches, batch_size, tuple(done), time.monotonic() - started)
 
 
-def _inactive_assets(conn: Connection) -> list[Any]:
-    """The inactive assets that have keys, in the order a sweep takes them: (asset id, name, uri)."""
+def _inactive_assets(conn: Connection, only: Collection[int] | None) -> list[Any]:
+    """The inactive assets that have keys (of ``only``), in the order a sweep takes them: (asset id, name, uri)."""
     query = (
         select(asset.c.id, asset.c.name, asset.c.uri)
         .distinct()
         .join(_akv, _akv.c.asset_id == asset.c.id)
-        .where(inactive())
+        .where(swept(only))
         .order_by(asset.c.name, asset.c.uri, asset.c.id)
     )
     return list(conn.execute(query).all())
 
 
 def _sweep_backed_up(
-    engine: Engine, batch_size: int, pause: Callable[[float], None], backup: BackupFile
+    engine: Engine, batch_size: int, pause: Callable[[float], None], backup: BackupFile, only: Collection[int] | None
 ) -> SweepReport:
     """The sweep with every key written to ``backup`` before its batch commits (``statestore_cli.ops.backup``)."""
     started = time.monotonic()
-    swept: list[SweptAsset] = []
+    done: list[SweptAsset] = []
     tally = _Tally()
     try:
         with translate_errors(engine), engine.connect() as conn:
@@ -181,29 +196,30 @@ def _sweep_backed_up(
                 _tune(conn)
                 backup.start()
                 if batch_size == 0:
-                    swept = _sweep_at_once_backed_up(conn, backup)
-                    tally.deleted, tally.batches = sum(a.deleted for a in swept), 1 if swept else 0
+                    done = _sweep_at_once_backed_up(conn, backup, only)
+                    tally.deleted, tally.batches = sum(a.deleted for a in done), 1 if done else 0
                 else:
                     with conn.begin():
-                        candidates = _inactive_assets(conn)
+                        candidates = _inactive_assets(conn, only)
                     for asset_id, name, uri in candidates:
                         rows = asset_rows(and_(_akv.c.asset_id == asset_id, inactive()), name, uri)
                         deleted = _walk_backed_up(conn, rows, batch_size, pause, tally, backup)
                         if deleted:
-                            swept.append(SweptAsset(asset_id, name, uri, (), deleted))
+                            done.append(SweptAsset(asset_id, name, uri, (), deleted))
             finally:
                 conn.invalidate()  # the tuned session must not reach the next user of the pool
     except BackendError as exc:
         raise with_backup(failed_midway(exc, "assets sweep", tally.deleted, tally.batches), backup) from None
-    return SweepReport(tally.deleted, tally.batches, batch_size, tuple(swept), time.monotonic() - started)
+    return SweepReport(tally.deleted, tally.batches, batch_size, tuple(done), time.monotonic() - started)
 
 
-def _sweep_at_once_backed_up(conn: Connection, backup: BackupFile) -> list[SweptAsset]:
-    """Every inactive asset's keys in one transaction, written to ``backup`` first; counted per asset."""
+def _sweep_at_once_backed_up(conn: Connection, backup: BackupFile, only: Collection[int] | None) -> list[SweptAsset]:
+    """Every inactive asset's keys (of ``only``) in one transaction, written to ``backup`` first; counted per
+    asset."""
 
     def attempt() -> list[SweptAsset]:
         gone: Counter[tuple[int, str, str]] = Counter()
-        rows = assets_rows(inactive())
+        rows = assets_rows(swept(only))
 
         def record(row: Any) -> dict[str, Any]:
             gone[(row[0], row[1], row[2])] += 1
@@ -212,8 +228,7 @@ def _sweep_at_once_backed_up(conn: Connection, backup: BackupFile) -> list[Swept
         backed_up_batch(conn, replace(rows, record=record), backup, 0)
         return [SweptAsset(i, n, u, (), count) for (i, n, u), count in gone.items()]
 
-    swept = retry_deadlocks(attempt)
-    return sorted(swept, key=lambda a: (a.name, a.uri, a.asset_id))
+    return sorted(retry_deadlocks(attempt), key=lambda a: (a.name, a.uri, a.asset_id))
 
 
 def _walk_backed_up(
@@ -239,21 +254,22 @@ def _walk_backed_up(
             pause(min(0.1, (time.monotonic() - started) / 4))
 
 
-def _sweep_at_once(engine: Engine) -> tuple[list[SweptAsset], int]:
+def _sweep_at_once(engine: Engine, only: Collection[int] | None) -> tuple[list[SweptAsset], int]:
     """The sweep in one statement and one transaction (one commit, where a commit per asset would cost
     a sync each on SQLite). The per-asset counts are those of the rows deleted: ``DELETE ... RETURNING``
     where the engine has it, else (MySQL) the rows are locked as they are counted, then deleted."""
+    where = swept(only)
     with engine.connect() as conn, conn.begin():
         if conn.dialect.delete_returning:
-            gone = Counter(conn.execute(delete(_akv).where(inactive()).returning(_akv.c.asset_id)).scalars())
+            gone = Counter(conn.execute(delete(_akv).where(where).returning(_akv.c.asset_id)).scalars())
         else:
-            gone = Counter(conn.execute(select(_akv.c.asset_id).where(inactive()).with_for_update()).scalars())
-            deleted = _checked(conn.execute(delete(_akv).where(inactive())).rowcount)
+            gone = Counter(conn.execute(select(_akv.c.asset_id).where(where).with_for_update()).scalars())
+            deleted = _checked(conn.execute(delete(_akv).where(where)).rowcount)
             if deleted != sum(gone.values()):
                 raise BackendError(f"the sweep counted {sum(gone.values())} keys and deleted {deleted}")
         names = conn.execute(select(asset.c.id, asset.c.name, asset.c.uri).where(asset.c.id.in_(list(gone)))).all()
-    swept = sorted((SweptAsset(i, n, u, (), gone[i]) for i, n, u in names), key=lambda a: (a.name, a.uri, a.asset_id))
-    return swept, 1 if gone else 0
+    done = sorted((SweptAsset(i, n, u, (), gone[i]) for i, n, u in names), key=lambda a: (a.name, a.uri, a.asset_id))
+    return done, 1 if gone else 0
 
 
 def _clear_worker_assets(worker: BaseStoreBackend | None, swept: list[SweptAsset]) -> None:
@@ -598,10 +614,17 @@ def plan_sweep(settings: Settings) -> Iterator[SweptAsset]:
     return by_asset(iter_inactive(_metastore_only(settings, "the asset sweep").engine))
 
 
-def sweep(settings: Settings, batch_size: int | None = None, backup: BackupFile | None = None) -> SweepReport:
+def sweep(
+    settings: Settings,
+    batch_size: int | None = None,
+    backup: BackupFile | None = None,
+    only: Collection[int] | None = None,
+) -> SweepReport:
     """Delete the asset keys of inactive assets, ``batch_size`` per commit (default ``state_cleanup_batch_size``);
-    with ``backup``, each written to it first (a worker-side backend's objects are then kept)."""
+    with ``backup``, each written to it first (a worker-side backend's objects are then kept). ``only``: the ids
+    of the assets ``plan_sweep`` showed and the operator confirmed; an asset that went inactive since keeps
+    its keys (None: every inactive asset)."""
     store = _metastore_only(settings, "the asset sweep")
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
     worker = None if backup is not None else open_worker_backend(settings)
-    return sweep_inactive(store.engine, size, worker, backup=backup)
+    return sweep_inactive(store.engine, size, worker, backup=backup, only=only)
