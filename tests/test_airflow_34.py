@@ -422,6 +422,26 @@ def test_clean_removes_expired_task_and_dag_run_keys(af):
 
 
 @every_layout
+def test_clean_messages_count_dag_run_keys_apart_from_task_keys(af):
+    """Where dag-run keys expire too, the sentences people read count them apart; elsewhere they say task keys."""
+    af.add_dag_run()
+    af.ok("set", *TASK, "expired", '"x"', "--retention", "1h")
+    af.expire("task_state_store", "expired")
+    counted = "1 expired task key"
+    if af.has_dag_run_store:
+        for key in ("run_expired", "run_expired_too"):
+            af.ok("set", *RUN_SCOPE, key, '"x"', "--retention", "1h")
+            af.expire("dag_run_state_store", key)
+        counted = "3 expired keys (1 task key, 2 dag-run keys)"
+    plain = af.ok("clean", "--dry-run", "-o", "plain")
+    assert plain.stderr.startswith(f"dry run: {counted} would be deleted (expired before "), plain.stderr
+    table = af.ok("clean", "--dry-run", "-o", "table")
+    assert f"Dry run: {counted} would be deleted (expired before " in " ".join(table.stdout.split()), table.stdout
+    done = af.ok("clean", "-o", "plain")
+    assert done.stderr.startswith(f"deleted {counted} in one statement (expired before "), done.stderr
+
+
+@every_layout
 def test_clean_in_batches(af):
     af.add_dag_run()
     for n in range(5):

@@ -35,6 +35,15 @@ def _plural(count: int, word: str) -> str:
     return f"{count:,} {word}{'' if count == 1 else 's'}"
 
 
+def expired_keys(total: int, dag_run: int = 0) -> str:
+    """ "12 expired task keys"; where ``dag_run`` of them are dag-run keys (Airflow 3.4), "12 expired keys (10
+    task keys, 2 dag-run keys)"."""
+    if not dag_run:
+        return _plural(total, "expired task key")
+    split = f"{_plural(total - dag_run, 'task key')}, {_plural(dag_run, 'dag-run key')}"
+    return f"{_plural(total, 'expired key')} ({split})"
+
+
 @dataclass
 class DagCount:
     dag_id: str
@@ -49,6 +58,7 @@ class DryRunView:
         self.on_progress = on_progress
         self.limit = limit
         self.listed = 0
+        self.dag_run_keys = 0  # of the rows read, the dag-run keys (Airflow 3.4)
         self.dags: list[DagCount] = []
         self.group: list[ExpiredRow] = []  # listed rows of the current task instance
         self.group_size = 0
@@ -78,7 +88,7 @@ class DryRunView:
             self.out.message(f"{_plural(hidden, 'more row')} not listed above; --all lists every row.".split())
         self.out.message(
             [
-                *f"Dry run: {_plural(total, 'expired task key')} would be deleted (expired before".split(),
+                *f"Dry run: {expired_keys(total, self.dag_run_keys)} would be deleted (expired before".split(),
                 *_cutoff_words(plan.cutoff, plan.older_than),
                 "Nothing",
                 "was",
@@ -90,6 +100,8 @@ class DryRunView:
 
     def _add(self, row: ExpiredRow) -> None:
         prev = self.previous
+        if row.task_id is None:
+            self.dag_run_keys += 1
         # Most rows continue the current task instance: keep that path short (dry runs stream millions).
         if prev is not None and row[:4] == prev[:4] and row.region_id == prev.region_id:
             self.dags[-1].keys += 1

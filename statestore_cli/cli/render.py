@@ -20,6 +20,7 @@ from json.encoder import encode_basestring as _quote  # the C encoder json.dumps
 from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.documents import entry_json, expired_notice, get_output, iso
+from statestore_cli.cli.dry_run import expired_keys
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.grid import wrap
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
@@ -138,7 +139,7 @@ class Output(Writer):
     def clean_plan(self, plan: CleanPlan, *, limit: int | None, total: int | None = None) -> int:
         """Show what a clean would delete; Ctrl-C midway ends it with ``InterruptedByUser`` saying how
         many rows were read and that nothing was deleted (a dry run never deletes)."""
-        read = [0]  # rows read so far, for that message
+        read = [0, 0]  # rows read so far and the dag-run keys among them, for that message
         try:
             if self.json:
                 return self._clean_plan_json(plan, read)
@@ -146,14 +147,15 @@ class Output(Writer):
                 self.plain_header(EXPIRED_ROW_COLUMNS)
                 for row in plan.rows:
                     read[0] += 1
+                    if row.task_id is None:  # a dag-run key (Airflow 3.4)
+                        read[1] += 1
                     task_id, map_index = ("", "") if row.task_id is None else (row.task_id, row.map_index)
                     self.plain_row(row.dag_id, row.run_id, task_id, map_index, row.key, human_iso(row.expires_at))
-                count = read[0]
                 self.line(
-                    f"dry run: {count:,} expired task key{'s' if count != 1 else ''} would be deleted "
+                    f"dry run: {expired_keys(read[0], read[1])} would be deleted "
                     f"({expired_before(plan.cutoff, plan.older_than)})"
                 )
-                return count
+                return read[0]
             from statestore_cli.cli.dry_run import DryRunView
 
             view = DryRunView(self.console, limit)
@@ -163,14 +165,12 @@ class Output(Writer):
                     return view.render(plan)
             except KeyboardInterrupt:
                 view.stop()
-                read[0] = view.read
+                read[:] = view.read, view.dag_run_keys
                 raise
         except KeyboardInterrupt:
             sys.stdout.flush()
-            count = read[0]
             raise InterruptedByUser(
-                f"dry run interrupted after listing {count:,} expired task key{'s' if count != 1 else ''}; "
-                "nothing was deleted"
+                f"dry run interrupted after listing {expired_keys(read[0], read[1])}; nothing was deleted"
             ) from None
 
     def _clean_plan_json(self, plan: CleanPlan, read: list[int]) -> int:
@@ -189,6 +189,8 @@ class Output(Writer):
             lines.append(expired_row_json(row))
             count += 1
             read[0] = count
+            if row.task_id is None:  # a dag-run key (Airflow 3.4), for the message of an interruption
+                read[1] += 1
             if len(lines) == 1000:
                 write(("," if count > 1000 else "") + "\n  " + ",\n  ".join(lines))
                 lines.clear()
@@ -231,7 +233,7 @@ class Output(Writer):
             else "in one statement"
         )
         self.line(
-            f"deleted {report.deleted:,} expired task key{'s' if report.deleted != 1 else ''} {batches} "
+            f"deleted {expired_keys(report.deleted, report.deleted_by_store.get('dag_run', 0))} {batches} "
             f"({expired_before(report.cutoff, report.older_than)}) in {report.elapsed:.1f}s, "
             f"{report.rows_per_second:,.0f} rows/s"
         )
