@@ -181,16 +181,19 @@ def test_a_timestamp_postgresql_copies_is_written_as_export_writes_it(copied, li
 
 
 def test_a_block_of_timestamps_is_made_as_each_one_is():
-    """A block's full-length timestamps are made together, the others one by one, in their places: the same
-    lines as ``moment`` makes each; a block in another form (a five-digit year, BC) as each one would."""
+    """A block's full-length timestamps are made together (and those whose fraction the server trimmed, padded
+    first), the others one by one, in their places: the same lines as ``moment`` makes each; a block in another
+    form (a five-digit year, BC) as each one would."""
     full = [b"2026-11-30 01:02:%02d.%06d+00" % (n % 60, 100001 + 7919 * n) for n in range(40)]
+    trimmed = [b"2026-11-30 01:02:03.1+00", b"2026-11-30 01:02:03.12+00", b"2026-11-30 23:59:59.12345+00"]
     short = [b"2026-11-30 01:02:03+00", b"2026-11-30 01:02:03.5+00", b"\\N"]
-    column = [*full[:10], short[0], *full[10:30], short[1], *full[30:], short[2]]
+    column = [*full[:10], short[0], *full[10:20], *trimmed, *full[20:30], short[1], *full[30:], short[2]]
     expected = [b"null" if t == b"\\N" else copy_lines.moment(t) for t in column]
     assert copy_lines.expiries(column) == expected
     assert copy_lines.moments(column[:-1]) == expected[:-1]
     assert copy_lines.moments([]) == []
-    for odd in (b"10000-01-01 00:00:00.12345+00", b"0044-03-15 00:00:00.123+00 BC"):  # 29 bytes, not the form
+    odd_forms = (b"10000-01-01 00:00:00.12345+00", b"0044-03-15 00:00:00.123+00 BC")  # 29 bytes, not the form
+    for odd in (*odd_forms, b"10000-01-01 00:00:00.1+00"):  # the last: as long as a trimmed fraction
         with pytest.raises(copy_lines.Unmade):
             copy_lines.moments([*full, odd, odd])
 

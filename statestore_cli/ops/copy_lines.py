@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from itertools import compress
 from typing import Any, NamedTuple
 
 from sqlalchemy import JSON, String, Table, Text, case, cast, literal_column
@@ -121,15 +122,23 @@ _PLACEHOLDER = b"0001-01-01 00:00:00.000000+00"
 
 
 def _iso(column: Column, one: Callable[[bytes], bytes]) -> Column:
-    """``one`` of each field, the full-length ones (nine in ten) made together with bytes operations: five
-    times cheaper than one by one, for the two timestamps of every row."""
-    odd = [i for i, size in enumerate(map(len, column)) if size != _FULL]
-    if not column or len(odd) * 4 > len(column):
-        return list(map(one, column))
+    """``one`` of each field, made together with bytes operations: five times cheaper than one by one, for
+    the two timestamps of every row. The full-length ones (nine in ten) go as they are; those whose fraction
+    the server trimmed (microseconds ending in 0) are padded to six digits first, as ``moment`` pads them; the
+    rest (no fraction, NULL, a form ``moment`` refuses) are made one by one."""
     rows = len(column)
+    odd = list(compress(range(rows), map(_FULL.__ne__, map(len, column))))
+    if not rows or len(odd) * 4 > rows:
+        return list(map(one, column))
     filled = column.copy() if odd else column
+    singles = []
     for i in odd:
-        filled[i] = _PLACEHOLDER  # made one by one below
+        text = column[i]
+        if 24 <= len(text) < _FULL and text[19] == 0x2E and text.endswith(b"+00"):
+            filled[i] = text[:-3].ljust(_FULL - 3, b"0") + b"+00"
+        else:
+            filled[i] = _PLACEHOLDER
+            singles.append(i)
     joined = b"\n".join(filled)
     stride = _FULL + 1
     if any(
@@ -137,7 +146,7 @@ def _iso(column: Column, one: Callable[[bytes], bytes]) -> Column:
     ):
         return list(map(one, column))  # not the ISO form of a UTC session: each as moment says
     made = (b'"' + joined.replace(b" ", b"T").replace(b"\n", b':00"\n"') + b':00"').split(b"\n")
-    for i in odd:
+    for i in singles:
         made[i] = one(column[i])
     return made
 
