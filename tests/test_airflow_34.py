@@ -437,6 +437,9 @@ def test_clean_messages_count_dag_run_keys_apart_from_task_keys(af):
     assert plain.stderr.startswith(f"dry run: {counted} would be deleted (expired before "), plain.stderr
     table = af.ok("clean", "--dry-run", "-o", "table")
     assert f"Dry run: {counted} would be deleted (expired before " in " ".join(table.stdout.split()), table.stdout
+    # the summary per dag: one run, one task instance (a run's own keys are none's), every key
+    summary = [line.split() for line in table.stdout.splitlines() if line.startswith(f"│ {DAG} ")]
+    assert summary == [["│", DAG, "│", "1", "│", "1", "│", "3" if af.has_dag_run_store else "1", "│"]], table.stdout
     done = af.ok("clean", "-o", "plain")
     assert done.stderr.startswith(f"deleted {counted} in one statement (expired before "), done.stderr
 

@@ -36,8 +36,8 @@ def _plural(count: int, word: str) -> str:
 
 
 def expired_keys(total: int, dag_run: int = 0) -> str:
-    """ "12 expired task keys"; where ``dag_run`` of them are dag-run keys (Airflow 3.4), "12 expired keys (10
-    task keys, 2 dag-run keys)"."""
+    """The count people read: 12 expired task keys; where ``dag_run`` of them are dag-run keys (Airflow 3.4),
+    12 expired keys (10 task keys, 2 dag-run keys)."""
     if not dag_run:
         return _plural(total, "expired task key")
     split = f"{_plural(total - dag_run, 'task key')}, {_plural(dag_run, 'dag-run key')}"
@@ -58,7 +58,8 @@ class DryRunView:
         self.on_progress = on_progress
         self.limit = limit
         self.listed = 0
-        self.dag_run_keys = 0  # of the rows read, the dag-run keys (Airflow 3.4)
+        self._dag_run_keys = 0  # dag-run keys (Airflow 3.4) of the groups ended so far
+        self._group_of_run = False  # whether the current group is a run's own keys
         self.dags: list[DagCount] = []
         self.group: list[ExpiredRow] = []  # listed rows of the current task instance
         self.group_size = 0
@@ -98,10 +99,13 @@ class DryRunView:
         self.out.flush()
         return total
 
+    @property
+    def dag_run_keys(self) -> int:
+        """Of the rows read so far, the dag-run keys (Airflow 3.4)."""
+        return self._dag_run_keys + (self.group_size if self._group_of_run else 0)
+
     def _add(self, row: ExpiredRow) -> None:
         prev = self.previous
-        if row.task_id is None:
-            self.dag_run_keys += 1
         # Most rows continue the current task instance: keep that path short (dry runs stream millions).
         if prev is not None and row[:4] == prev[:4] and row.region_id == prev.region_id:
             self.dags[-1].keys += 1
@@ -115,7 +119,8 @@ class DryRunView:
                 self.dags.append(DagCount(row.dag_id))
             dag = self.dags[-1]
             dag.runs += new_run
-            dag.instances += 1
+            self._group_of_run = row.task_id is None
+            dag.instances += not self._group_of_run  # a run's own keys belong to no task instance
             dag.keys += 1
         self.group_size += 1
         if self.limit is None or self.listed < self.limit:
@@ -124,6 +129,8 @@ class DryRunView:
         self.previous = row
 
     def _end_group(self) -> None:
+        self._dag_run_keys = self.dag_run_keys
+        self._group_of_run = False
         if not self.group:
             self.group_size = 0
             return
