@@ -2,7 +2,9 @@
 
 * raw DELETE: one ``DELETE ... WHERE expires_at < '<now>'`` through the engine's own shell
   (``sqlite3``, ``psql``, ``mysql``), or a bare ``python -c`` with the sqlite3 module when the
-  ``sqlite3`` shell is not installed;
+  ``sqlite3`` shell is not installed; on SQLite its fastest form, ``DELETE ... WHERE id IN (SELECT id
+  ... WHERE expires_at < '<now>')``, which deletes in rowid order (the plain form follows the expiry
+  index, a random page per row: twice as slow at 500,000 of 1,000,000 rows);
 * dry run: a bare Python script selecting the same rows' identifying columns in the same order
   with the plain driver and writing them as JSON, as ``clean --dry-run -o json`` does;
 * cold start: a bare ``python -c`` running the ``get`` SELECT with the sqlite3 module.
@@ -54,7 +56,7 @@ def sqlite_shell_version() -> str:
 _PY_DELETE = (
     "import sqlite3, sys\n"
     "con = sqlite3.connect(sys.argv[1])\n"
-    'count = con.execute("DELETE FROM task_state_store WHERE expires_at < \'" + sys.argv[2] + "\'").rowcount\n'
+    "count = con.execute(sys.argv[2]).rowcount\n"
     "con.commit()\n"
     "print(count)\n"
 )
@@ -64,11 +66,13 @@ def delete_command(engine: str, url: str) -> Command:
     cutoff = cutoff_text(engine)
     statement = f"DELETE FROM task_state_store WHERE expires_at < '{cutoff}'"
     if engine == "sqlite":
+        selected = f"SELECT id FROM task_state_store WHERE expires_at < '{cutoff}'"
+        statement = f"DELETE FROM task_state_store WHERE id IN ({selected})"  # in rowid order: see the docstring
         path = make_url(url).database or ""
         shell = sqlite_shell()
         if shell:
             return Command([shell, path, f"{statement}; SELECT changes();"], {}, "sqlite3 shell")
-        return Command([sys.executable, "-c", _PY_DELETE, path, cutoff], {}, "python -c with the sqlite3 module")
+        return Command([sys.executable, "-c", _PY_DELETE, path, statement], {}, "python -c with the sqlite3 module")
     if engine == "postgresql":
         argv = ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-c", "\\timing on", "-c", statement]
         return Command(argv, libpq_env(url), "psql (wall time, including psql start and connect)")

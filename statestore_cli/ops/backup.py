@@ -636,6 +636,10 @@ def _delete(conn: Connection, selection: Selection, after: Any, last: Any, ids: 
     table, order, where = selection.table, selection.order, selection.where
     if ids is None:
         bounds = [order <= last] + ([order > after] if after is not None else [])
+        if conn.dialect.name == "sqlite" and selection.primary_walk:
+            # The ids first, so that SQLite deletes in rowid order, not in the expiry index's (cleanup._whole_selection)
+            chosen = order.in_(select(order).where(where, *bounds))
+            return _counted(conn.execute(delete(table).where(chosen)).rowcount)
         return _counted(conn.execute(delete(table).where(and_(where, *bounds))).rowcount)
     if conn.dialect.name == "postgresql":  # one array parameter, whatever the batch size
         chosen = order == any_(bindparam("ids", ids, type_=ARRAY(order.type)))
