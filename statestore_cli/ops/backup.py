@@ -209,6 +209,12 @@ class BackupFile:
         if len(self._pending) >= WRITE_CHUNK:
             self._write_pending()
 
+    def add_many(self, lines: list[str]) -> None:
+        """Lines (without their newlines), as ``add`` adds each."""
+        self._pending.extend(lines)
+        if len(self._pending) >= WRITE_CHUNK:
+            self._write_pending()
+
     def add_lines(self, text: str) -> int:
         """Lines already joined, each ending in a newline; returns how many."""
         self._write_pending()
@@ -601,17 +607,21 @@ def _select_then_delete(
     count = 0
     last = None
     position = after
+    onward = base.where(order > bindparam("position", type_=order.type))
+    statements: dict[tuple[bool, int], Any] = {}  # made once each: a statement per chunk costs its cache key
     while True:
         wanted = min(WRITE_CHUNK, batch_size - count) if batch_size else WRITE_CHUNK
-        query = base if position is None else base.where(order > position)
-        rows = conn.execute(query.limit(wanted) if chunked else query).all()
-        for row in rows:
-            line = make(row)
-            if line is None:
-                raise _Redo
-            backup.add(line)
-            if ids is not None:
-                ids.append(row[0])
+        shape = (position is None, wanted)
+        if shape not in statements:
+            query = base if position is None else onward
+            statements[shape] = query.limit(wanted) if chunked else query
+        rows = conn.execute(statements[shape], {} if position is None else {"position": position}).all()
+        made = list(map(make, rows))
+        if None in made:
+            raise _Redo
+        backup.add_many(made)  # type: ignore[arg-type]  # None ruled out just above
+        if ids is not None:
+            ids.extend(row[0] for row in rows)
         if rows:
             last = position = rows[-1][0]
         count += len(rows)
