@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,6 +56,13 @@ from statestore_cli.ops.commands import db_init
 _RAM = Path("/dev/shm")
 if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os.X_OK):
     os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_RAM)
+
+# The tests that interrupt a command (Ctrl-C, SIGINT, SIGQUIT) need it to start with the default handling of
+# those signals. A shell without job control starts a background job (`.ci/run &` in a script) with both
+# ignored, and an ignored signal stays ignored across exec: every process the tests started would go on.
+for _number in (signal.SIGINT, signal.SIGQUIT):
+    if signal.getsignal(_number) == signal.SIG_IGN:
+        signal.signal(_number, signal.default_int_handler if _number == signal.SIGINT else signal.SIG_DFL)
 
 
 def pytest_configure(config: pytest.Config) -> None:
