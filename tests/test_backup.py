@@ -22,14 +22,18 @@ from pathlib import Path
 import pytest
 import test_faults
 from helpers import Result, engine_of, read_metrics, run_cli, sql, statestore_argv
-from sqlalchemy import event, text
+from sqlalchemy import event, text, true
 from test_faults import kill_session, named_session, row_locked
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
+from statestore_cli.db.schema import task_state_store
+from statestore_cli.model.timestamps import iso_utc
+from statestore_cli.ops import backup as backups
 from statestore_cli.ops import copy_lines
 from statestore_cli.ops.backup import BackupFile
 from statestore_cli.ops.cleanup import delete_expired
+from statestore_cli.ops.records import encode_line, printable, task_record
 
 ALL_ENGINES = True
 SERVERS = ("postgresql", "mariadb")
@@ -196,6 +200,78 @@ def test_a_block_of_timestamps_is_made_as_each_one_is():
     for odd in (*odd_forms, b"10000-01-01 00:00:00.1+00"):  # the last: as long as a trimmed fraction
         with pytest.raises(copy_lines.Unmade):
             copy_lines.moments([*full, odd, odd])
+
+
+def _sqlite_lines(rows: list[tuple]) -> str | None:
+    """The lines the backed-up delete of a clean on SQLite makes of ``rows`` (id, then the task columns)."""
+    lines = backups.task_rows(task_state_store, true()).lines("sqlite")
+    assert lines is not None and lines.block is not None
+    strict = len(lines.columns) > 8  # json_valid(value) follows where SQLite's follows RFC 8259
+    return lines.block([(*row, int(json_valid(row[-1]))) if strict else row for row in rows])
+
+
+def json_valid(value: str) -> bool:
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_chunk_of_sqlite_rows_makes_the_export_line_of_each():
+    """On SQLite a chunk of rows is made into lines a column at a time: each the export's line of its key, byte
+    for byte, whatever the chunk mixes (a fraction of zero, which export leaves out; no expiry; ids that JSON
+    escapes beside plain ones; a line break in a value, made a space)."""
+    stamps = [f"2026-11-30 01:02:{n % 60:02d}.{(n * 7919) % 1000000:06d}" for n in range(30)]
+    stamps[3] = "2026-11-30 01:02:03.000000"
+    odd = 'a\tb "c" \\ é \x01\u202e'
+    rows = [
+        (
+            n,
+            "dag",
+            f"run_{n}",
+            odd if n % 7 == 0 else "task",
+            n - 1,
+            f"key {n}",
+            stamps[n],
+            stamps[-n] if n % 5 else None,
+            json.dumps({"n": n, "s": "é"}, ensure_ascii=False),
+        )
+        for n in range(1, 30)
+    ]
+    rows[10] = (*rows[10][:-1], '{"a":\r\n 1}')
+
+    def export_line(row: tuple) -> str:
+        _, dag, run, task, index, key, updated, expires, value = row
+        expiry = None if expires is None else iso_utc(expires)
+        return encode_line(task_record(dag, run, task, None, index, key, iso_utc(updated), expiry, json.loads(value)))
+
+    made = _sqlite_lines(rows)
+    assert made is not None and made.endswith("\n")
+    expected = [export_line(row) for row in rows]
+    expected[10] = expected[10].replace('{"a": 1}', '{"a":   1}')  # the value as stored, its line break a space
+    assert printable(made).split("\n")[:-1] == expected
+    assert '"updated_at": "2026-11-30T01:02:03+00:00"' in made
+    assert _sqlite_lines([]) == ""
+
+
+@pytest.mark.parametrize(
+    ("place", "field"),
+    [
+        (6, "2026-11-30T01:02:03+00:00"),  # a timestamp in another text form
+        (6, "2026-11-30 01:02:03"),
+        (7, "2026-11-30 01:02:03.1234567"),
+        (6, "\uff12026-11-30 01:02:03.000000"),  # a digit that is not an ASCII one (a fullwidth 2)
+        (8, "{not json"),
+        (2, 7),  # a number where text belongs
+        (4, "1"),  # text where the map index belongs
+    ],
+)
+def test_a_chunk_of_sqlite_rows_with_a_field_in_another_form_makes_no_lines(place, field):
+    """None: the batch is then made again from its rows in Python (export's way), which reads any form."""
+    row = (1, "dag", "run", "task", -1, "key", "2026-11-30 01:02:03.000001", None, "1")
+    assert _sqlite_lines([row]) is not None
+    assert _sqlite_lines([row, (*row[:place], field, *row[place + 1 :])]) is None
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ not be gone), so the file may hold one batch more than was deleted, never one ro
 
 The lines of task and dag-run keys are built by the database (one SQL expression per line: what Python would
 spend per row costs more than the delete itself; on PostgreSQL with psycopg 3 the fields of each line, joined
-by ``copy_lines``); asset keys' lines, and a batch whose lines the database
+by ``copy_lines``), but on SQLite, which runs in this process, from the columns as stored, a chunk of rows at a
+time (``row_lines``); asset keys' lines, and a batch whose lines the database
 cannot build (a value that is not JSON, a SQLite timestamp in another text form), are made in Python, as
 ``export`` makes them. Values are written as stored, as ``export`` writes them: with a worker-side backend they
 are its references.
@@ -33,7 +34,7 @@ import sys
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,7 +65,7 @@ from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.model.timestamps import iso_utc
-from statestore_cli.ops import copy_lines, pg_copy
+from statestore_cli.ops import copy_lines, pg_copy, row_lines
 from statestore_cli.ops.records import (
     asset_record,
     dag_run_record,
@@ -322,11 +323,26 @@ class Lines(NamedTuple):
     """How rows become lines: ``columns`` selected (or returned) after each row's ``order`` value, and ``make``,
     the line of such a row, None where the database could not build it (the batch is then made again from
     the rows in Python). ``copied``: on PostgreSQL with psycopg 3, the fields ``COPY`` sends instead and the
-    text of the line around them (``copy_lines.Shape``)."""
+    text of the line around them (``copy_lines.Shape``). ``block``: the lines of a chunk of rows made at once,
+    each ending in a line break, or None (as ``make``); preferred to ``make`` where given."""
 
     columns: Sequence[Any]
     make: Callable[[Any], str | None]
     copied: copy_lines.Shape | None = None
+    block: Callable[[Sequence[Any]], str | None] | None = None
+
+    def add(self, rows: Sequence[Any], backup: BackupFile) -> None:
+        """Write the lines of ``rows``; raises ``_Redo`` where one cannot be made (nothing of them written)."""
+        if self.block is not None:
+            text = self.block(rows)
+            if text is None:
+                raise _Redo
+            backup.add_lines(text)
+            return
+        made = list(map(self.make, rows))
+        if None in made:
+            raise _Redo
+        backup.add_many(made)  # type: ignore[arg-type]  # None ruled out just above
 
 
 @dataclass(frozen=True, eq=False)  # compared (and hashed) by identity: it keys its compiled statements
@@ -422,7 +438,7 @@ def _lines_batch(
         return _range_batch(conn, selection, lines, backup, batch_size, after)
     if not batch_size or dialect not in ("postgresql", "sqlite"):
         return _select_then_delete(conn, selection, lines, backup, batch_size, after)
-    columns, make, _ = lines
+    columns = lines.columns
     order = selection.order
     walk = selection.walk if selection.walk is not None else selection.where
     ids = select(order).where(walk, *([order > after] if after is not None else [])).order_by(order).limit(batch_size)
@@ -431,22 +447,19 @@ def _lines_batch(
     else:
         chosen = order.in_(ids.scalar_subquery())
     result = conn.execute(delete(selection.table).where(chosen, selection.where).returning(order, *columns))
-    count, last = _write_returned(result, make, backup)
+    count, last = _write_returned(result, lines, backup)
     return Batch(count, None if count < batch_size else last)
 
 
-def _write_returned(result: Any, make: Callable[[Any], str | None], backup: BackupFile) -> tuple[int, Any]:
+def _write_returned(result: Any, lines: Lines, backup: BackupFile) -> tuple[int, Any]:
     """Write the line of each row a ``DELETE ... RETURNING`` gave back (its ``order`` value, then the columns of
     its line), then sync: durable before the commit. How many rows, and the highest ``order`` value."""
     count = 0
     last = None
     for chunk in result.partitions(WRITE_CHUNK):  # the driver holds the batch's rows; Python a chunk of them
-        for row in chunk:
-            line = make(row)
-            if line is None:
-                raise _Redo
-            backup.add(line)
-            last = row[0] if last is None or row[0] > last else last
+        lines.add(chunk, backup)
+        top = max(row[0] for row in chunk)  # RETURNING gives the rows in no set order
+        last = top if last is None or top > last else last
         count += len(chunk)
     if count:
         backup.sync()
@@ -459,7 +472,7 @@ def _range_batch(
     """A bounded batch on MariaDB (``DELETE ... RETURNING`` since 10.0.5), as the clean without a backup
     walks: find the id that ends the next ``batch_size`` rows (on the primary key), then delete the selected rows
     up to it, returning their lines: what is written is exactly what was deleted, locked by the delete itself."""
-    columns, make, _ = lines
+    columns = lines.columns
     order = selection.order
     walk = selection.walk if selection.walk is not None else selection.where
     start = [order > after] if after is not None else []
@@ -467,7 +480,7 @@ def _range_batch(
     upper = conn.execute(end.limit(1).offset(batch_size - 1)).scalar()
     bounds = [*start, *([order <= upper] if upper is not None else [])]
     result = conn.execute(delete(selection.table).where(*bounds, selection.where).returning(order, *columns))
-    count, _ = _write_returned(result, make, backup)
+    count, _ = _write_returned(result, lines, backup)
     return Batch(count, upper)
 
 
@@ -477,10 +490,10 @@ def _streamed_delete(conn: Connection, selection: Selection, lines: Lines, backu
     then synced before the commit. A stop midway rolls the whole delete back and cuts its lines from the file
     again (``_transaction``). Selecting the rows locked and deleting them after took 10.9 s per 500,000 keys,
     this 7.9 s, the bare floor 7.8 s."""
-    columns, make, _ = lines
+    columns = lines.columns
     statement = delete(selection.table).where(selection.where).returning(selection.order, *columns)
     result = conn.execution_options(stream_results=True).execute(statement)
-    count, _ = _write_returned(result, make, backup)
+    count, _ = _write_returned(result, lines, backup)
     return Batch(count, None)
 
 
@@ -588,7 +601,7 @@ def _select_then_delete(
     if dialect == "sqlite":
         # The write lock from the start: no other writer can change what is selected before it is deleted.
         conn.exec_driver_sql("BEGIN IMMEDIATE")
-    columns, make, _ = lines
+    columns = lines.columns
     order = selection.order
     walk = selection.walk if selection.walk is not None else selection.where
     base = select(order, *columns).where(walk)
@@ -617,10 +630,7 @@ def _select_then_delete(
             query = base if position is None else onward
             statements[shape] = query.limit(wanted) if chunked else query
         rows = conn.execute(statements[shape], {} if position is None else {"position": position}).all()
-        made = list(map(make, rows))
-        if None in made:
-            raise _Redo
-        backup.add_many(made)  # type: ignore[arg-type]  # None ruled out just above
+        lines.add(rows, backup)
         if ids is not None:
             ids.extend(row[0] for row in rows)
         if rows:
@@ -680,7 +690,8 @@ def decoded(value: str, key: str, scope: Callable[[], str]) -> Any:
 
 
 # -- lines built by the database -------------------------------------------------------------------------------
-# The export line of a task or dag-run key as one SQL expression: the same fields in the same order, strings
+# (SQLite's are made from its raw columns instead: ``_in_blocks``.) The export line of a task or dag-run key as one
+# SQL expression: the same fields in the same order, strings
 # JSON-quoted by the engine (as Python quotes them; MariaDB writes hex digits in capitals), timestamps in ISO
 # 8601 UTC, the stored value embedded as the JSON it is (line breaks in it, which valid JSON has only between
 # its tokens, made spaces). Python's line for the same row would cost more than the delete itself.
@@ -704,29 +715,20 @@ def _quoted(dialect: str, column: Any) -> Any:
     return func.json_quote(column)
 
 
-def _number(dialect: str, column: Any) -> Any:
-    return cast(column, Text) if dialect != "sqlite" else cast(column, String)
+def _number(column: Any) -> Any:
+    return cast(column, Text)
 
 
 def _moment(dialect: str, column: Any) -> Any:
-    """A timestamp column as a JSON string ``"YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"``; NULL where the stored
-    form is not one this builds (SQLite text other than Airflow's): that row's line is made in Python."""
+    """A timestamp column as a JSON string ``"YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00"``."""
     if dialect == "postgresql":  # ISO 8601 in the session's zone, UTC (_utc_session); microseconds trimmed
         return cast(func.to_json(column), Text)
-    if dialect in _MYSQL:  # naive UTC (sessions run at +00:00)
-        fraction = case(
-            (func.microsecond(column) == 0, _text("")),
-            else_=func.concat(_text("."), func.lpad(func.microsecond(column), 6, _text("0"))),
-        )
-        return func.concat(_text('"'), func.date_format(column, _text("%Y-%m-%dT%H:%i:%s")), fraction, _text('+00:00"'))
-    raw = type_coerce(column, String)  # Airflow's text form, YYYY-MM-DD HH:MM:SS.ffffff, as iso_utc reads it
-    digits = "[0-9]"
-    stored = raw.op("GLOB")(
-        _text(f"{digits * 4}-{digits * 2}-{digits * 2} {digits * 2}:{digits * 2}:{digits * 2}.{digits * 6}")
+    # MySQL and MariaDB: naive UTC (sessions run at +00:00)
+    fraction = case(
+        (func.microsecond(column) == 0, _text("")),
+        else_=func.concat(_text("."), func.lpad(func.microsecond(column), 6, _text("0"))),
     )
-    whole = case((func.substr(raw, 21) == "000000", func.substr(raw, 1, 19)), else_=raw)  # no .000000, as Python
-    iso = _joined(dialect, [_text('"'), func.replace(whole, _text(" "), _text("T")), _text('+00:00"')])
-    return case((stored, iso), else_=null())
+    return func.concat(_text('"'), func.date_format(column, _text("%Y-%m-%dT%H:%i:%s")), fraction, _text('+00:00"'))
 
 
 def _maybe_moment(dialect: str, column: Any) -> Any:
@@ -743,25 +745,17 @@ def _sqlite_json_valid_is_strict() -> bool:
     return not (3, 42, 0) <= sqlite3.sqlite_version_info < (3, 45, 0)
 
 
-def _python_checks(dialect: str) -> bool:
-    """Whether the stored value of a line the database built must still be checked to be JSON in Python."""
-    return dialect == "sqlite" and not _sqlite_json_valid_is_strict()
-
-
 def _json(dialect: str, column: Any) -> Any:
     """The stored value as the JSON it holds, on one line; on PostgreSQL the cast to json refuses text that is
-    not JSON (the batch is then made in Python, which names the key), elsewhere the line is NULL for it (but
-    where SQLite's json_valid() takes JSON5: there the value is checked in Python)."""
+    not JSON (the batch is then made in Python, which names the key), on MySQL and MariaDB the line is NULL
+    for it."""
     if dialect == "postgresql":  # tabs too, which COPY's text format would escape
         breaks = func.chr(13).op("||")(func.chr(10)).op("||")(func.chr(9))
         return func.translate(cast(cast(column, JSON), Text), breaks, _text("   "))
-    if dialect in _MYSQL:
-        cr: Any = literal_column("CHAR(13 USING utf8mb4)")
-        lf: Any = literal_column("CHAR(10 USING utf8mb4)")
-        flat = func.replace(func.replace(column, cr, _text(" ")), lf, _text(" "))
-        return case((func.json_valid(column) == 1, flat), else_=null())
-    flat = func.replace(func.replace(column, func.char(13), _text(" ")), func.char(10), _text(" "))
-    return flat if _python_checks(dialect) else case((func.json_valid(column) == 1, flat), else_=null())
+    cr: Any = literal_column("CHAR(13 USING utf8mb4)")
+    lf: Any = literal_column("CHAR(10 USING utf8mb4)")
+    flat = func.replace(func.replace(column, cr, _text(" ")), lf, _text(" "))
+    return case((func.json_valid(column) == 1, flat), else_=null())
 
 
 def _task_lines(table: Table) -> Callable[[str], Lines | None]:
@@ -770,17 +764,22 @@ def _task_lines(table: Table) -> Callable[[str], Lines | None]:
     @cache  # every batch asks: the expressions are made once per selection and engine
     def build(dialect: str) -> Lines | None:
         c = table.c
+        if dialect == "sqlite":
+            fields = [c.dag_id, c.run_id, c.task_id, *([c.region_id] if regions else []), c.map_index, c.key]
+            before = ['{"store": "task", "dag_id": "', '", "run_id": "', '", "task_id": "']
+            before += ['"', ', "map_index": '] if regions else ['", "map_index": ']
+            before += [', "key": "']
+            finish = [row_lines.strings] * 3 + ([row_lines.regions] if regions else []) + [row_lines.numbers]
+            return _in_blocks(fields, before, [*finish, row_lines.strings], c)
         head = [_text('{"store": "task", "dag_id": '), _quoted(dialect, c.dag_id), _text(', "run_id": ')]
         head += [_quoted(dialect, c.run_id), _text(', "task_id": '), _quoted(dialect, c.task_id)]
-        tail = [_text(', "map_index": '), _number(dialect, c.map_index), _text(', "key": '), _quoted(dialect, c.key)]
+        tail = [_text(', "map_index": '), _number(c.map_index), _text(', "key": '), _quoted(dialect, c.key)]
         tail += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         tail += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
-        checked = [c.value] if _python_checks(dialect) else []
         copied = copy_lines.task_shape(table) if dialect == "postgresql" else None
         if not regions:
-            make = _as_export(dialect, _checked_line(1 if checked else None))
-            return Lines([_joined(dialect, head + tail), *checked], make, copied)
-        columns = [_joined(dialect, head), _joined(dialect, tail), c.region_id, *checked]
+            return Lines([_joined(dialect, head + tail)], _as_export(dialect, _line), copied)
+        columns = [_joined(dialect, head), _joined(dialect, tail), c.region_id]
         return Lines(columns, _as_export(dialect, _region_line), copied)
 
     return build
@@ -790,16 +789,35 @@ def _dag_run_lines(table: Table) -> Callable[[str], Lines | None]:
     @cache  # every batch asks: the expressions are made once per selection and engine
     def build(dialect: str) -> Lines | None:
         c = table.c
+        if dialect == "sqlite":
+            before = ['{"store": "dag_run", "dag_id": "', '", "run_id": "', '", "key": "']
+            return _in_blocks([c.dag_id, c.run_id, c.key], before, [row_lines.strings] * 3, c)
         parts = [_text('{"store": "dag_run", "dag_id": '), _quoted(dialect, c.dag_id), _text(', "run_id": ')]
         parts += [_quoted(dialect, c.run_id), _text(', "key": '), _quoted(dialect, c.key)]
         parts += [_text(', "updated_at": '), _moment(dialect, c.updated_at), _text(', "expires_at": ')]
         parts += [_maybe_moment(dialect, c.expires_at), _text(', "value": '), _json(dialect, c.value), _text("}")]
-        checked = [c.value] if _python_checks(dialect) else []
         copied = copy_lines.dag_run_shape(table) if dialect == "postgresql" else None
-        make = _as_export(dialect, _checked_line(1 if checked else None))
-        return Lines([_joined(dialect, parts), *checked], make, copied)
+        return Lines([_joined(dialect, parts)], _as_export(dialect, _line), copied)
 
     return build
+
+
+def _in_blocks(fields: list[Any], before: list[str], finish: list[Any], c: Any) -> Lines:
+    """SQLite's lines, made in this process a chunk of rows at a time (``row_lines``): ``fields``, the line's up to
+    its key (``c.key``, the last), ``before`` the text before each, ``finish`` what makes each column; then the
+    timestamps and the value as stored, and ``json_valid`` of the value where SQLite's follows RFC 8259."""
+    strict = _sqlite_json_valid_is_strict()
+    columns = [*fields, _raw(c.updated_at), _raw(c.expires_at), c.value]
+    columns += [func.json_valid(c.value)] if strict else []
+    before = [*before, '", "updated_at": ', ', "expires_at": ', ', "value": ']
+    finish = [*finish, row_lines.moments, row_lines.expiries, row_lines.values]
+    block = partial(row_lines.lines, shape=row_lines.Shape(before, finish, strict, _valid))
+
+    def make(row: Any) -> str | None:
+        text = block([row])
+        return None if text is None else text[:-1]
+
+    return Lines(columns, make, None, block)
 
 
 def _valid(value: str) -> bool:
@@ -828,19 +846,15 @@ def _as_export(dialect: str, make: Callable[[Any], str | None]) -> Callable[[Any
     return make if dialect not in _MYSQL else lambda row: _lowered(make(row))
 
 
-def _checked_line(value_at: int | None) -> Callable[[Any], str | None]:
-    """The line of a row (``row[1]``), None when the database could not build it; with ``value_at`` (the
-    stored value's place in the row, after the line) only when that value is JSON as well."""
-    if value_at is None:
-        return lambda row: row[1]
-    return lambda row: row[1] if row[1] is not None and _valid(row[value_at + 1]) else None
+def _line(row: Any) -> str | None:
+    """The line of a row (``row[1]``), None when the database could not build it."""
+    return row[1]
 
 
 def _region_line(row: Any) -> str | None:
-    """A line spliced from its head, its region (where it is not the nil one) and its tail (and on SQLite
-    only when the stored value is JSON)."""
-    _, head, tail, region, *value = row
-    if head is None or tail is None or (value and not _valid(value[0])):
+    """A line spliced from its head, its region (where it is not the nil one) and its tail."""
+    _, head, tail, region = row
+    if head is None or tail is None:
         return None
     if region is None or region == NIL_REGION:
         return head + tail
