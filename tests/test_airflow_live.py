@@ -212,7 +212,7 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat()
 
 
-def test_airflow_writes_statestore_reads_lists_sweeps_and_cleans(airflow_db: AirflowDb):
+def test_airflow_writes_statestore_reads_lists_sweeps_and_cleans(airflow_db: AirflowDb, tmp_path: Path):
     db = airflow_db
     check = db.cli("db", "check", "-o", "json")
     assert isinstance(check, dict)
@@ -249,9 +249,16 @@ def test_airflow_writes_statestore_reads_lists_sweeps_and_cleans(airflow_db: Air
     # both dry runs list the same rows; our clean deletes exactly them
     expected = {(task[0], RUN, task[2], -1, "expired"), (task[0], RUN, task[2], 7, LONG_KEY)}
     assert db.airflow_dry_run() == db.our_dry_run() == expected
-    assert db.cli("clean", "--batch-size", "1", "-o", "json")["deleted"] == 2  # type: ignore[index]
+    backup = tmp_path / "clean.jsonl"
+    cleaned = db.cli("clean", "--batch-size", "1", "--backup", str(backup), "-o", "json")
+    assert cleaned["deleted"] == 2 and cleaned["backup"]["lines"] == 2  # type: ignore[index]
     assert db.airflow_dry_run() == db.our_dry_run() == set()
     assert db.backend(["get_task", *task, -1, "expired"], ["get_task", *task, -1, "alive"]) == [None, [1, 2.5, "x"]]
+    # the backup of what Airflow wrote puts it back as it was: Airflow's own dry run lists those rows again
+    restored = run_cli("import", str(backup), conn=db.url)
+    assert restored.exit_code == 0, restored.output
+    assert db.airflow_dry_run() == db.our_dry_run() == expected
+    assert db.cli("clean", "-o", "json")["deleted"] == 2  # type: ignore[index]
 
     # an asset Airflow deactivates: its keys are swept, the active asset's stay
     db.sql("DELETE FROM asset_active WHERE name = 'orders'")
