@@ -690,11 +690,11 @@ def decoded(value: str, key: str, scope: Callable[[], str]) -> Any:
 
 
 # -- lines built by the database -------------------------------------------------------------------------------
-# (SQLite's are made from its raw columns instead: ``_in_blocks``.) The export line of a task or dag-run key as one
-# SQL expression: the same fields in the same order, strings
-# JSON-quoted by the engine (as Python quotes them; MariaDB writes hex digits in capitals), timestamps in ISO
-# 8601 UTC, the stored value embedded as the JSON it is (line breaks in it, which valid JSON has only between
-# its tokens, made spaces). Python's line for the same row would cost more than the delete itself.
+# The export line of a task or dag-run key as one SQL expression (PostgreSQL, MySQL, MariaDB; SQLite's lines are
+# made from its raw columns instead, ``_in_blocks``): the same fields in the same order, strings JSON-quoted by the
+# engine (as Python quotes them; MariaDB writes hex digits in capitals), timestamps in ISO 8601 UTC, the stored
+# value embedded as the JSON it is (line breaks in it, which valid JSON has only between its tokens, made spaces).
+# On a server, Python's line for the same row would cost more than the delete itself.
 def _text(sql: str) -> Any:
     return literal_column("'" + sql.replace("'", "''") + "'", String)
 
