@@ -30,10 +30,10 @@ from statestore_cli.db.database import make_engine
 from statestore_cli.db.schema import task_state_store
 from statestore_cli.model.timestamps import iso_utc
 from statestore_cli.ops import backup as backups
-from statestore_cli.ops import copy_lines
+from statestore_cli.ops import copy_lines, row_lines
 from statestore_cli.ops.backup import BackupFile
 from statestore_cli.ops.cleanup import delete_expired
-from statestore_cli.ops.records import encode_line, printable, task_record
+from statestore_cli.ops.records import encode_line, load_strict, printable, task_record
 
 ALL_ENGINES = True
 SERVERS = ("postgresql", "mariadb")
@@ -272,6 +272,23 @@ def test_a_chunk_of_sqlite_rows_with_a_field_in_another_form_makes_no_lines(plac
     row = (1, "dag", "run", "task", -1, "key", "2026-11-30 01:02:03.000001", None, "1")
     assert _sqlite_lines([row]) is not None
     assert _sqlite_lines([row, (*row[:place], field, *row[place + 1 :])]) is None
+
+
+def test_where_sqlite_checks_no_value_a_value_that_is_not_text_makes_no_lines():
+    """On SQLite 3.42-3.44 (whose json_valid takes JSON5) each value is checked in Python instead: a value that is
+    not text (a column without TEXT affinity would keep a number) makes no line, as a value that is not JSON."""
+
+    def strict(value: str) -> bool:
+        try:
+            load_strict(value)
+        except ValueError:
+            return False
+        return True
+
+    shape = row_lines.Shape(['{"key": "', '", "value": '], [row_lines.strings, row_lines.values], False, strict)
+    assert row_lines.lines([(1, "k", "[1, 2]")], shape) == '{"key": "k", "value": [1, 2]}\n'
+    for value in (5, "[1,", "NaN"):
+        assert row_lines.lines([(1, "k", "1"), (2, "k", value)], shape) is None
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ def lines(rows: Sequence[Sequence[Any]], shape: Shape) -> str | None:
     if shape.checked:
         if set(columns[width + 1]) != {1}:
             return None
-    elif not all(map(shape.valid, values)):
+    elif not all(isinstance(value, str) and shape.valid(value) for value in values):
         return None
     made: list[Column] = []
     for finish, column in zip(shape.finish, columns[1 : width + 1], strict=True):
