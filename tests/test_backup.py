@@ -33,7 +33,7 @@ from statestore_cli.ops import backup as backups
 from statestore_cli.ops import copy_lines, row_lines
 from statestore_cli.ops.backup import BackupFile
 from statestore_cli.ops.cleanup import delete_expired
-from statestore_cli.ops.records import encode_line, load_strict, printable, task_record
+from statestore_cli.ops.records import encode_line, is_json, printable, task_record
 
 ALL_ENGINES = True
 SERVERS = ("postgresql", "mariadb")
@@ -207,15 +207,7 @@ def _sqlite_lines(rows: list[tuple]) -> str | None:
     lines = backups.task_rows(task_state_store, true()).lines("sqlite")
     assert lines is not None and lines.block is not None
     strict = len(lines.columns) > 8  # json_valid(value) follows where SQLite's follows RFC 8259
-    return lines.block([(*row, int(json_valid(row[-1]))) if strict else row for row in rows])
-
-
-def json_valid(value: str) -> bool:
-    try:
-        json.loads(value)
-    except ValueError:
-        return False
-    return True
+    return lines.block([(*row, int(is_json(row[-1]))) if strict else row for row in rows])
 
 
 def test_a_chunk_of_sqlite_rows_makes_the_export_line_of_each():
@@ -277,15 +269,7 @@ def test_a_chunk_of_sqlite_rows_with_a_field_in_another_form_makes_no_lines(plac
 def test_where_sqlite_checks_no_value_a_value_that_is_not_text_makes_no_lines():
     """On SQLite 3.42-3.44 (whose json_valid takes JSON5) each value is checked in Python instead: a value that is
     not text (a column without TEXT affinity would keep a number) makes no line, as a value that is not JSON."""
-
-    def strict(value: str) -> bool:
-        try:
-            load_strict(value)
-        except ValueError:
-            return False
-        return True
-
-    shape = row_lines.Shape(['{"key": "', '", "value": '], [row_lines.strings, row_lines.values], False, strict)
+    shape = row_lines.Shape(['{"key": "', '", "value": '], [row_lines.strings, row_lines.values], False, is_json)
     assert row_lines.lines([(1, "k", "[1, 2]")], shape) == '{"key": "k", "value": [1, 2]}\n'
     for value in (5, "[1,", "NaN"):
         assert row_lines.lines([(1, "k", "1"), (2, "k", value)], shape) is None

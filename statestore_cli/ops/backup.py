@@ -70,6 +70,7 @@ from statestore_cli.ops.records import (
     asset_record,
     dag_run_record,
     encode_line,
+    is_json,
     load_strict,
     printable,
     printable_utf8,
@@ -811,21 +812,13 @@ def _in_blocks(fields: list[Any], before: list[str], finish: list[Any], c: Any) 
     columns += [func.json_valid(c.value)] if strict else []
     before = [*before, '", "updated_at": ', ', "expires_at": ', ', "value": ']
     finish = [*finish, row_lines.moments, row_lines.expiries, row_lines.values]
-    block = partial(row_lines.lines, shape=row_lines.Shape(before, finish, strict, _valid))
+    block = partial(row_lines.lines, shape=row_lines.Shape(before, finish, strict, is_json))
 
     def make(row: Any) -> str | None:
         text = block([row])
         return None if text is None else text[:-1]
 
     return Lines(columns, make, None, block)
-
-
-def _valid(value: str) -> bool:
-    try:
-        load_strict(value)
-    except ValueError:
-        return False
-    return True
 
 
 # MySQL's and MariaDB's JSON_QUOTE write a control character as \u000B where json.dumps writes \u000b: the hex

@@ -189,6 +189,15 @@ def load_strict(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=_no_constant)
 
 
+def is_json(text: str) -> bool:
+    """Whether ``text`` is JSON as ``load_strict`` reads it."""
+    try:
+        load_strict(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_line(number: int, text: str | bytes, max_value_bytes: int) -> TaskRow | DagRunRow | AssetRow | None:
     """The key on line ``number``, checked; None for a blank line. Raises ``BadRecord``."""
     if not text.strip():
