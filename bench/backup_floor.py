@@ -6,8 +6,9 @@ Deletes the expired task keys in batches of BATCH rows, each in a transaction of
 rows' columns back (``DELETE ... RETURNING``; on PostgreSQL ``COPY (DELETE ... RETURNING ...) TO STDOUT``, the
 text straight from the server), appends them to FILE as the driver gives them, fsyncs FILE and only then commits:
 the data a backup must move and sync, without putting it in the export format. BATCH 0 is one statement in one
-transaction, as ``clean --batch-size 0``: its rows streamed to FILE, one fsync before the commit. Prints the rows
-deleted.
+transaction, as ``clean --batch-size 0``: its rows streamed to FILE, one fsync before the commit (on PostgreSQL,
+as the clean does, the ``DELETE`` alone while a second connection sends the same rows on its snapshot). Prints
+the rows deleted.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import json
 import os
 import sqlite3
 import sys
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 COLUMNS = "dag_id, run_id, task_id, map_index, {key}, updated_at, expires_at, value"  # {key}: quoted per engine
 
@@ -78,7 +81,7 @@ def postgresql_floor(columns: str, batch: int, now: datetime, out: int) -> int:
 
     conn = psycopg.connect(**json.loads(os.environ["BENCH_DB"]))
     if not batch:
-        where, params = "expires_at < %s", [now]
+        return postgresql_paired_floor(conn, columns, now, out)
     else:
         where = (
             "id = ANY(ARRAY(SELECT id FROM task_state_store WHERE id > %s AND expires_at < %s ORDER BY id LIMIT %s "
@@ -109,6 +112,45 @@ def postgresql_floor(columns: str, batch: int, now: datetime, out: int) -> int:
         if not batch or count < batch:
             return deleted
         after = int(bytes(last).rsplit(b"\t", 1)[1])  # the rows come in id order (an index scan of the array)
+
+
+def postgresql_paired_floor(conn: Any, columns: str, now: datetime, out: int) -> int:
+    """One statement as ``clean --batch-size 0 --backup`` runs it: the ``DELETE`` alone in a REPEATABLE READ
+    transaction while a second connection sends the same rows on its snapshot (``COPY (SELECT ...)``, written as
+    they come), the counts compared, one fsync, one commit."""
+    import psycopg
+    import psycopg.sql
+
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+    reader = psycopg.connect(**json.loads(os.environ["BENCH_DB"]))
+    reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    reader.execute(psycopg.sql.SQL("SET TRANSACTION SNAPSHOT {}").format(psycopg.sql.Literal(snapshot)))
+    read = 0
+
+    def copy_rows() -> None:
+        nonlocal read
+        blocks: list[bytes] = []
+        statement = f"COPY (SELECT {columns} FROM task_state_store WHERE expires_at < %s) TO STDOUT"
+        with reader.cursor().copy(statement, [now]) as copy:
+            for block in copy:
+                blocks.append(block)
+                read += 1
+                if len(blocks) >= 1000:
+                    os.write(out, b"".join(blocks))
+                    blocks.clear()
+        os.write(out, b"".join(blocks))
+
+    thread = threading.Thread(target=copy_rows)
+    thread.start()
+    deleted = conn.execute("DELETE FROM task_state_store WHERE expires_at < %s", [now]).rowcount
+    thread.join()
+    if deleted != read:
+        raise SystemExit(f"deleted {deleted} rows but read {read}")
+    os.fsync(out)
+    conn.commit()
+    reader.rollback()
+    return deleted
 
 
 def mariadb_floor(columns: str, batch: int, now: datetime, out: int) -> int:

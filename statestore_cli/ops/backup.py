@@ -11,7 +11,9 @@ delete of the batch's id range (a one-statement run: of the whole selection, rea
 as without a backup, ``RETURNING`` them; on MySQL, and for a one-statement run on SQLite (whose rows are too
 many to hold at once), the batch selects its rows with their full content,
 locked (``FOR UPDATE``; SQLite's write lock from ``BEGIN IMMEDIATE``), writes and syncs their lines, deletes
-exactly those rows and checks that the row count is the number of lines. A batch that fails before its commit
+exactly those rows and checks that the row count is the number of lines. A one-statement clean on PostgreSQL
+deletes on its own session while a second one reads the same rows on the same snapshot (``pg_paired``), the
+counts compared; it deletes the one-session way where that cannot be. A batch that fails before its commit
 is cut from the file again; one whose commit was under way when the connection went stays (its rows may or may
 not be gone), so the file may hold one batch more than was deleted, never one row fewer.
 
@@ -32,7 +34,8 @@ import shlex
 import stat
 import sys
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
@@ -65,7 +68,7 @@ from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.model.timestamps import iso_utc
-from statestore_cli.ops import copy_lines, pg_copy, row_lines
+from statestore_cli.ops import copy_lines, pg_copy, pg_paired, row_lines
 from statestore_cli.ops.records import (
     asset_record,
     dag_run_record,
@@ -387,16 +390,29 @@ class _Redo(Exception):
 
 
 def backed_up_batch(
-    conn: Connection, selection: Selection, backup: BackupFile, batch_size: int, after: Any = None
+    conn: Connection,
+    selection: Selection,
+    backup: BackupFile,
+    batch_size: int,
+    after: Any = None,
+    *,
+    read_beside: bool = False,
 ) -> Batch:
     """One transaction that deletes the next ``batch_size`` rows after ``after`` (0: every row), their lines
     written and the file synced before it commits (see the module's docstring). A failure before the commit
-    rolls the transaction back and cuts the batch's lines from the file again."""
+    rolls the transaction back and cuts the batch's lines from the file again. ``read_beside``: a
+    one-statement run on PostgreSQL reads its rows on a second session while it deletes (``pg_paired``: a
+    second connection, worth it for the many rows of a clean)."""
     backup.start()
     dialect = conn.dialect.name
     lines = selection.lines(dialect) if selection.lines is not None else None
     if lines is not None:
         try:
+            if read_beside and not batch_size and dialect == "postgresql" and lines.copied and _copies(conn):
+                try:
+                    return _paired_batch(conn, selection, lines.copied, backup)
+                except pg_paired.Contended:
+                    pass  # nothing was deleted: the one-session way, which waits for changed rows
             return _transaction(conn, backup, lambda: _lines_batch(conn, selection, lines, backup, batch_size, after))
         except _Redo:
             pass
@@ -516,60 +532,100 @@ def _copy_batch(
     from COPY's text as the server sends it (``copy_lines``; a 256 KB block of it held at a time) and written,
     then synced before the commit. A bounded batch deletes the rows its subquery takes, locked (``FOR UPDATE
     SKIP LOCKED``, as without a backup), each returning its id too: the highest is where the next starts."""
-    copy_all, copy_batch = _copy_statements(conn, selection, shape.fields)
+    copy_all, copy_batch, _ = _copy_statements(conn, selection, shape.fields)
     compiled = copy_batch if batch_size else copy_all
     bound = {"after": 0 if after is None else after, "size": batch_size} if batch_size else None
     sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params(bound)
-    trailing = 1 if batch_size else 0
-    last = 0
+    taker = _CopyTaker(shape, backup, trailing=1 if batch_size else 0)
     dbapi_conn: Any = conn.connection.dbapi_connection
-    count = 0
-    errors = conn.dialect.loaded_dbapi
-    unmade = False  # a row whose line must be made from its row: the rest is read, then the batch again
+    with _copy_errors(conn, dbapi_conn, sql, params, invalidate=conn.invalidate):
+        deleted = pg_copy.copy_out(dbapi_conn, sql, params, taker.take)
+    count = taker.finish(deleted)
+    return Batch(count, None if not batch_size or count < batch_size else taker.last)
 
-    def take(rows: list[bytes]) -> None:  # whole rows: the server sends each row as a message of its own
-        nonlocal count, unmade, last
-        count += len(rows)
-        if unmade:
+
+class _CopyTaker:
+    """Takes the rows a COPY of a batch sends (whole rows: the server sends each as a message of its own),
+    writes their lines, and counts them; a row whose line must be made from its row has the rest read, then
+    the batch made again (``_Redo``, from ``finish``)."""
+
+    def __init__(self, shape: copy_lines.Shape, backup: BackupFile, trailing: int = 0) -> None:
+        self.shape, self.backup, self.trailing = shape, backup, trailing
+        self.count = self.last = 0
+        self.unmade = False
+
+    def take(self, rows: list[bytes]) -> None:
+        self.count += len(rows)
+        if self.unmade:
             return
         try:
-            made, made_rows, ids = copy_lines.lines(b"".join(rows), shape, trailing)
+            made, made_rows, ids = copy_lines.lines(b"".join(rows), self.shape, self.trailing)
         except copy_lines.Unmade:
-            unmade = True
+            self.unmade = True
         else:
-            backup.add_bytes(made, made_rows)
+            self.backup.add_bytes(made, made_rows)
             if ids:
-                last = max(last, max(map(int, ids[0])))
+                self.last = max(self.last, max(map(int, ids[0])))
 
+    def finish(self, deleted: int) -> int:
+        """The lines written, checked against the rows ``deleted`` and synced: durable before the commit."""
+        if self.unmade:
+            raise _Redo
+        if deleted != self.count:
+            raise BackendError(
+                f"the batch deleted {deleted:,} rows and wrote {self.count:,} lines: the rows changed meanwhile; "
+                "the batch was rolled back, run the command again"
+            )
+        if self.count:
+            self.backup.sync()
+        return self.count
+
+
+@contextmanager
+def _copy_errors(
+    conn: Connection, dbapi_conn: Any, sql: str, params: Any, invalidate: Callable[[], None]
+) -> Iterator[None]:
+    """psycopg's errors of a COPY read here as SQLAlchemy raises them (a lost connection noticed as one,
+    ``invalidate`` called), but a value that is not JSON: the batch again, from its rows in Python."""
+    errors = conn.dialect.loaded_dbapi
     try:
-        deleted = pg_copy.copy_out(dbapi_conn, sql, params, take)
-    except errors.DataError:  # a value that is not JSON: the statement again, from the rows in Python
+        yield
+    except errors.DataError:
         raise _Redo from None
-    except errors.Error as exc:  # as SQLAlchemy would raise it, a lost connection noticed as one
+    except errors.Error as exc:
         gone = conn.dialect.is_disconnect(exc, dbapi_conn, None)
         if gone:
-            conn.invalidate()
+            invalidate()
         raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
-    if unmade:
-        raise _Redo
-    if deleted != count:
-        raise BackendError(
-            f"the batch deleted {deleted:,} rows and wrote {count:,} lines: the rows changed meanwhile; the batch "
-            "was rolled back, run the command again"
-        )
-    if count:
-        backup.sync()  # durable before the commit
-    return Batch(count, None if not batch_size or count < batch_size else last)
+
+
+def _paired_batch(conn: Connection, selection: Selection, shape: copy_lines.Shape, backup: BackupFile) -> Batch:
+    """A one-statement clean on PostgreSQL: the delete alone on this connection while a second session reads
+    the same rows on its snapshot and this process makes their lines (``pg_paired``); raises
+    ``pg_paired.Contended`` (nothing deleted) when the two cannot be paired."""
+    _, _, read = _copy_statements(conn, selection, shape.fields)
+    sql, params = f"COPY ({read.string}) TO STDOUT", read.construct_params()
+    everything = delete(selection.table).where(selection.where)
+    taker = _CopyTaker(shape, backup)
+
+    def body() -> Batch:
+        with _copy_errors(conn, None, sql, params, invalidate=lambda: None):
+            deleted, _ = pg_paired.delete_beside_read(conn, everything, sql, params, taker.take)
+        return Batch(taker.finish(_counted(deleted)), None)
+
+    with pg_paired.repeatable_read(conn):
+        return _transaction(conn, backup, body)
 
 
 # The statements of each selection's COPY batches, made once: statements made per batch leave reference cycles
 # for the garbage collector, and memory would grow with the batches until it ran.
-_COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+_COPY_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
 
 
-def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[Any]) -> tuple[Any, Any]:
-    """The delete of every row of the selection returning ``columns``, and that of a batch, the ``:size``
-    rows after ``:after`` taken locked, returning ``columns`` and ``order``; compiled for this connection.
+def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """The delete of every row of the selection returning ``columns``, that of a batch, the ``:size``
+    rows after ``:after`` taken locked, returning ``columns`` and ``order``, and the select of every row's
+    ``columns`` (``_paired_batch``); compiled for this connection.
     The rows are taken as the clean without a backup takes them, ``id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP
     LOCKED))``: an index scan of the array's ids, where ``id IN (SELECT ...)`` of a ``WITH`` made the server
     hash and de-duplicate the ids first (41 ms a batch of 10,000 against 29 ms)."""
@@ -582,9 +638,10 @@ def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[A
         translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
         every = delete(selection.table).where(selection.where).returning(*columns)
         batch = delete(selection.table).where(order == any_(func.array(taken)), selection.where)
-        statements = (every, batch.returning(*columns, order))
+        read = select(*columns).select_from(selection.table).where(selection.where)
+        statements = (every, batch.returning(*columns, order), read)
         compiled = [statement.compile(dialect=conn.dialect, **translate) for statement in statements]
-        made = _COPY_STATEMENTS[selection] = (compiled[0], compiled[1])
+        made = _COPY_STATEMENTS[selection] = (compiled[0], compiled[1], compiled[2])
     return made
 
 

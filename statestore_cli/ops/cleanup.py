@@ -288,7 +288,7 @@ def _batch_runner(
         selection = rows(table, expired(table, now))
 
         def backed_up(after: int) -> _Batch:
-            done = backed_up_batch(conn, selection, backup, batch_size, after or None)
+            done = backed_up_batch(conn, selection, backup, batch_size, after or None, read_beside=True)
             return _Batch(done.deleted, done.after)
 
         return backed_up

@@ -40,7 +40,7 @@ def copy_out(connection: Any, sql: str, params: Mapping[str, Any] | None, take: 
         first = _result(pgconn)
         if first is None or first.status != pq.ExecStatus.COPY_OUT:
             _drain(pgconn)
-            raise _error(first, encoding) if first is not None else psycopg.ProgrammingError("COPY sent no rows")
+            raise error_of(first, encoding) if first is not None else psycopg.ProgrammingError("COPY sent no rows")
         _rows(pgconn, take)
         done = _result(pgconn)
         _drain(pgconn)
@@ -48,7 +48,7 @@ def copy_out(connection: Any, sql: str, params: Mapping[str, Any] | None, take: 
         _stop(connection, pgconn)
         raise
     if done is None or done.status != pq.ExecStatus.COMMAND_OK:
-        raise _error(done, encoding) if done is not None else psycopg.ProgrammingError("COPY did not end")
+        raise error_of(done, encoding) if done is not None else psycopg.ProgrammingError("COPY did not end")
     return int(done.command_tuples or 0)
 
 
@@ -128,7 +128,7 @@ def _stop(connection: Any, pgconn: Any) -> None:
         return
 
 
-def _error(result: Any, encoding: str) -> Exception:
+def error_of(result: Any, encoding: str) -> Exception:
     """The psycopg error of a failed result, of the class its SQLSTATE names, as psycopg's cursors raise it."""
     import psycopg
     from psycopg import errors, pq

@@ -1,0 +1,77 @@
+"""A one-statement ``clean --backup`` on PostgreSQL deletes on its own session while a second session reads the
+same rows on the same snapshot. A row another transaction changes after that snapshot makes the delete fail
+where READ COMMITTED would have waited and looked again: the clean then deletes the one-session way, and the
+backup still holds exactly what was deleted. Without a second connection at once, it does the same."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from helpers import engine_of, run_statestore_process
+from sqlalchemy import text
+from test_backup import export, lines_of, long_key, records, restore, seed, start_clean, task_lines, task_rows
+from test_faults import named_session
+
+pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+
+
+def waiting_statement(db_url: str, marker: str, proc, deadline: float = 60) -> str:
+    """The statement of the command's session once it waits for a row lock."""
+    admin = engine_of(db_url, isolation_level="AUTOCOMMIT")
+    find = text("SELECT query FROM pg_stat_activity WHERE application_name = :m AND wait_event_type = 'Lock'")
+    give_up = time.monotonic() + deadline
+    try:
+        with admin.connect() as conn:
+            while time.monotonic() < give_up and proc.poll() is None:
+                found = conn.execute(find, {"m": marker}).scalars().first()
+                if found:
+                    return str(found)
+                time.sleep(0.02)
+    finally:
+        admin.dispose()
+    raise AssertionError(f"the clean never waited for the lock: {proc.communicate()}")
+
+
+def test_a_row_changed_after_the_snapshot_is_deleted_as_it_now_is(db_url, tmp_path):
+    """An expired key is updated (kept for a day more) by a transaction that commits while the delete waits for
+    its row: that key stays with its new value, out of the backup; every other expired key is deleted and
+    backed up, and the backup restores them."""
+    seed(db_url)
+    changed = long_key(3)
+    before = [line for line in task_lines(export(db_url)) if json.loads(line)["key"] != changed]
+    backup = tmp_path / "clean.jsonl"
+    writer = engine_of(db_url)
+    with named_session(db_url) as (url, marker), writer.connect() as conn:
+        extend = "UPDATE task_state_store SET value = '\"kept\"', expires_at = now() + interval '1 day' WHERE key = :k"
+        conn.execute(text(extend), {"k": changed})
+        proc = start_clean(url, backup, batch=0)
+        waiting = waiting_statement(db_url, marker, proc)
+        conn.commit()
+        out, err = proc.communicate(timeout=60)
+    writer.dispose()
+    assert waiting.startswith("DELETE FROM"), waiting  # the delete of the pair, not COPY (DELETE ... RETURNING ...)
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert (report["deleted"], report["backup"]["lines"]) == (11, 11)
+    assert records(lines_of(backup)) == records(before)
+    kept = [json.loads(line) for line in task_lines(export(db_url))]
+    assert [(k["key"], k["value"]) for k in kept] == [(changed, "kept")]
+    restore(db_url, backup)
+    assert task_rows(db_url) == 15
+
+
+def test_without_a_second_connection_at_once_the_clean_deletes_on_one_session(db_url, tmp_path):
+    """A pool of one connection, which would wait two minutes for a second: the clean does not wait."""
+    seed(db_url)
+    before = task_lines(export(db_url))
+    config = tmp_path / "airflow.cfg"
+    args = json.dumps({"pool_size": 1, "max_overflow": 0, "pool_timeout": 120})
+    config.write_text(f"[database]\nsql_alchemy_conn = {db_url}\nsql_alchemy_engine_args = {args}\n")
+    backup = tmp_path / "clean.jsonl"
+    argv = ("--config", str(config), "clean", "--batch-size", "0", "--backup", str(backup), "-o", "json")
+    result = run_statestore_process(*argv, timeout=60)  # a wait for the pool would end the test here
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["backup"]["lines"] == 12
+    assert records(lines_of(backup)) == records(before)
