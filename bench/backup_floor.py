@@ -76,22 +76,20 @@ def sqlite_floor(target: str, columns: str, batch: int, now: datetime, out: int)
 
 def postgresql_floor(columns: str, batch: int, now: datetime, out: int) -> int:
     """Each batch one ``COPY`` of a ``DELETE`` of the rows its subquery takes locked (as the clean without a
-    backup takes them), the text written as it comes, 256 KB at a time."""
+    backup takes them), the text written as it comes, 256 KB at a time; BATCH 0: ``postgresql_paired_floor``."""
     import psycopg
 
     conn = psycopg.connect(**json.loads(os.environ["BENCH_DB"]))
     if not batch:
         return postgresql_paired_floor(conn, columns, now, out)
-    else:
-        where = (
-            "id = ANY(ARRAY(SELECT id FROM task_state_store WHERE id > %s AND expires_at < %s ORDER BY id LIMIT %s "
-            "FOR UPDATE SKIP LOCKED)) AND expires_at < %s"
-        )
+    where = (
+        "id = ANY(ARRAY(SELECT id FROM task_state_store WHERE id > %s AND expires_at < %s ORDER BY id LIMIT %s "
+        "FOR UPDATE SKIP LOCKED)) AND expires_at < %s"
+    )
     statement = f"COPY (DELETE FROM task_state_store WHERE {where} RETURNING {columns}, id) TO STDOUT"
     deleted, after = 0, 0
     while True:
-        if batch:
-            params = [after, now, batch, now]
+        params = [after, now, batch, now]
         count, last = 0, b""
         blocks: list[bytes] = []
         with conn.cursor().copy(statement, params) as copy:
@@ -109,7 +107,7 @@ def postgresql_floor(columns: str, batch: int, now: datetime, out: int) -> int:
             os.fsync(out)
         conn.commit()
         deleted += count
-        if not batch or count < batch:
+        if count < batch:
             return deleted
         after = int(bytes(last).rsplit(b"\t", 1)[1])  # the rows come in id order (an index scan of the array)
 

@@ -610,7 +610,7 @@ def _paired_batch(conn: Connection, selection: Selection, shape: copy_lines.Shap
 
     def body() -> Batch:
         with _copy_errors(conn, None, sql, params, invalidate=lambda: None):
-            deleted, _ = pg_paired.delete_beside_read(conn, everything, sql, params, taker.take)
+            deleted = pg_paired.delete_beside_read(conn, everything, sql, params, taker.take)
         return Batch(taker.finish(_counted(deleted)), None)
 
     with pg_paired.repeatable_read(conn):

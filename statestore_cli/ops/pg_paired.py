@@ -63,11 +63,12 @@ def delete_beside_read(
     read_sql: str,
     read_params: Mapping[str, Any] | None,
     take: Callable[[list[bytes]], None],
-) -> tuple[int, int]:
+) -> int:
     """Run ``statement`` (a DELETE) in the REPEATABLE READ transaction ``conn`` has begun (``repeatable_read``)
     while a second session runs ``read_sql`` (``COPY (SELECT ...) TO STDOUT`` of the same rows) on the same
-    snapshot, its rows handed to ``take`` (``pg_copy.copy_out``); returns (rows deleted, rows read). Nothing is
-    committed here. Whatever stops either side cancels the other; the delete's failure is the one raised."""
+    snapshot, its rows handed to ``take`` (``pg_copy.copy_out``; it counts them); returns the rows deleted.
+    Nothing is committed here. Whatever stops either side cancels the other; the delete's failure is the one
+    raised."""
     row = conn.exec_driver_sql(
         "SELECT pg_export_snapshot(), current_setting('statement_timeout'), current_setting('lock_timeout')"
     ).one()
@@ -88,7 +89,7 @@ def delete_beside_read(
     try:
         worker.start()
         try:
-            read = pg_copy.copy_out(reader, read_sql, read_params, take)
+            pg_copy.copy_out(reader, read_sql, read_params, take)
         except BaseException:
             if "failure" in outcome:  # the delete failed first, and stopped the reading
                 _join(worker)
@@ -102,7 +103,7 @@ def delete_beside_read(
         reader.rollback()  # read only: nothing to keep
     finally:
         pooled.close()
-    return int(outcome["deleted"]), read
+    return int(outcome["deleted"])
 
 
 def _second_session(conn: Connection, snapshot: str, statement_timeout: str, lock_timeout: str) -> Any:
@@ -117,8 +118,12 @@ def _second_session(conn: Connection, snapshot: str, statement_timeout: str, loc
     except (sa_exc.SQLAlchemyError, psycopg.Error) as exc:
         raise Contended(f"no second session: {exc}") from None
     dbapi: Any = pooled.dbapi_connection
-    settings = {"TimeZone": "UTC", "DateStyle": "ISO", "statement_timeout": statement_timeout}
-    settings["lock_timeout"] = lock_timeout
+    settings = {  # as backup._utc_session sets them on the clean's own connection, and its timeouts
+        "TimeZone": "UTC",
+        "DateStyle": "ISO",
+        "statement_timeout": statement_timeout,
+        "lock_timeout": lock_timeout,
+    }
     calls = ", ".join(f"set_config({_quoted(name)}, {_quoted(value)}, true)" for name, value in settings.items())
     sql = (
         f"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {_quoted(snapshot)}; SELECT {calls}"
