@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import typer.main
+import warm
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from typer.testing import CliRunner
 
@@ -121,19 +122,25 @@ def run_statestore_process(
     python_flags: Sequence[str] = (),
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    input: str | None = None,
     timeout: float = 300,
 ) -> Result:
-    """Run ``statestore ARGS`` as a real process (see ``statestore_argv``) and wait for it to exit."""
-    proc = subprocess.run(
-        statestore_argv(*args, code=code, python_flags=python_flags),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=timeout,
-        check=False,
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr, None)
+    """Run ``statestore ARGS`` as a real process (see ``statestore_argv``) and wait for it to exit; without
+    ``code`` or flags, one the worker's warm server forks where that changes nothing (``warm.py``)."""
+    if code is None and not python_flags:
+        done = warm.run(args, env=env, cwd=cwd, input=input, timeout=timeout)
+    else:
+        argv = statestore_argv(*args, code=code, python_flags=python_flags)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env=env, cwd=cwd, input=input, timeout=timeout, check=False
+        )
+    return Result(done.returncode, done.stdout, done.stderr, None)
+
+
+def start_statestore(*args: str, **options: Any) -> subprocess.Popen:
+    """``subprocess.Popen(statestore_argv(*args), **options)``: a real ``statestore`` process, forked by the
+    worker's warm server where that changes nothing the test can see (``warm.py``)."""
+    return warm.popen(args, **options)
 
 
 def read_terminal(primary: int, proc: subprocess.Popen, on_output: Callable[[bytes], None] | None = None) -> bytes:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import test_faults
-from helpers import Result, engine_of, read_metrics, run_cli, sql, statestore_argv
+from helpers import Result, engine_of, read_metrics, run_cli, sql, start_statestore
 from sqlalchemy import event, text, true
 from test_faults import kill_session, named_session, row_locked
 
@@ -480,8 +480,16 @@ def seed_bulk(url: str, count: int) -> None:
 
 
 def start_clean(url: str, backup: Path, batch: int = 20) -> subprocess.Popen:
-    return subprocess.Popen(
-        statestore_argv("--conn", url, "clean", "--batch-size", str(batch), "--backup", str(backup), "-o", "json"),
+    return start_statestore(
+        "--conn",
+        url,
+        "clean",
+        "--batch-size",
+        str(batch),
+        "--backup",
+        str(backup),
+        "-o",
+        "json",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

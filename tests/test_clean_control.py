@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import engine_of, run_statestore_process, sql, statestore_argv
+from helpers import engine_of, run_statestore_process, sql, start_statestore
 from sqlalchemy import event
 
 from statestore_cli import MetastoreBackend, TaskScope
@@ -185,8 +185,14 @@ def test_sigterm_stops_after_the_current_batch(db_url, tmp_path):
             [(run_id, f"bulk{i}", "2020-01-01 00:00:00.000000") for i in range(60000)],
         )
     before = remaining(db_url)
-    proc = subprocess.Popen(
-        statestore_argv("--conn", db_url, "clean", "--batch-size", "20", "-o", "json"),
+    proc = start_statestore(
+        "--conn",
+        db_url,
+        "clean",
+        "--batch-size",
+        "20",
+        "-o",
+        "json",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import read_metrics, sql, statestore_argv
+from helpers import read_metrics, sql, start_statestore
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
@@ -204,8 +204,16 @@ def test_sigterm_still_writes_the_metrics_file(db_url, tmp_path):
         )
     before = rows(db_url)
     metrics = tmp_path / "m.prom"
-    proc = subprocess.Popen(
-        statestore_argv("--conn", db_url, "clean", "--batch-size", "20", "--metrics-file", str(metrics), "-o", "json"),
+    proc = start_statestore(
+        "--conn",
+        db_url,
+        "clean",
+        "--batch-size",
+        "20",
+        "--metrics-file",
+        str(metrics),
+        "-o",
+        "json",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

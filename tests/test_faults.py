@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from helpers import engine_of, run_statestore_process, sql, statestore_argv
+from helpers import engine_of, run_statestore_process, sql, start_statestore
 from sqlalchemy import make_url, text
 
 from statestore_cli import MetastoreBackend, TaskScope
@@ -122,8 +122,10 @@ def test_the_default_connect_timeout_is_10_seconds(silent):
 @pytest.mark.parametrize("command", ["list", "db check", "clean"])
 def test_a_signal_while_connecting_ends_the_command_at_once(silent, command, signum, code, message):
     """`timeout 60 statestore clean` in cron must work even while the server does not answer."""
-    proc = subprocess.Popen(
-        statestore_argv("--conn", silent_url("postgresql", silent.port), *COMMANDS[command]),
+    proc = start_statestore(
+        "--conn",
+        silent_url("postgresql", silent.port),
+        *COMMANDS[command],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -216,8 +218,14 @@ def test_a_connection_killed_mid_clean_keeps_the_committed_batches_and_a_rerun_f
     total = 20_000
     seed_bulk_expired(db_url, total)
     with named_session(db_url) as (url, marker):
-        proc = subprocess.Popen(
-            statestore_argv("--conn", url, "clean", "--batch-size", "10", "-o", "json"),
+        proc = start_statestore(
+            "--conn",
+            url,
+            "clean",
+            "--batch-size",
+            "10",
+            "-o",
+            "json",
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -275,9 +283,7 @@ def test_a_connection_killed_mid_write_leaves_the_old_state(db_url, args):
     backend.engine.dispose()
     before = values(db_url)
     with named_session(db_url) as (url, marker), row_locked(db_url, "k2"):
-        proc = subprocess.Popen(
-            statestore_argv("--conn", url, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        proc = start_statestore("--conn", url, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         kill_session(db_url, marker, proc, waiting_for_lock=True)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
@@ -321,14 +327,8 @@ def test_a_write_on_a_full_disk_fails_clearly_and_keeps_the_previous_value(small
             pass
     big = '"' + "x" * 200_000 + '"'
     env = {**os.environ, "AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES": "0"}
-    result = subprocess.run(
-        statestore_argv("--conn", url, "set", "--asset-name", "a", "k", "-"),
-        input=big,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert result.returncode == 3, result.stderr
+    result = run_statestore_process("--conn", url, "set", "--asset-name", "a", "k", "-", input=big, env=env)
+    assert result.exit_code == 3, result.stderr
     assert result.stderr == (
         f"statestore: error: database error on {url}: database or disk is full; free space on its filesystem, "
         "then retry: the previous values are kept\n"

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_expected, run_cli, run_statestore_process, statestore_argv
+from helpers import assert_expected, run_cli, run_statestore_process, start_statestore
 
 TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -53,8 +53,8 @@ class Terminal:
         attrs = termios.tcgetattr(secondary)
         attrs[3] |= termios.NOFLSH
         termios.tcsetattr(secondary, termios.TCSANOW, attrs)
-        self.proc = subprocess.Popen(
-            statestore_argv(*args),
+        self.proc = start_statestore(
+            *args,
             stdin=secondary,
             stdout=secondary,
             stderr=secondary,
@@ -195,8 +195,11 @@ def test_the_reference_documents_the_clear_exit_codes():
 def test_a_dry_run_interrupted_says_nothing_was_deleted_and_how_many_it_listed(cli, db_url):
     _expired_rows(db_url, 50_000)
     env = {**os.environ, "STATESTORE_NO_FAST_PATH": "1"}
-    proc = subprocess.Popen(
-        statestore_argv("--conn", db_url, "clean", "--dry-run"),
+    proc = start_statestore(
+        "--conn",
+        db_url,
+        "clean",
+        "--dry-run",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

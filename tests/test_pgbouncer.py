@@ -31,7 +31,7 @@ from helpers import (
     require_pgbouncer,
     require_server,
     run_statestore_process,
-    statestore_argv,
+    start_statestore,
     throwaway_pg_database,
 )
 from sqlalchemy import make_url
@@ -341,8 +341,15 @@ def test_exclusive_refuses_a_second_clean_while_the_first_runs_and_frees_the_nex
 def test_a_killed_exclusive_clean_leaves_no_lock_behind(pool):
     seed(pool, expired=100_000)
     before = baseline(pool)
-    proc = subprocess.Popen(
-        statestore_argv("--conn", pool.url, "clean", "--exclusive", "--batch-size", "20", "-o", "json"),
+    proc = start_statestore(
+        "--conn",
+        pool.url,
+        "clean",
+        "--exclusive",
+        "--batch-size",
+        "20",
+        "-o",
+        "json",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -18,7 +18,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import REALISTIC_KEY, REALISTIC_RUNS, engine_of, run_cli, sql, statestore_argv
+from helpers import (
+    REALISTIC_KEY,
+    REALISTIC_RUNS,
+    engine_of,
+    run_cli,
+    run_statestore_process,
+    sql,
+    start_statestore,
+    statestore_argv,
+)
 from sqlalchemy import text
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
@@ -83,7 +92,7 @@ def closed_early(*args: str, read_first_line: bool = True, env: dict[str, str] |
     """Run ``statestore ARGS`` with stdout into a pipe that this test closes: after reading one line,
     or (``read_first_line=False``) before the process has written anything. Returns exit code, the
     line read and stderr."""
-    proc = subprocess.Popen(statestore_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_statestore(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline() if read_first_line else ""
     proc.stdout.close()
@@ -98,8 +107,8 @@ def closed_early(*args: str, read_first_line: bool = True, env: dict[str, str] |
 
 
 def full_output(*args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(statestore_argv(*args), capture_output=True, text=True, check=False, timeout=120, env=env)
-    assert done.returncode == 0, done.stderr
+    done = run_statestore_process(*args, timeout=120, env=env)
+    assert done.exit_code == 0, done.stderr
     return done.stdout
 
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import read_terminal, statestore_argv
+from helpers import read_terminal, start_statestore
 
 pytestmark = pytest.mark.slow  # real processes on pseudo-terminals
 
@@ -19,8 +19,8 @@ TASK = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 def run_in_pty(args: list[str], answer: str | None, env: dict[str, str]) -> tuple[int, str]:
     """Run ``python -m statestore_cli ARGS`` with a terminal on stdin/stdout, typing ``answer``."""
     primary, secondary = pty.openpty()
-    proc = subprocess.Popen(
-        statestore_argv(*args),
+    proc = start_statestore(
+        *args,
         stdin=secondary,
         stdout=secondary,
         stderr=secondary,
@@ -102,8 +102,15 @@ def test_import_shows_a_progress_bar_on_stderr_on_a_terminal_only(cli, db_url, t
     assert piped.exit_code == 0 and "importing keys" not in piped.stdout + piped.stderr
     # stdout a pipe, stderr the terminal (`import -o json | jq`): the bar is drawn on stderr only.
     primary, secondary = pty.openpty()
-    proc = subprocess.Popen(
-        statestore_argv("--conn", db_url, "import", "-o", "json", "--batch-size", "10", str(export)),
+    proc = start_statestore(
+        "--conn",
+        db_url,
+        "import",
+        "-o",
+        "json",
+        "--batch-size",
+        "10",
+        str(export),
         stdout=subprocess.PIPE,
         stderr=secondary,
         env=env,
