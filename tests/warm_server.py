@@ -80,7 +80,11 @@ def serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
                 os.read(wake_read, 4096)
                 continue
             conn, _ = listener.accept()
-            request, fds = _receive(conn)
+            try:
+                request, fds = _receive(conn)
+            except (OSError, EOFError, ValueError):  # a client that went away midway: nothing to start
+                conn.close()
+                continue
             pid = os.fork()
             if pid == 0:  # the new process: out of the server, into the command
                 selector.close()
@@ -94,7 +98,8 @@ def serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
                 return request, fds
             for fd in fds:
                 os.close(fd)
-            conn.sendall(f"pid {pid}\n".encode())
+            with contextlib.suppress(OSError):  # a client gone already still has its process reaped
+                conn.sendall(f"pid {pid}\n".encode())
             waiting[pid] = conn
         _reap(waiting)
     return None
