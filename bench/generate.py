@@ -191,7 +191,11 @@ def insert_assets(cursor: Any, spec: Spec, now: datetime, placeholder: str, quot
 
 # -- the statestore tool ----------------------------------------------------------------------------------
 def statestore_executable() -> str:
-    """``statestore`` next to the running interpreter (the venv's), else the one on PATH."""
+    """The ``statestore`` measured: ``$STATESTORE_BENCH_EXECUTABLE`` if set (another build, or the test suite's
+    launcher for its smoke runs), else the one next to the running interpreter (the venv's), else on PATH."""
+    chosen = os.environ.get("STATESTORE_BENCH_EXECUTABLE")
+    if chosen:
+        return chosen
     beside = Path(sys.executable).with_name("statestore")
     found = str(beside) if beside.exists() else shutil.which("statestore")
     if not found:

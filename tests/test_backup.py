@@ -519,7 +519,7 @@ def assert_restores_all(url: str, backup: Path, total: int, deleted: int) -> Non
     ("signum", "code", "reason"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
 )
 def test_a_signal_midway_leaves_every_deleted_key_in_the_backup(db_url, tmp_path, signum, code, reason):
-    total = 20_000
+    total = 5_000
     seed_bulk(db_url, total)
     backup = tmp_path / "clean.jsonl"
     proc = start_clean(db_url, backup)
@@ -535,7 +535,7 @@ def test_a_signal_midway_leaves_every_deleted_key_in_the_backup(db_url, tmp_path
 
 @pytest.mark.parametrize("db_url", SERVERS, indirect=True)
 def test_a_connection_lost_midway_leaves_every_deleted_key_in_the_backup(db_url, tmp_path):
-    total = 20_000
+    total = 5_000
     seed_bulk(db_url, total)
     backup = tmp_path / "clean.jsonl"
     with named_session(db_url) as (url, marker):
@@ -581,7 +581,7 @@ def test_a_connection_lost_during_a_one_statement_clean_deletes_nothing(db_url, 
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 def test_a_clean_killed_with_sigkill_leaves_every_deleted_key_in_the_backup(db_url, tmp_path):
-    total = 20_000
+    total = 5_000
     seed_bulk(db_url, total)
     backup = tmp_path / "clean.jsonl"
     proc = start_clean(db_url, backup)
@@ -599,7 +599,7 @@ def test_a_clean_killed_with_sigkill_leaves_every_deleted_key_in_the_backup(db_u
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 def test_a_full_disk_under_the_backup_stops_the_clean_with_every_deleted_key_in_it(db_url, small_disk):
-    total = 20_000  # some 6 MB of lines: the 1 MiB disk fills after a few batches
+    total = 10_000  # some 3 MB of lines: the 1 MiB disk fills after a few batches
     seed_bulk(db_url, total)
     backup = small_disk / "clean.jsonl"
     result = run_cli("clean", "--batch-size", "500", "--backup", str(backup), conn=db_url)

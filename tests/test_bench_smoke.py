@@ -1,17 +1,21 @@
 """The benchmark harness still runs: ``bench/run.py --quick`` end to end, on tiny stores.
 
 SQLite always; PostgreSQL and MariaDB too when they are reachable (the harness skips them otherwise). Only that
-every measurement ran and took some time is checked: benchmark figures are never asserted on.
+every measurement ran and took some time is checked: benchmark figures are never asserted on, so the scripts'
+``statestore`` processes are forked by the worker's warm server (``warm.launcher``): the same commands on the
+same stores, without an import of the tool each (cold starts are measured by ``test_bench_startup``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm
 from helpers import REPO, server_environment
 
 STATESTORE = Path(sys.executable).with_name("statestore")
@@ -39,7 +43,7 @@ def test_quick_benchmark_measures_everything(tmp_path: Path) -> None:
     assert STATESTORE.exists(), f"statestore is not installed next to {sys.executable}"
     out = tmp_path / "results.json"
     cmd = [sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--workdir", str(tmp_path / "work")]
-    env = server_environment()  # its server stores go into this worker's databases
+    env = server_environment() | warm.launcher(tmp_path)  # its server stores go into this worker's databases
     argv = [*cmd, "--json-out", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
 
@@ -72,7 +76,7 @@ def test_quick_transfer_benchmark_measures_everything(tmp_path: Path) -> None:
     or the script exits non-zero), on every engine it reaches."""
     out = tmp_path / "transfer.json"
     cmd = [sys.executable, str(REPO / "bench" / "transfer.py"), "--quick", "--workdir", str(tmp_path / "work")]
-    env = server_environment()  # its server stores go into this worker's databases
+    env = server_environment() | warm.launcher(tmp_path)  # its server stores go into this worker's databases
     argv = [*cmd, "--json-out", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
 
@@ -95,7 +99,9 @@ def test_quick_clean_backup_benchmark_measures_everything(tmp_path: Path) -> Non
     and back up as many lines, or the script exits non-zero), and the fsync figure, on every engine it reaches."""
     out = tmp_path / "backup.json"
     cmd = [sys.executable, str(REPO / "bench" / "clean_backup.py"), "--quick", "--workdir", str(tmp_path / "work")]
-    done = subprocess.run([*cmd, "--json-out", str(out)], capture_output=True, text=True, timeout=600, check=False)
+    env = os.environ | warm.launcher(tmp_path)
+    argv = [*cmd, "--json-out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
 
     assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     results = json.loads(out.read_text())

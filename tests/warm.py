@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 SERVER = Path(__file__).with_name("warm_server.py")
+LAUNCH = Path(__file__).with_name("warm_launch.py")  # the benchmarks' stand-in for statestore (launcher)
 COLD_PREFIX = [sys.executable, "-m", "statestore_cli"]  # statestore_argv's, without code or flags
 
 # The environment a forked process must share with the server: what the interpreter reads when it starts, and
@@ -132,6 +133,19 @@ def popen(args: Sequence[str], **options: Any) -> subprocess.Popen:
     if server is None or not _same_interpreter(os.environ if env is None else env, server.environ):
         return subprocess.Popen(argv, **options)
     return _Forked(server, argv, **options)
+
+
+def launcher(folder: Path) -> dict[str, str]:
+    """The environment in which the benchmark scripts start their ``statestore`` processes from the worker's
+    server: ``STATESTORE_BENCH_EXECUTABLE``, an executable written into ``folder`` (``warm_launch.py``), and the
+    server's socket; empty (cold processes) where ``popen`` would start them cold."""
+    server = None if os.environ.get("STATESTORE_TESTS_COLD") else _server()
+    if server is None or not _same_interpreter(os.environ, server.environ):
+        return {}
+    executable = folder / "statestore"
+    executable.write_text(f"#!{sys.executable} -IS\n" + LAUNCH.read_text())
+    executable.chmod(0o755)
+    return {"STATESTORE_BENCH_EXECUTABLE": str(executable), "STATESTORE_WARM_SOCKET": str(server.socket)}
 
 
 def run(args: Sequence[str], *, input: str | None = None, timeout: float | None = None, **options: Any) -> Any:
