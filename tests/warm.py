@@ -18,10 +18,8 @@ with ``code=`` or Python flags is never forked.
 
 from __future__ import annotations
 
-import array
 import atexit
 import contextlib
-import json
 import os
 import select
 import shutil
@@ -34,6 +32,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from warm_launch import send_request
 
 SERVER = Path(__file__).with_name("warm_server.py")
 LAUNCH = Path(__file__).with_name("warm_launch.py")  # the benchmarks' stand-in for statestore (launcher)
@@ -195,20 +195,15 @@ class _Forked(subprocess.Popen):
         errwrite: int,
         *_: Any,
     ) -> None:
-        request = {
-            "argv": args[len(COLD_PREFIX) :],
-            "env": dict(os.environ if env is None else env),
-            "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-        }
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
-        channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            channel.connect(str(self._server.socket))
-            message = json.dumps(request).encode() + b"\n"
-            channel.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-        except OSError:
-            channel.close()
-            raise
+            channel = send_request(
+                str(self._server.socket),
+                args[len(COLD_PREFIX) :],
+                dict(os.environ if env is None else env),
+                os.fspath(cwd) if cwd is not None else os.getcwd(),
+                fds,
+            )
         finally:
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
         self._channel = channel

@@ -23,12 +23,24 @@ import sys
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
-def main() -> int:
-    request = {"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}
+def send_request(server: str, argv: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> socket.socket:
+    """Ask the warm server listening on ``server`` to run ``argv`` in ``env`` and ``cwd``, on ``fds`` as its
+    standard input, output and error: one JSON line, the descriptors passed along with it. The server answers
+    on the connection returned: ``pid N`` once the command runs, ``status N`` (a wait status) when it ended."""
     channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    channel.connect(os.environ["STATESTORE_WARM_SOCKET"])
-    message = json.dumps(request).encode() + b"\n"
-    channel.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+    try:
+        channel.connect(server)
+        message = json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode() + b"\n"
+        channel.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    except OSError:
+        channel.close()
+        raise
+    return channel
+
+
+def main() -> int:
+    server = os.environ["STATESTORE_WARM_SOCKET"]
+    channel = send_request(server, sys.argv[1:], dict(os.environ), os.getcwd(), [0, 1, 2])
     replies = channel.makefile("rb")
     word, _, value = replies.readline().decode().partition(" ")
     if word != "pid":
