@@ -96,16 +96,18 @@ def _rewrite_test_modules(config: pytest.Config) -> None:
     import importlib
 
     tests = Path(__file__).resolve().parent
-    wanted = [arg for arg in (Path(a.split("::")[0]).resolve() for a in config.args) if arg.is_file()]
-    modules = wanted if wanted and all(arg.parent == tests for arg in wanted) else sorted(tests.glob("test_*.py"))
+    named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    only_files = named and all(path.is_file() and path.parent == tests for path in named)
+    modules = named if only_files else sorted(tests.glob("test_*.py"))
     was, sys.dont_write_bytecode = sys.dont_write_bytecode, False
     try:
         for module in modules:
             try:
                 importlib.import_module(module.stem)
-            except BaseException as error:  # a module that skips or fails does so again in its worker
-                if isinstance(error, KeyboardInterrupt):
-                    raise
+            except KeyboardInterrupt:
+                raise
+            except BaseException:  # a module that skips (pytest.skip raises one) or fails does so again in its worker
+                pass
     finally:
         sys.dont_write_bytecode = was
 
