@@ -23,6 +23,7 @@ import os
 import random
 import shutil
 import sqlite3
+import subprocess
 import sys
 import time
 import uuid
@@ -204,12 +205,32 @@ def statestore_executable() -> str:
 
 
 def tool_env(airflow_home: Path | None = None) -> dict[str, str]:
-    """The environment for every process we start: no AIRFLOW_* of the developer's, a private AIRFLOW_HOME."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    """The environment for every process we start: no AIRFLOW_* of the developer's, a private AIRFLOW_HOME, and
+    the package's bytecode compiled and read as an installed package's is (pip compiles it when it installs):
+    under ``PYTHONDONTWRITEBYTECODE``, set on some machines, an editable checkout would compile every module of
+    ours in every command measured (0.05-0.15 s each)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW") and k != "PYTHONDONTWRITEBYTECODE"}
     if airflow_home is not None:
         airflow_home.mkdir(parents=True, exist_ok=True)
         env["AIRFLOW_HOME"] = str(airflow_home)
+    _compile_package(env)
     return env
+
+
+_COMPILED: set[tuple[str, str]] = set()
+
+
+def _compile_package(env: dict[str, str]) -> None:
+    """Bytecode for every module of the package the measured ``statestore`` imports, where that environment
+    reads it (once per process; quick when it is there already)."""
+    import statestore_cli
+
+    folder = str(Path(statestore_cli.__file__).parent)
+    where = env.get("PYTHONPYCACHEPREFIX", "")
+    if (folder, where) in _COMPILED:
+        return
+    subprocess.run([sys.executable, "-m", "compileall", "-q", folder], env=env, check=True, stdout=subprocess.DEVNULL)
+    _COMPILED.add((folder, where))
 
 
 def db_init(url: str, env: dict[str, str]) -> None:

@@ -400,19 +400,21 @@ def backed_up_batch(
 ) -> Batch:
     """One transaction that deletes the next ``batch_size`` rows after ``after`` (0: every row), their lines
     written and the file synced before it commits (see the module's docstring). A failure before the commit
-    rolls the transaction back and cuts the batch's lines from the file again. ``read_beside``: a
-    one-statement run on PostgreSQL reads its rows on a second session while it deletes (``pg_paired``: a
-    second connection, worth it for the many rows of a clean)."""
+    rolls the transaction back and cuts the batch's lines from the file again. ``read_beside``: on PostgreSQL
+    the batch's rows are read on a second session while this one deletes them (``pg_paired``: a second
+    connection, worth it for the many rows of a clean)."""
     backup.start()
     dialect = conn.dialect.name
     lines = selection.lines(dialect) if selection.lines is not None else None
     if lines is not None:
         try:
-            if read_beside and not batch_size and dialect == "postgresql" and lines.copied and _copies(conn):
+            if read_beside and dialect == "postgresql" and lines.copied and _copies(conn) and selection.source is None:
                 try:
-                    return _paired_batch(conn, selection, lines.copied, backup)
+                    if not batch_size:
+                        return _paired_batch(conn, selection, lines.copied, backup)
+                    return _paired_range_batch(conn, selection, lines.copied, backup, batch_size, after)
                 except pg_paired.Contended:
-                    pass  # nothing was deleted: the one-session way, which waits for changed rows
+                    pass  # nothing was deleted: the one-session way (locked rows skipped, changed rows waited for)
             return _transaction(conn, backup, lambda: _lines_batch(conn, selection, lines, backup, batch_size, after))
         except _Redo:
             pass
@@ -615,6 +617,64 @@ def _paired_batch(conn: Connection, selection: Selection, shape: copy_lines.Shap
 
     with pg_paired.repeatable_read(conn):
         return _transaction(conn, backup, body)
+
+
+def _paired_range_batch(
+    conn: Connection, selection: Selection, shape: copy_lines.Shape, backup: BackupFile, batch_size: int, after: Any
+) -> Batch:
+    """A bounded batch on PostgreSQL, deleted on this connection while a second session reads the same rows on
+    its snapshot (``pg_paired``): ``COPY (DELETE ... RETURNING ...)`` has the one server process that deletes
+    also send every row, where here the reading runs beside the delete. Both sides must name the same rows,
+    so the batch is a range of ``order``: the rows after ``after`` up to the ``batch_size``-th of them (found
+    first, on the same snapshot; each side finding them itself took longer), not the rows a subquery takes
+    locked, which only the deleting side would know. A row another transaction holds is waited for (briefly:
+    ``PAIRED_LOCK_WAIT_MS``), and one it changed makes the delete fail; then (``pg_paired.Contended``, nothing
+    deleted) the caller runs the batch the one-session way, which skips locked rows."""
+    end, bounded, open_ended = _range_statements(conn, selection, shape.fields)
+    start = 0 if after is None else after
+    taker = _CopyTaker(shape, backup)
+
+    def body() -> Batch:
+        upper = conn.execute(end, {"after": start, "skip": batch_size - 1}).scalar()
+        delete_rows, read = open_ended if upper is None else bounded
+        bound = {"after": start} if upper is None else {"after": start, "upper": upper}
+        sql, params = f"COPY ({read.string}) TO STDOUT", read.construct_params(bound)
+        with _copy_errors(conn, None, sql, params, invalidate=lambda: None):
+            deleted = pg_paired.delete_beside_read(
+                conn, delete_rows, sql, params, taker.take, bound, lock_wait_ms=PAIRED_LOCK_WAIT_MS
+            )
+        return Batch(taker.finish(_counted(deleted)), upper)
+
+    with pg_paired.repeatable_read(conn):
+        return _transaction(conn, backup, body)
+
+
+# How long a paired batch waits for a row another transaction holds (an Airflow task writing the key, a second
+# cleaner's batch) before it is run the one-session way, which skips such rows as the clean without a backup.
+PAIRED_LOCK_WAIT_MS = 200
+_RANGE_STATEMENTS: weakref.WeakKeyDictionary[Selection, tuple[Any, Any, Any]] = weakref.WeakKeyDictionary()
+
+
+def _range_statements(conn: Connection, selection: Selection, columns: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """The statements of ``_paired_range_batch``, made once per selection (see ``_COPY_STATEMENTS``): the
+    ``order`` value that ends the ``:skip`` + 1 rows after ``:after`` (None: fewer are left); then, for the rows
+    after ``:after`` up to ``:upper``, and for every row after ``:after``, the delete and the select of
+    ``columns`` (compiled for this connection, for COPY)."""
+    made = _RANGE_STATEMENTS.get(selection)
+    if made is None:
+        order = selection.order
+        walk = selection.walk if selection.walk is not None else selection.where
+        after = order > bindparam("after", type_=order.type)
+        upper = order <= bindparam("upper", type_=order.type)
+        end = select(order).where(walk, after).order_by(order).offset(bindparam("skip")).limit(1)
+        translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
+        pairs = []
+        for bounds in ((after, upper), (after,)):
+            read = select(*columns).select_from(selection.table).where(*bounds, selection.where)
+            compiled = read.compile(dialect=conn.dialect, **translate)
+            pairs.append((delete(selection.table).where(*bounds, selection.where), compiled))
+        made = _RANGE_STATEMENTS[selection] = (end, pairs[0], pairs[1])
+    return made
 
 
 # The statements of each selection's COPY batches, made once: statements made per batch leave reference cycles

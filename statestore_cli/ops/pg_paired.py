@@ -32,6 +32,7 @@ from statestore_cli.ops import pg_copy
 
 SECOND_SESSION_WAIT = 5.0  # seconds the second session may take to start on the snapshot (a pooler may queue it)
 _SERIALIZATION_FAILURE = "40001"
+_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout ran out
 
 
 class Contended(Exception):
@@ -63,16 +64,22 @@ def delete_beside_read(
     read_sql: str,
     read_params: Mapping[str, Any] | None,
     take: Callable[[list[bytes]], None],
+    params: Mapping[str, Any] | None = None,
+    lock_wait_ms: int | None = None,
 ) -> int:
-    """Run ``statement`` (a DELETE) in the REPEATABLE READ transaction ``conn`` has begun (``repeatable_read``)
-    while a second session runs ``read_sql`` (``COPY (SELECT ...) TO STDOUT`` of the same rows) on the same
-    snapshot, its rows handed to ``take`` (``pg_copy.copy_out``; it counts them); returns the rows deleted.
-    Nothing is committed here. Whatever stops either side cancels the other; the delete's failure is the one
-    raised."""
+    """Run ``statement`` (a DELETE, with ``params``) in the REPEATABLE READ transaction ``conn`` has begun
+    (``repeatable_read``) while a second session runs ``read_sql`` (``COPY (SELECT ...) TO STDOUT`` of the same
+    rows) on the same snapshot, its rows handed to ``take`` (``pg_copy.copy_out``; it counts them); returns the
+    rows deleted. Nothing is committed here. Whatever stops either side cancels the other; the delete's failure
+    is the one raised. ``lock_wait_ms``: the delete waits that long at most for a lock another transaction
+    holds (instead of the session's lock timeout), then raises ``Contended``."""
     row = conn.exec_driver_sql(
         "SELECT pg_export_snapshot(), current_setting('statement_timeout'), current_setting('lock_timeout')"
     ).one()
     snapshot, statement_timeout, lock_timeout = row
+    if lock_wait_ms is not None:
+        conn.exec_driver_sql(f"SELECT set_config('lock_timeout', '{int(lock_wait_ms)}ms', true)")
+    contended = (_SERIALIZATION_FAILURE,) if lock_wait_ms is None else (_SERIALIZATION_FAILURE, _LOCK_NOT_AVAILABLE)
     pooled = _second_session(conn, snapshot, statement_timeout, lock_timeout)
     reader: Any = pooled.dbapi_connection
     deleter: Any = conn.connection.dbapi_connection
@@ -80,7 +87,7 @@ def delete_beside_read(
 
     def run_delete() -> None:
         try:
-            outcome["deleted"] = conn.execute(statement).rowcount
+            outcome["deleted"] = conn.execute(statement, params).rowcount
         except BaseException as exc:  # handed to the main thread, which raises it
             outcome["failure"] = exc
             _cancel(reader)  # the reading stops too
@@ -93,13 +100,13 @@ def delete_beside_read(
         except BaseException:
             if "failure" in outcome:  # the delete failed first, and stopped the reading
                 _join(worker)
-                raise _contended(outcome["failure"]) from None
+                raise _contended(outcome["failure"], contended) from None
             _cancel(deleter)
             _join(worker)
             raise
         _join(worker)
         if "failure" in outcome:
-            raise _contended(outcome["failure"])
+            raise _contended(outcome["failure"], contended)
         reader.rollback()  # read only: nothing to keep
     finally:
         pooled.close()
@@ -193,12 +200,12 @@ def _join(worker: threading.Thread) -> None:
         worker.join(0.2)
 
 
-def _contended(failure: BaseException) -> BaseException:
-    """The delete's failure as raised: ``Contended`` for a serialization failure (a row changed after the
-    snapshot), the failure itself otherwise."""
-    orig = getattr(failure, "orig", None)
-    if getattr(orig, "sqlstate", None) == _SERIALIZATION_FAILURE:
-        return Contended("a row to delete changed after the snapshot")
+def _contended(failure: BaseException, states: tuple[str, ...]) -> BaseException:
+    """The delete's failure as raised: ``Contended`` for one of ``states`` (a serialization failure: a row
+    changed after the snapshot; where asked, a lock wait that ran out), the failure itself otherwise."""
+    state = getattr(getattr(failure, "orig", None), "sqlstate", None)
+    if state in states:
+        return Contended(f"the delete could not go ahead (SQLSTATE {state})")
     return failure
 
 
