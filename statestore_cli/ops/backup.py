@@ -4,16 +4,16 @@ FILE`` puts back exactly what went.
 
 Each batch is one transaction whose lines are written, flushed and fsynced before it commits, so a commit never
 happens before its lines are on disk: a command stopped by a signal, its deadline, a lost connection or a crash
-leaves in FILE every row it deleted. The rows written are exactly the rows deleted: on PostgreSQL and SQLite a
-batch is one ``DELETE ... RETURNING`` the lines of the rows it deleted (the rows it picks locked by the delete
-itself, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL as without a backup), and on MariaDB (10.0.5 and later) the
+leaves in FILE every row it deleted. The rows written are exactly the rows deleted: on SQLite a batch is one
+``DELETE ... RETURNING`` the lines of the rows it deleted; on PostgreSQL (psycopg 3) one ``COPY (DELETE ...
+RETURNING ...)`` (the rows it picks locked by the delete itself, ``FOR UPDATE SKIP LOCKED`` as without a
+backup), but a clean's batch deletes on its own session while a second one reads the same rows on the same
+snapshot (``pg_paired``), the counts compared, where it can; on MariaDB (10.0.5 and later) the
 delete of the batch's id range (a one-statement run: of the whole selection, read through an unbuffered cursor),
 as without a backup, ``RETURNING`` them; on MySQL, and for a one-statement run on SQLite (whose rows are too
 many to hold at once), the batch selects its rows with their full content,
 locked (``FOR UPDATE``; SQLite's write lock from ``BEGIN IMMEDIATE``), writes and syncs their lines, deletes
-exactly those rows and checks that the row count is the number of lines. A one-statement clean on PostgreSQL
-deletes on its own session while a second one reads the same rows on the same snapshot (``pg_paired``), the
-counts compared; it deletes the one-session way where that cannot be. A batch that fails before its commit
+exactly those rows and checks that the row count is the number of lines. A batch that fails before its commit
 is cut from the file again; one whose commit was under way when the connection went stays (its rows may or may
 not be gone), so the file may hold one batch more than was deleted, never one row fewer.
 

@@ -1,17 +1,20 @@
-"""A one-statement delete on PostgreSQL whose rows a second session reads while it runs (``clean --backup``).
+"""A delete on PostgreSQL whose rows a second session reads while it runs (``clean --backup``: each batch, or
+the one statement).
 
 ``COPY (DELETE ... RETURNING ...)`` has one server process both delete the rows and send them: about 1.25 s of
 its CPU per 500,000 rows against 0.45 s for the delete alone, one after the other. Here the delete runs alone
 on the clean's connection, in a REPEATABLE READ transaction, while a second session, in a read-only
 transaction on the same snapshot (``pg_export_snapshot()``, ``SET TRANSACTION SNAPSHOT``), sends the same
 rows through ``COPY (SELECT ...)``: the delete, the reading and this process's making of lines run side by
-side (a bare script: 1.1 s for both against 2.0 s for the one statement, 0.8 s for the delete alone).
+side (a bare script: 1.1 s for both against 2.0 s for the one statement, 0.8 s for the delete alone; a clean
+of 1,000,000 keys in batches of 10,000 with ``--backup``: 1.14x the clean without it, 1.58x one session).
 
 Both see exactly the rows of that snapshot, so the rows read are the rows deleted: a row that another
 transaction changed or deleted after the snapshot makes the delete fail (a serialization failure) rather than
 skip it or delete its newer version, as READ COMMITTED would. Then, or when no second session can be had
-(a pool or a pooler with no connection to spare), ``Contended`` is raised, nothing is deleted, and the caller
-deletes the one-session way. The counts are compared all the same.
+(a pool or a pooler with no connection to spare), or (where the caller bounds it) after a short wait for a row
+another transaction holds, ``Contended`` is raised, nothing is deleted, and the caller deletes the one-session
+way. The counts are compared all the same.
 """
 
 from __future__ import annotations
@@ -77,8 +80,11 @@ def delete_beside_read(
         "SELECT pg_export_snapshot(), current_setting('statement_timeout'), current_setting('lock_timeout')"
     ).one()
     snapshot, statement_timeout, lock_timeout = row
-    if lock_wait_ms is not None:
-        conn.exec_driver_sql(f"SELECT set_config('lock_timeout', '{int(lock_wait_ms)}ms', true)")
+    if lock_wait_ms is not None:  # or the session's own, where that is shorter (0: none)
+        conn.exec_driver_sql(
+            f"SELECT set_config('lock_timeout', LEAST(NULLIF(setting::bigint, 0), {int(lock_wait_ms)}) || 'ms', true)"
+            " FROM pg_settings WHERE name = 'lock_timeout'"
+        )
     contended = (_SERIALIZATION_FAILURE,) if lock_wait_ms is None else (_SERIALIZATION_FAILURE, _LOCK_NOT_AVAILABLE)
     pooled = _second_session(conn, snapshot, statement_timeout, lock_timeout)
     reader: Any = pooled.dbapi_connection
