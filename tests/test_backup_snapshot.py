@@ -12,7 +12,18 @@ import time
 import pytest
 from helpers import engine_of, run_statestore_process
 from sqlalchemy import text
-from test_backup import export, lines_of, long_key, records, restore, seed, start_clean, task_lines, task_rows
+from test_backup import (
+    export,
+    lines_of,
+    long_key,
+    records,
+    restore,
+    seed,
+    seed_bulk,
+    start_clean,
+    task_lines,
+    task_rows,
+)
 from test_faults import named_session
 
 pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
@@ -85,6 +96,29 @@ def test_a_batch_skips_a_row_another_transaction_holds_as_without_a_backup(db_ur
     assert records(lines_of(backup)) == records(before)
     kept = [json.loads(line) for line in task_lines(export(db_url))]
     assert [(k["key"], k["value"]) for k in kept] == [(held, "held")]
+
+
+def test_two_cleans_at_once_in_batches_share_the_rows_and_back_up_each_once(db_url, tmp_path):
+    """Two batched cleans with a backup each, at once on the same 3,000 expired keys: their batches' ranges
+    meet (the second waits for rows the first holds, finds them gone, and runs that batch the one-session
+    way), and between them they delete every key once: the two backups hold each key exactly once, and
+    importing both puts every one back."""
+    seed_bulk(db_url, 3_000)
+    before = task_lines(export(db_url), prefix="")
+    backups = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
+    procs = [start_clean(db_url, backup, batch=100) for backup in backups]
+    outcomes = [proc.communicate(timeout=120) for proc in procs]
+    for proc, (_, err) in zip(procs, outcomes, strict=True):
+        assert proc.returncode == 0, err
+    deleted = [json.loads(out)["deleted"] for out, _ in outcomes]
+    written = [lines_of(backup) for backup in backups]
+    assert [len(lines) for lines in written] == deleted
+    assert sum(deleted) == 3_000
+    assert records(written[0] + written[1]) == records(before)
+    assert task_rows(db_url) == 0
+    for backup in backups:
+        restore(db_url, backup)
+    assert records(task_lines(export(db_url), prefix="")) == records(before)
 
 
 @pytest.mark.parametrize("batch", ["0", "5"])
