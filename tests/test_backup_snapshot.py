@@ -99,9 +99,9 @@ def test_a_batch_skips_a_row_another_transaction_holds_as_without_a_backup(db_ur
 
 
 def test_two_cleans_at_once_in_batches_share_the_rows_and_back_up_each_once(db_url, tmp_path):
-    """Two batched cleans with a backup each, at once on the same 3,000 expired keys: their batches' ranges
-    meet (the second waits for rows the first holds, finds them gone, and runs that batch the one-session
-    way), and between them they delete every key once: the two backups hold each key exactly once, and
+    """Two batched cleans with a backup each, at once on the same 3,000 expired keys: where their batches'
+    ranges meet, one waits for rows the other holds, finds them gone or still held, and runs that batch the
+    one-session way; between them they delete every key once: the two backups hold each key exactly once, and
     importing both puts every one back."""
     seed_bulk(db_url, 3_000)
     before = task_lines(export(db_url), prefix="")

@@ -246,8 +246,9 @@ def test_batched_clean_of_hundreds_of_batches_beside_other_clients(pool):
 
 
 def test_clean_with_a_backup_beside_other_clients_and_its_restore(pool, tmp_path):
-    """--backup reads each batch's rows on a second session, on the snapshot of the batch's own transaction:
-    through the pool too, and nothing of it is left on a server connection; the import puts every key back."""
+    """--backup reads each batch's rows on a second session on the batch's snapshot (or, where it cannot have
+    one, with the batch's own COPY): through the pool too, and nothing of it is left on a server connection;
+    the import puts every key back."""
     seed(pool, expired=5_000, live=500)
     before = baseline(pool)
     backup = tmp_path / "clean.jsonl"
