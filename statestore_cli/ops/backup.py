@@ -667,12 +667,10 @@ def _range_statements(conn: Connection, selection: Selection, columns: Sequence[
         after = order > bindparam("after", type_=order.type)
         upper = order <= bindparam("upper", type_=order.type)
         end = select(order).where(walk, after).order_by(order).offset(bindparam("skip")).limit(1)
-        translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
         pairs = []
         for bounds in ((after, upper), (after,)):
             read = select(*columns).select_from(selection.table).where(*bounds, selection.where)
-            compiled = read.compile(dialect=conn.dialect, **translate)
-            pairs.append((delete(selection.table).where(*bounds, selection.where), compiled))
+            pairs.append((delete(selection.table).where(*bounds, selection.where), _for_copy(conn, read)))
         made = _RANGE_STATEMENTS[selection] = (end, pairs[0], pairs[1])
     return made
 
@@ -695,14 +693,19 @@ def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[A
         walk = selection.walk if selection.walk is not None else selection.where
         picked = select(order).where(walk, order > bindparam("after", type_=order.type)).order_by(order)
         taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).scalar_subquery()
-        translate = {"schema_translate_map": conn.get_execution_options().get("schema_translate_map")}
         every = delete(selection.table).where(selection.where).returning(*columns)
         batch = delete(selection.table).where(order == any_(func.array(taken)), selection.where)
         read = select(*columns).select_from(selection.table).where(selection.where)
         statements = (every, batch.returning(*columns, order), read)
-        compiled = [statement.compile(dialect=conn.dialect, **translate) for statement in statements]
+        compiled = [_for_copy(conn, statement) for statement in statements]
         made = _COPY_STATEMENTS[selection] = (compiled[0], compiled[1], compiled[2])
     return made
+
+
+def _for_copy(conn: Connection, statement: Any) -> Any:
+    """``statement`` compiled for this connection (its schema translated), for the text of a ``COPY``."""
+    translate = conn.get_execution_options().get("schema_translate_map")
+    return statement.compile(dialect=conn.dialect, schema_translate_map=translate)
 
 
 def _select_then_delete(
