@@ -31,7 +31,7 @@ from statestore_cli.db.schema import task_state_store
 from statestore_cli.model.timestamps import iso_utc
 from statestore_cli.ops import backup as backups
 from statestore_cli.ops import copy_lines, row_lines
-from statestore_cli.ops.backup import BackupFile
+from statestore_cli.ops.backup_file import BackupFile
 from statestore_cli.ops.cleanup import delete_expired
 from statestore_cli.ops.records import encode_line, is_json, printable, task_record
 

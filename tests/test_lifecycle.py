@@ -105,7 +105,7 @@ def test_sweep_rechecks_activity_when_it_deletes(cli, db_url):
 def test_a_confirmed_sweep_deletes_only_the_assets_it_was_confirmed_for(cli, db_url, tmp_path, batch_size, backed_up):
     """``sweep(only=...)``: the assets the question named; one that went inactive since keeps its keys, and one
     of them reactivated meanwhile keeps its keys too. Every path: one statement, batches, each with a backup."""
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.lifecycle import plan_sweep, sweep
 
     _asset(cli, "orders", LONG_KEY, "watermark")

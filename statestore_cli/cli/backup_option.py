@@ -11,7 +11,7 @@ from statestore_cli.config import Settings
 from statestore_cli.errors import InvalidInputError
 
 if TYPE_CHECKING:  # loaded only when --backup is given
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
 
 BackupOpt = Annotated[
     Optional[Path],
@@ -37,7 +37,7 @@ def open_backup(path: Optional[Path]) -> Optional["BackupFile"]:
     exists and is not empty, or its folder is missing or not writable); created when deleting starts."""
     if path is None:
         return None
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
 
     return BackupFile(path)
 

@@ -37,7 +37,7 @@ from statestore_cli.model.entries import Timeouts
 from statestore_cli.model.retention import parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.clean_run import CleanRun
     from statestore_cli.ops.cleanup import CleanReport
 

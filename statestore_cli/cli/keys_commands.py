@@ -36,7 +36,7 @@ from statestore_cli.model.retention import parse_instant, parse_retention
 from statestore_cli.model.scopes import StoreScope, TaskScope
 
 if TYPE_CHECKING:  # loaded only when --backup is given
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
 
 
 # -- keys -------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
 
     from statestore_cli.db.layout import Layout
     from statestore_cli.ops.backend_check import CheckReport
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.cleanup import CleanReport, ExpiredRow
     from statestore_cli.ops.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
     from statestore_cli.ops.lifecycle import SweepReport, SweptAsset

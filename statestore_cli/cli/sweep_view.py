@@ -14,7 +14,7 @@ from statestore_cli.cli.safe_text import safe_text
 
 if TYPE_CHECKING:
     from statestore_cli.cli.writer import Writer
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.lifecycle import SweepReport, SweptAsset
 
 

@@ -26,7 +26,7 @@ from statestore_cli.errors import EXIT_OK, StateStoreError, StopReason
 
 if TYPE_CHECKING:
     from statestore_cli.config import Settings
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.cleanup import CleanControl, CleanReport
     from statestore_cli.ops.metrics import CleanRecorder
 

@@ -47,7 +47,7 @@ from statestore_cli.model.retention import Retention, clean_cutoff, utcnow
 from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
 
 if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` need them, and they cost start-up
-    from statestore_cli.ops.backup import BackupFile
+    from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.cleanup import CleanControl, CleanReport, ExpiredRow
     from statestore_cli.ops.metrics import StatsMetrics
     from statestore_cli.ops.stats import StoreStats

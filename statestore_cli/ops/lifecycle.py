@@ -39,16 +39,8 @@ from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag
 from statestore_cli.db.schema_state import alembic_version_table
 from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, failed_midway
 from statestore_cli.model.scopes import AssetScope, TaskScope
-from statestore_cli.ops.backup import (
-    BackupFile,
-    Selection,
-    asset_rows,
-    assets_rows,
-    backed_up_batch,
-    dag_run_rows,
-    task_rows,
-    with_backup,
-)
+from statestore_cli.ops.backup import Selection, asset_rows, assets_rows, backed_up_batch, dag_run_rows, task_rows
+from statestore_cli.ops.backup_file import BackupFile, with_backup
 
 _akv = asset_state_store
 
