@@ -29,8 +29,7 @@ from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
 from statestore_cli.db.schema import task_state_store
 from statestore_cli.model.timestamps import iso_utc
-from statestore_cli.ops import backup as backups
-from statestore_cli.ops import copy_lines, row_lines
+from statestore_cli.ops import backup_rows, copy_lines, row_lines
 from statestore_cli.ops.backup_file import BackupFile
 from statestore_cli.ops.cleanup import delete_expired
 from statestore_cli.ops.records import encode_line, is_json, printable, task_record
@@ -204,7 +203,7 @@ def test_a_block_of_timestamps_is_made_as_each_one_is():
 
 def _sqlite_lines(rows: list[tuple]) -> str | None:
     """The lines the backed-up delete of a clean on SQLite makes of ``rows`` (id, then the task columns)."""
-    lines = backups.task_rows(task_state_store, true()).lines("sqlite")
+    lines = backup_rows.task_rows(task_state_store, true()).lines("sqlite")
     assert lines is not None and lines.block is not None
     strict = len(lines.columns) > 8  # json_valid(value) follows where SQLite's follows RFC 8259
     return lines.block([(*row, int(is_json(row[-1]))) if strict else row for row in rows])

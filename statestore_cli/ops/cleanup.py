@@ -43,8 +43,9 @@ from statestore_cli.errors import (
 )
 from statestore_cli.model.entries import Timeouts
 from statestore_cli.model.timestamps import iso_utc
-from statestore_cli.ops.backup import backed_up_batch, dag_run_rows, task_rows
+from statestore_cli.ops.backup import backed_up_batch
 from statestore_cli.ops.backup_file import BackupFile, with_backup
+from statestore_cli.ops.backup_rows import dag_run_rows, task_rows
 
 
 class ExpiredRow(NamedTuple):

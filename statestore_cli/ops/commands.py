@@ -313,7 +313,8 @@ def _clear_backed_up(
     from statestore_cli.db.database import retry_deadlocks, translate_errors
     from statestore_cli.db.layout import layout_of
     from statestore_cli.db.schema import asset, asset_state_store
-    from statestore_cli.ops.backup import asset_rows, backed_up_batch, dag_run_rows, task_rows
+    from statestore_cli.ops.backup import backed_up_batch
+    from statestore_cli.ops.backup_rows import asset_rows, dag_run_rows, task_rows
 
     store = backup_metastore(settings)
     with translate_errors(store.engine), store.engine.connect() as conn:

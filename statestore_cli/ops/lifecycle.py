@@ -39,8 +39,9 @@ from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag
 from statestore_cli.db.schema_state import alembic_version_table
 from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, failed_midway
 from statestore_cli.model.scopes import AssetScope, TaskScope
-from statestore_cli.ops.backup import Selection, asset_rows, assets_rows, backed_up_batch, dag_run_rows, task_rows
+from statestore_cli.ops.backup import backed_up_batch
 from statestore_cli.ops.backup_file import BackupFile, with_backup
+from statestore_cli.ops.backup_rows import Selection, asset_rows, assets_rows, dag_run_rows, task_rows
 
 _akv = asset_state_store
 
