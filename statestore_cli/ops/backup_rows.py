@@ -35,8 +35,6 @@ from statestore_cli.ops.records import (
 )
 
 
-# How a row becomes its line: ``columns`` selected (or returned) after the row's ``order`` value, and the line
-# made of the row; None where the database could not build it (the batch is then made again from the rows).
 class Lines(NamedTuple):
     """How rows become lines: ``columns`` selected (or returned) after each row's ``order`` value, and ``make``,
     the line of such a row, None where the database could not build it (the batch is then made again from
