@@ -129,7 +129,7 @@ def _lines_batch(
         return _select_then_delete(conn, selection, lines, backup, batch_size, after)
     columns = lines.columns
     order = selection.order
-    walk = selection.walk if selection.walk is not None else selection.where
+    walk = selection.walked
     ids = select(order).where(walk, *([order > after] if after is not None else [])).order_by(order).limit(batch_size)
     if dialect == "postgresql":  # rows another cleaner holds are skipped, as without a backup
         chosen = order == any_(func.array(ids.with_for_update(skip_locked=True).scalar_subquery()))
@@ -163,7 +163,7 @@ def _range_batch(
     up to it, returning their lines: what is written is exactly what was deleted, locked by the delete itself."""
     columns = lines.columns
     order = selection.order
-    walk = selection.walk if selection.walk is not None else selection.where
+    walk = selection.walked
     start = [order > after] if after is not None else []
     end = select(order).with_hint(selection.table, "FORCE INDEX (PRIMARY)").where(walk, *start).order_by(order)
     upper = conn.execute(end.limit(1).offset(batch_size - 1)).scalar()
@@ -333,7 +333,7 @@ def _range_statements(conn: Connection, selection: Selection, columns: Sequence[
     made = _RANGE_STATEMENTS.get(selection)
     if made is None:
         order = selection.order
-        walk = selection.walk if selection.walk is not None else selection.where
+        walk = selection.walked
         after = order > bindparam("after", type_=order.type)
         upper = order <= bindparam("upper", type_=order.type)
         end = select(order).where(walk, after).order_by(order).offset(bindparam("skip")).limit(1)
@@ -360,7 +360,7 @@ def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[A
     made = _COPY_STATEMENTS.get(selection)
     if made is None:
         order = selection.order
-        walk = selection.walk if selection.walk is not None else selection.where
+        walk = selection.walked
         picked = select(order).where(walk, order > bindparam("after", type_=order.type)).order_by(order)
         taken = picked.limit(bindparam("size")).with_for_update(skip_locked=True).scalar_subquery()
         every = delete(selection.table).where(selection.where).returning(*columns)
@@ -394,7 +394,7 @@ def _select_then_delete(
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     columns = lines.columns
     order = selection.order
-    walk = selection.walk if selection.walk is not None else selection.where
+    walk = selection.walked
     base = select(order, *columns).where(walk)
     if selection.source is not None:
         base = base.select_from(selection.source)

@@ -83,6 +83,11 @@ class Selection:
     tiebreak: Any = None  # ordered by after ``order`` when that is not unique (a one-statement run only)
     lines: Callable[[str], Lines | None] | None = None
 
+    @property
+    def walked(self) -> ColumnElement[bool]:
+        """The selection as the engine walks ``order``: ``walk``, or ``where`` where none is given."""
+        return self.walk if self.walk is not None else self.where
+
     def in_python(self) -> Lines:
         record = self.record
         return Lines(self.columns, lambda row: encode_line(record(row)))
