@@ -221,7 +221,7 @@ def test_orphans_lists_and_deletes_an_object_no_row_points_to(deployment: Deploy
     modified = datetime.fromisoformat(report["orphans"][0]["modified_at"])
     assert abs(modified.timestamp() - old) < 1
 
-    deleted = json.loads(d.ok("orphans", "--delete", "--older-than", "1d", "-o", "json"))
+    deleted = json.loads(d.ok("orphans", "--delete", "--older-than", "1d", "--yes", "-o", "json"))
     assert (deleted["deleted"], deleted["failed"]) == (1, 0)
     assert not (d.objects / "assets" / "orders" / "lost").exists()
     assert json.loads(d.ok("orphans", "-o", "json"))["orphans"] == []

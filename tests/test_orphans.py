@@ -8,6 +8,7 @@ import json
 import os
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from helpers import sql
@@ -82,7 +83,7 @@ def test_delete_removes_only_orphans_older_than_asked(cli, db_url, flaky_fs):
 
     result, doc = orphans(cli, "--older-than", "2d")
     assert [o["ref"] for o in doc["orphans"]] == [value_path(SCOPE, "old_orphan")], "a filter, deleting nothing"
-    result, doc = orphans(cli, "--delete", "--older-than", "2d")
+    result, doc = orphans(cli, "--delete", "--older-than", "2d", "--yes")
     assert result.exit_code == 0, result.output
     assert [(o["ref"], o["deleted"]) for o in doc["orphans"]] == [(value_path(SCOPE, "old_orphan"), True)]
     assert not (flaky_fs / value_path(SCOPE, "old_orphan")).exists()
@@ -91,7 +92,8 @@ def test_delete_removes_only_orphans_older_than_asked(cli, db_url, flaky_fs):
 
 
 def test_the_grace_window_protects_writes_in_flight(cli, flaky_fs):
-    assert cli("set", *TASK, "k", "1").exit_code == 0
+    for key in ("k", "live"):
+        assert cli("set", *TASK, key, "1").exit_code == 0
     assert cli("delete", *TASK, "k").exit_code == 3
     result = cli("orphans", "--delete", "--older-than", "30m")
     assert result.exit_code == 2
@@ -99,7 +101,7 @@ def test_the_grace_window_protects_writes_in_flight(cli, flaky_fs):
         "statestore: error: --older-than 30m is shorter than the grace window (1h): a younger object may be a "
         "write in flight; give a longer age\n"
     )
-    result, doc = orphans(cli, "--delete", "--older-than", "0s", "--grace", "0s")
+    result, doc = orphans(cli, "--delete", "--older-than", "0s", "--grace", "0s", "--yes")
     assert (result.exit_code, doc["deleted"]) == (0, 1), "a grace window of 0 is the operator's explicit choice"
 
 
@@ -132,8 +134,9 @@ def test_plain_and_table_output(cli, flaky_fs, monkeypatch):
 
 def test_a_failed_delete_is_reported_and_exits_3(cli, monkeypatch, sample_objects):
     monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", "sample_backends.UndeletableWorker")
+    assert cli("set", *TASK, "live", "1").exit_code == 0
     sample_objects["task/d/r/t/-1/gone"] = ('"x"', None, datetime.now(UTC) - timedelta(days=9))
-    result, doc = orphans(cli, "--delete", "--older-than", "7d")
+    result, doc = orphans(cli, "--delete", "--older-than", "7d", "--yes")
     assert result.exit_code == 3
     [orphan] = doc["orphans"]
     assert (orphan["deleted"], orphan["error"]) == (False, "PermissionError: access denied to task/d/r/t/-1/gone")
@@ -154,3 +157,99 @@ def test_without_a_worker_backend_or_listing(cli, monkeypatch, sample_objects):
         "statestore: error: sample_backends.WorkerWithoutListing cannot list what it stores: it does not "
         "implement list_refs()\n",
     )
+
+
+def _lost_and_live(cli, flaky_fs, lost: tuple[str, ...] = ("lost_reference_a", "lost_reference_b")) -> None:
+    """Orphans three days old (their rows deleted, the backend's delete failed) beside a live key."""
+    for key in (*lost, "live_reference"):
+        assert cli("set", *TASK, key, f'"{key}"').exit_code == 0
+        backdate(flaky_fs / value_path(SCOPE, key), 3)
+    for key in lost:
+        assert cli("delete", *TASK, key).exit_code == 3
+
+
+def _objects(root) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
+
+
+def test_delete_without_a_terminal_needs_yes_and_deletes_nothing(cli, flaky_fs):
+    _lost_and_live(cli, flaky_fs)
+    before = _objects(flaky_fs)
+    result = cli("orphans", "--delete", "--older-than", "2d")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "statestore: error: orphans --delete deletes objects and stdin is not a terminal to confirm on; pass --yes\n"
+    )
+    assert _objects(flaky_fs) == before
+    result, doc = orphans(cli, "--delete", "--older-than", "2d", "--yes")
+    assert (result.exit_code, doc["deleted"]) == (0, 2), result.output
+    assert _objects(flaky_fs) == [value_path(SCOPE, "live_reference")]
+
+
+def test_delete_with_nothing_to_delete_needs_no_yes(cli, flaky_fs):
+    """As `clear` of no keys: nothing to confirm, exit 0."""
+    _lost_and_live(cli, flaky_fs, lost=())
+    result, doc = orphans(cli, "--delete", "--older-than", "2d")
+    assert (result.exit_code, doc["count"], doc["deleted"]) == (0, 0, 0), result.output
+
+
+def test_delete_refuses_a_store_that_references_none_of_the_objects(cli, flaky_fs, tmp_path):
+    """Pointed at the wrong database (here a new empty store), every live object looks orphaned: a delete is
+    refused, even with --yes, and the objects stay; a listing still shows them."""
+    _lost_and_live(cli, flaky_fs, lost=())
+    wrong = f"sqlite:///{tmp_path / 'another_deployment.db'}"
+    assert cli("db", "init", conn=wrong).exit_code == 0
+    result = cli("orphans", "--delete", "--older-than", "2d", "--yes", conn=wrong)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "statestore: error: refusing to delete: the store references none of the 1 object that [workers] "
+        "state_store_backend sample_backends.FlakyFilesystemBackend holds, so it is probably the wrong --conn or "
+        "backend root; if every one of them really is an orphan, pass --all-unreferenced\n"
+    )
+    assert _objects(flaky_fs) == [value_path(SCOPE, "live_reference")]
+    listed = cli("orphans", "-o", "json", conn=wrong)
+    assert (listed.exit_code, json.loads(listed.stdout)["count"]) == (0, 1), "a listing deletes nothing: no refusal"
+    assert cli("get", *TASK, "live_reference").stdout == '"live_reference"\n'
+
+
+def test_all_unreferenced_deletes_when_every_object_really_is_an_orphan(cli, flaky_fs):
+    _lost_and_live(cli, flaky_fs, lost=("lost_reference_a",))
+    assert cli("delete", *TASK, "live_reference").exit_code == 3  # now no row references any object
+    result = cli("orphans", "--delete", "--older-than", "2d", "--yes")
+    assert result.exit_code == 2 and "references none of the 2 objects" in result.stderr, result.stderr
+    result = cli("orphans", "--all-unreferenced")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "statestore: error: --all-unreferenced applies to --delete; without it nothing is deleted\n",
+    )
+    result, doc = orphans(cli, "--delete", "--older-than", "2d", "--all-unreferenced", "--yes")
+    assert (result.exit_code, doc["deleted"]) == (0, 2), result.output
+    assert _objects(flaky_fs) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_delete_asks_at_a_terminal_with_the_count(cli, db_url, flaky_fs):
+    from test_help_and_prompts import Terminal, terminal_env
+
+    _lost_and_live(cli, flaky_fs)
+    args = ["--conn", db_url, "orphans", "--delete", "--older-than", "2d", "-o", "plain"]
+    env = terminal_env(columns=200, PYTHONPATH=str(Path(__file__).parent))  # the process imports sample_backends
+    term = Terminal(args, env)
+    term.wait_for(b"[y/N] ")
+    question = (
+        "Delete 2 orphaned objects (at least 2d old) of [workers] state_store_backend "
+        "sample_backends.FlakyFilesystemBackend? [y/N] "
+    )
+    assert question.encode() in term.seen, term.seen
+    term.type(b"n\n")
+    status, screen = term.finish()
+    assert status == 1 and screen.endswith("? [y/N] n\nstatestore: nothing deleted (answered no)\n"), screen
+    assert len(_objects(flaky_fs)) == 3
+
+    term = Terminal(args, env)
+    term.wait_for(b"[y/N] ")
+    term.type(b"y\n")
+    status, screen = term.finish()
+    assert status == 0 and screen.endswith("2 orphaned objects of 3 listed (at least 2d old); 2 deleted\n"), screen
+    assert _objects(flaky_fs) == [value_path(SCOPE, "live_reference")]

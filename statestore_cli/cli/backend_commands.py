@@ -5,21 +5,25 @@ from typing import Annotated, Optional
 import typer
 
 from statestore_cli.cli.apps import app, backend_app
+from statestore_cli.cli.confirm import confirm_delete
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.group import decided
 from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import HeaderOpt, OutputOpt, choose_output
-from statestore_cli.errors import (
-    Outcome,
-)
+from statestore_cli.errors import InvalidInputError, Outcome
 from statestore_cli.model.retention import parse_duration, utcnow
 
 
 # -- backends ---------------------------------------------------------------------------------------
 @app.command(
     "orphans",
-    epilog=examples("orphans", "orphans --older-than 7d -o json", "orphans --delete --older-than 7d"),
+    epilog=examples(
+        "orphans",
+        "orphans --older-than 7d -o json",
+        "orphans --delete --older-than 7d",
+        "orphans --delete --older-than 7d --yes",
+    ),
 )
 def orphans(
     ctx: typer.Context,
@@ -34,23 +38,45 @@ def orphans(
         str,
         typer.Option("--grace", metavar="DURATION", help="Younger objects may be writes in flight: never deleted."),
     ] = "1h",
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    all_unreferenced: Annotated[
+        bool,
+        typer.Option(
+            "--all-unreferenced",
+            help="Delete even when the database references none of the backend's objects (else refused).",
+        ),
+    ] = False,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> Outcome:
     """List objects of the worker-side backend that no database row points to.
 
     Needs a worker-side backend that implements list_refs() (and delete_ref() for --delete).
-    Objects younger than --grace are shown but never deleted. Exit 3 if a delete failed."""
-    from statestore_cli.ops.orphans import find_orphans
+    Objects younger than --grace are shown but never deleted. Exit 3 if a delete failed.
+
+    --delete asks on a terminal with the count, and then deletes only the orphans it counted; anywhere else
+    it needs --yes (exit 2). Answering no exits 1, nothing deleted. When the database references none of
+    the objects the backend holds, --delete is refused (exit 2): that is what a wrong --conn or backend
+    root looks like; --all-unreferenced deletes them all the same."""
+    from statestore_cli.cli.backend_views import orphans_question
+    from statestore_cli.ops import orphans as ops
 
     out = choose_output(output, header)
-    report = find_orphans(
-        settings_of(ctx),
-        utcnow(),
-        grace=parse_duration(grace, "--grace"),
-        older_than=None if older_than is None else parse_duration(older_than, "--older-than"),
-        delete=delete,
-    )
+    grace_span = parse_duration(grace, "--grace")
+    age = None if older_than is None else parse_duration(older_than, "--older-than")
+    if all_unreferenced and not delete:
+        raise InvalidInputError("--all-unreferenced applies to --delete; without it nothing is deleted")
+    settings = settings_of(ctx)
+    if not delete:
+        report = ops.find_orphans(settings, utcnow(), grace=grace_span, older_than=age)
+    else:
+        plan = ops.plan_orphan_delete(
+            settings, utcnow(), grace=grace_span, older_than=age, all_unreferenced=all_unreferenced
+        )
+        report = plan
+        if plan.deletable:
+            confirm_delete(yes, "orphans --delete deletes objects", orphans_question(plan))
+            report = ops.delete_orphans(settings, plan)  # only the orphans counted in the question
     decided(ctx, report)  # deletions are done: a reader closing the pipe does not change the exit code
     out.orphans(report)
     return report

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.documents import iso
+from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.model.timestamps import human
 
 # The columns of the plain records, printed as a header line with --header.
@@ -85,6 +86,15 @@ def _summary(report: OrphanReport) -> str:
     if report.failed:
         text += f", {report.failed:,} failed"
     return text
+
+
+def orphans_question(plan: OrphanReport) -> str:
+    """What ``orphans --delete`` asks: "Delete 3 orphaned objects (at least 7d old) of [workers]
+    state_store_backend BACKEND?"."""
+    count = plan.deletable
+    objects = f"{count:,} orphaned object{'s' if count != 1 else ''}"
+    old = "" if plan.older_than is None else f" (at least {age_text(plan.older_than)} old)"
+    return f"Delete {objects}{old} of [workers] state_store_backend {safe_text(plan.backend)}?"
 
 
 def show_orphans(out: Writer, report: OrphanReport) -> None:

@@ -19,6 +19,7 @@ from statestore_cli.errors import EXIT_OK, StateStoreError
 
 # The library names an argument by its parameter; the CLI user knows it by its flag.
 FLAGS = {
+    "all_unreferenced": "--all-unreferenced",
     "backup": "--backup",
     "batch_size": "--batch-size",
     "config_path": "--config",

@@ -43,9 +43,9 @@ EXIT_CODES = (
         errors.EXIT_NOT_FOUND,
         "`get` or `set --keep-expiry` did not find the key (or, for an asset scope, the asset: `no such asset`); "
         "`runs delete` / `assets delete` did not find the run or asset; `clear` was answered no (likewise "
-        "`runs delete`, `assets delete`, `assets sweep`), or got no answer (end of input): nothing deleted, said "
-        "as an answer, not an error (`statestore: nothing deleted (answered no)`)",
-        ("get", "set", "clear", "assets sweep", "assets delete", "runs delete"),
+        "`runs delete`, `assets delete`, `assets sweep`, `orphans --delete`), or got no answer (end of input): "
+        "nothing deleted, said as an answer, not an error (`statestore: nothing deleted (answered no)`)",
+        ("get", "set", "clear", "assets sweep", "assets delete", "runs delete", "orphans"),
     ),
     ExitCode(
         errors.EXIT_USAGE,
@@ -54,9 +54,11 @@ EXIT_CODES = (
         "a timestamp without a time zone or (without `--force`) in the past, invalid configuration (a `_cmd` "
         "command that cannot run or prints nothing, a `_secret` without `[secrets] backend` or missing from it, "
         "bad `sql_alchemy_connect_args` / `sql_alchemy_engine_args`, `sql_alchemy_schema` on SQLite), missing "
-        "driver, a deleting command (`clear`, `assets sweep`, `runs delete`, `assets delete`) without `--yes` when "
-        "stdin is not a terminal, a `--backup FILE` that exists and is not empty (or is a directory, `-`, or in a "
-        "folder missing or not writable), `--backup` with `--dry-run`, a bad line in an `import` (or a dag run or "
+        "driver, a deleting command (`clear`, `assets sweep`, `runs delete`, `assets delete`, `orphans --delete`) "
+        "without `--yes` when stdin is not a terminal, `orphans --delete` where the database references none of "
+        "the backend's objects (without `--all-unreferenced`), a `--backup FILE` that exists and is not empty (or "
+        "is a directory, `-`, or in a folder missing or not writable), `--backup` with `--dry-run`, a bad line in "
+        "an `import` (or a dag run or "
         "asset missing from an Airflow "
         "database); on MySQL/MariaDB a key, dag run or asset differing from a stored one (or another line's) only "
         "in trailing spaces, and an asset name or uri outside latin1, to write or to filter by; `runs delete` / "

@@ -44,6 +44,7 @@ class OrphanReport(NamedTuple):
     orphans: list[Orphan]
     grace: timedelta
     older_than: timedelta | None  # the age an orphan needs to be deleted (None: nothing is deleted)
+    referenced: int = 0  # listed objects a row points to
 
     @property
     def deleted(self) -> int:
@@ -52,6 +53,11 @@ class OrphanReport(NamedTuple):
     @property
     def failed(self) -> int:
         return sum(o.error is not None for o in self.orphans)
+
+    @property
+    def deletable(self) -> int:
+        """The orphans a delete would remove: those past the grace window, not yet deleted or tried."""
+        return sum(not (o.in_grace or o.deleted or o.error) for o in self.orphans)
 
     @property
     def exit_code(self) -> int:
@@ -65,28 +71,67 @@ def find_orphans(
     grace: timedelta = DEFAULT_GRACE,
     older_than: timedelta | None = None,
     delete: bool = False,
+    all_unreferenced: bool = False,
 ) -> OrphanReport:
     """The worker backend's unreferenced objects (those at least ``older_than`` old, when given); with
-    ``delete``, removes them, which needs ``older_than`` of at least ``grace``."""
-    if delete and older_than is None:
+    ``delete``, removes them at once, as ``plan_orphan_delete`` and then ``delete_orphans`` would (the
+    caller has decided: nothing asks)."""
+    if not delete:
+        worker, metastore = _open(settings, delete=False)
+        return _listing(settings, worker, metastore, now, grace, older_than)
+    plan = plan_orphan_delete(settings, now, grace=grace, older_than=older_than, all_unreferenced=all_unreferenced)
+    return delete_orphans(settings, plan)
+
+
+def plan_orphan_delete(
+    settings: Settings,
+    now: datetime,
+    *,
+    grace: timedelta = DEFAULT_GRACE,
+    older_than: timedelta | None = None,
+    all_unreferenced: bool = False,
+) -> OrphanReport:
+    """What ``delete_orphans`` would delete, deleting nothing: the orphans at least ``older_than`` old, which
+    must be at least ``grace``. Refused when the database references none of the objects the backend holds
+    (a wrong database or backend root makes every object look orphaned) unless ``all_unreferenced``."""
+    _check_ages(grace, older_than)
+    worker, metastore = _open(settings, delete=True)
+    plan = _listing(settings, worker, metastore, now, grace, older_than)
+    _refuse_a_store_referencing_none(plan, all_unreferenced)
+    return plan
+
+
+def delete_orphans(settings: Settings, plan: OrphanReport) -> OrphanReport:
+    """Deletes the orphans of ``plan`` (from ``plan_orphan_delete``) past their grace window, and only those:
+    an object orphaned since the plan was not asked about. One a row points to again is left alone."""
+    worker, metastore = _open(settings, delete=True)
+    return plan._replace(orphans=_delete(worker, metastore, plan.orphans))
+
+
+def _check_ages(grace: timedelta, older_than: timedelta | None) -> None:
+    if older_than is None:
         raise InvalidInputError(
             f"deleting orphans needs {PARAMETER}, the age an orphan must have (e.g. 7d)", parameter="older_than"
         )
-    if delete and older_than is not None and older_than < grace:
+    if older_than < grace:
         raise InvalidInputError(
             f"{PARAMETER} {_days(older_than)} is shorter than the grace window ({_days(grace)}): a younger object "
             "may be a write in flight; give a longer age",
             parameter="older_than",
         )
-    worker, metastore = _open(settings, delete)
-    listed = _list_refs(settings, worker)  # objects first, rows second: a write in between is referenced
-    referenced = metastore.references()
-    orphans = [_orphan(item, now, grace) for item in listed if item.ref not in referenced]
-    if older_than is not None:
-        orphans = [o for o in orphans if o.age is not None and o.age >= older_than]
-    if delete:
-        orphans = _delete(settings, worker, metastore, orphans)
-    return OrphanReport(settings.worker_backend, len(listed), orphans, grace, older_than)
+
+
+def _refuse_a_store_referencing_none(plan: OrphanReport, all_unreferenced: bool) -> None:
+    # Every object orphaned is what a wrong --conn (another deployment's or an empty database) or a wrong
+    # backend root looks like: deleting then would remove every live value of the real store.
+    if plan.listed and not plan.referenced and not all_unreferenced:
+        objects = f"{plan.listed:,} object{'s' if plan.listed != 1 else ''}"
+        raise InvalidInputError(
+            f"refusing to delete: the store references none of the {objects} that [workers] state_store_backend "
+            f"{plan.backend} holds, so it is probably the wrong --conn or backend root; if every one of them really "
+            f"is an orphan, pass {PARAMETER}",
+            parameter="all_unreferenced",
+        )
 
 
 def _open(settings: Settings, delete: bool) -> tuple[BaseStoreBackend, MetastoreBackend]:
@@ -107,6 +152,23 @@ def _open(settings: Settings, delete: bool) -> tuple[BaseStoreBackend, Metastore
     return worker, metastore
 
 
+def _listing(
+    settings: Settings,
+    worker: BaseStoreBackend,
+    metastore: MetastoreBackend,
+    now: datetime,
+    grace: timedelta,
+    older_than: timedelta | None,
+) -> OrphanReport:
+    listed = _list_refs(settings, worker)  # objects first, rows second: a write in between is referenced
+    referenced = metastore.references()
+    orphans = [_orphan(item, now, grace) for item in listed if item.ref not in referenced]
+    if older_than is not None:
+        orphans = [o for o in orphans if o.age is not None and o.age >= older_than]
+    pointed_to = sum(item.ref in referenced for item in listed)
+    return OrphanReport(settings.worker_backend, len(listed), orphans, grace, older_than, pointed_to)
+
+
 def _list_refs(settings: Settings, worker: BaseStoreBackend) -> list[StoredRef]:
     try:
         return [StoredRef(*item) for item in worker.list_refs()]
@@ -121,9 +183,7 @@ def _orphan(item: StoredRef, now: datetime, grace: timedelta) -> Orphan:
     return Orphan(item.ref, item.modified_at, age, in_grace=age is None or age < grace)
 
 
-def _delete(
-    settings: Settings, worker: BaseStoreBackend, metastore: MetastoreBackend, orphans: list[Orphan]
-) -> list[Orphan]:
+def _delete(worker: BaseStoreBackend, metastore: MetastoreBackend, orphans: list[Orphan]) -> list[Orphan]:
     # Read the references again just before deleting: a set of the same key since the first read
     # has made its object live again.
     referenced = metastore.references()
