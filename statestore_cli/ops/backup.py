@@ -373,9 +373,13 @@ def _copy_statements(conn: Connection, selection: Selection, columns: Sequence[A
 
 
 def _for_copy(conn: Connection, statement: Any) -> Any:
-    """``statement`` compiled for this connection (its schema translated), for the text of a ``COPY``."""
+    """``statement`` compiled for this connection (its schema translated), for the text of a ``COPY``.
+    Compiled with a schema map, a statement's text holds a placeholder for the schema, which only an
+    execution replaces; a COPY's text is sent as it is, so the schema is written into it here."""
     translate = conn.get_execution_options().get("schema_translate_map")
-    return statement.compile(dialect=conn.dialect, schema_translate_map=translate)
+    if not translate:
+        return statement.compile(dialect=conn.dialect)
+    return statement.compile(dialect=conn.dialect, schema_translate_map=translate, render_schema_translate=True)
 
 
 def _select_then_delete(
