@@ -563,6 +563,13 @@ CASES = [
         "clear deletes keys and stdin is not a terminal to confirm on; pass --yes",
         engines=ALL,
     ),
+    Case(
+        "orphans-all-unreferenced-alone",
+        "`--all-unreferenced` without `--delete`",
+        ("orphans", "--all-unreferenced"),
+        2,
+        "--all-unreferenced applies to --delete; without it nothing is deleted",
+    ),
     # -- --backup FILE (clean, clear, assets sweep) -----------------------------------------------------------
     Case(
         "backup-exists",

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import sql
+from helpers import run_cli, sql
 
 from statestore_cli import TaskScope
 from statestore_cli.backends.base import REF_MARKER
@@ -253,3 +253,24 @@ def test_delete_asks_at_a_terminal_with_the_count(cli, db_url, flaky_fs):
     status, screen = term.finish()
     assert status == 0 and screen.endswith("2 orphaned objects of 3 listed (at least 2d old); 2 deleted\n"), screen
     assert _objects(flaky_fs) == [value_path(SCOPE, "live_reference")]
+
+
+def test_the_library_refuses_a_store_that_references_none_too(db_url, flaky_fs, tmp_path):
+    """`find_orphans(delete=True)` deletes without asking, so it refuses the same store; the refusal names
+    the library's parameter."""
+    from statestore_cli.config import load_settings
+    from statestore_cli.errors import InvalidInputError
+    from statestore_cli.ops.orphans import find_orphans
+
+    assert run_cli("set", *TASK, "live_reference", '"x"', conn=db_url).exit_code == 0
+    backdate(flaky_fs / value_path(SCOPE, "live_reference"), 3)
+    wrong = f"sqlite:///{tmp_path / 'another_deployment.db'}"
+    assert run_cli("db", "init", conn=wrong).exit_code == 0
+    settings = load_settings(conn_override=wrong)
+    now = datetime.now(UTC)
+    with pytest.raises(InvalidInputError, match=r"references none of the 1 object .* pass all_unreferenced$"):
+        find_orphans(settings, now, older_than=timedelta(days=2), delete=True)
+    assert _objects(flaky_fs) == [value_path(SCOPE, "live_reference")]
+    report = find_orphans(settings, now, older_than=timedelta(days=2), delete=True, all_unreferenced=True)
+    assert (report.listed, report.referenced, report.deleted) == (1, 0, 1)
+    assert _objects(flaky_fs) == []
