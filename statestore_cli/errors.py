@@ -171,6 +171,9 @@ def failed_midway(exc: _E, command: str, deleted: int, batches: int, kind: str =
 
 
 def first_line(exc: BaseException) -> str:
-    """An exception's message reduced to one line, for one-line error reports."""
+    """An exception's message reduced to one line, for one-line error reports, masked (``masking``): the
+    text of a driver's, a backend's or an import's exception may quote a password."""
+    from statestore_cli.masking import mask_text  # the same layer; here so that errors.py loads alone
+
     lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    return mask_text(lines[0]) if lines else type(exc).__name__

@@ -1,0 +1,88 @@
+"""The one masking function every message goes through: no password in any message.
+
+``mask_text`` replaces with ``***``, in any text (a URL, a driver's or a backend's error, a command's
+output, a whole error line):
+
+- every value registered with ``register_secret`` (what a ``_cmd`` or a ``_secret`` gave, the password of a
+  configured URL or filesystem root), in its plain and its URL-quoted forms, wherever it appears;
+- the password in a URL's userinfo (``scheme://user:PASSWORD@host``), of any scheme, parsed or not;
+- the value of a password-like parameter (``password``, ``sslpassword``, ``passwd``, ``pwd``, ``secret``,
+  ``token``, ``api_key``/``apikey``, ``access_key``, ``credential(s)``, ``auth``, any case, also as part of a
+  longer name such as ``client_secret``) after ``?``, ``&``, ``;`` or a space: a URL's query, parsed or not, or
+  a libpq-style ``key=value`` string.
+
+It over-masks rather than leaks: a password with an unquoted ``@`` hides up to the last ``@`` of the word.
+The registry is per process: a value read once stays masked in every later message of that process.
+Free of imports beyond the standard library's ``re`` and ``urllib.parse``: the fast ``get`` path uses it.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, quote_plus, unquote, urlsplit
+
+MASK = "***"
+
+# A registered value shorter than this is not masked as free text: "ab" would mask every "ab" in a message.
+# A password that short is still masked wherever it sits in a URL (by its place, not its text).
+MIN_SECRET = 4
+
+_registered: set[str] = set()
+
+# scheme://user:PASSWORD@ - the password runs to the last "@" of the word (it may hold an unquoted "@").
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)\S*@")
+_SECRET_WORDS = r"password|passwd|pwd|secret|token|api_?key|access_?key|credentials?|auth"
+# name=VALUE where the name holds a secret word; the value ends at &, #, ;, whitespace, or a closing quote.
+_PARAMETER = re.compile(
+    rf"((?:^|[?&;\s])[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=)(?!\*\*\*)[^&#;\s]*?(?=['\"]?(?:[&#;\s]|$))",
+    re.IGNORECASE,
+)
+
+
+def register_secret(value: str | None) -> None:
+    """Mask ``value`` in every later message of this process, as written and URL-quoted.
+
+    A value that is a URL registers its password and its password-like parameters' values, not the whole
+    URL: where the URL is shown it is shown masked, and its host and database still say which store failed.
+    """
+    if not value:
+        return
+    text = value.strip()
+    parts = _url_secrets(text) if "://" in text else [text]
+    for part in parts:
+        for form in {part, unquote(part), quote(unquote(part), safe=""), quote_plus(unquote(part))}:
+            if len(form) >= MIN_SECRET:
+                _registered.add(form)
+
+
+def register_url_password(url: str) -> None:
+    """Register the secrets of a URL (its password, its password-like parameters) for masking."""
+    if "://" in url:
+        register_secret(url)
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The password and the password-like parameters' values of ``url``, even when it does not parse."""
+    found = []
+    userinfo = _USERINFO.search(url)
+    if userinfo:
+        found.append(url[userinfo.end(1) : userinfo.end() - 1])
+    try:
+        query = urlsplit(url).query
+    except ValueError:  # an invalid port or IPv6 host: the parameters are still read by their shape below
+        query = url.partition("?")[2]
+    for pair in re.split(r"[&;]", query):
+        name, _, val = pair.partition("=")
+        if val and re.search(_SECRET_WORDS, name, re.IGNORECASE):
+            found.append(val)
+    return found
+
+
+def mask_text(text: str, mask: str = MASK) -> str:
+    """``text`` with every registered secret, URL password and password-like parameter as ``mask``
+    (``***``; the ``db init`` a message suggests writes ``<password>``, for the reader to fill in)."""
+    for secret in sorted(_registered, key=len, reverse=True):  # longest first: a quoted form holds the plain one
+        if secret in text:
+            text = text.replace(secret, mask)
+    text = _USERINFO.sub(lambda found: f"{found.group(1)}{mask}@", text)
+    return _PARAMETER.sub(lambda found: f"{found.group(1)}{mask}", text)
