@@ -4,7 +4,7 @@
 output, a whole error line):
 
 - every value registered with ``register_secret`` (what a ``_cmd`` or a ``_secret`` gave, the password of a
-  configured URL or filesystem root), in its plain and its URL-quoted forms, wherever it appears;
+  filesystem backend's root URL), in its plain and its URL-quoted forms, wherever it appears;
 - the password in a URL's userinfo (``scheme://user:PASSWORD@host``), of any scheme, parsed or not;
 - the value of a password-like parameter (``password``, ``sslpassword``, ``passwd``, ``pwd``, ``secret``,
   ``token``, ``api_key``/``apikey``, ``access_key``, ``credential(s)``, ``auth``, any case, also as part of a
@@ -34,9 +34,10 @@ _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)\S*@")
 _SECRET_WORDS = r"password|passwd|pwd|secret|token|api_?key|access_?key|credentials?|auth"
 # name=VALUE where the name holds a secret word; the value ends at &, #, ;, whitespace, or a closing quote.
 _PARAMETER = re.compile(
-    rf"((?:^|[?&;\s])[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=)(?!\*\*\*)[^&#;\s]*?(?=['\"]?(?:[&#;\s]|$))",
+    rf"((?:^|[?&;\s])[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=)[^&#;\s]*?(?=['\"]?(?:[&#;\s]|$))",
     re.IGNORECASE,
 )
+_MASKS = (MASK, "<password>")  # a value already masked stays as it is (a message is masked more than once)
 
 
 def register_secret(value: str | None) -> None:
@@ -59,6 +60,12 @@ def register_url_password(url: str) -> None:
     """Register the secrets of a URL (its password, its password-like parameters) for masking."""
     if "://" in url:
         register_secret(url)
+
+
+def forget_secrets() -> None:
+    """Forget every registered value: for a caller that loads another configuration in the same process
+    (the tests run many commands in one), so that masking follows the one in use."""
+    _registered.clear()
 
 
 def _url_secrets(url: str) -> list[str]:
@@ -84,5 +91,13 @@ def mask_text(text: str, mask: str = MASK) -> str:
     for secret in sorted(_registered, key=len, reverse=True):  # longest first: a quoted form holds the plain one
         if secret in text:
             text = text.replace(secret, mask)
-    text = _USERINFO.sub(lambda found: f"{found.group(1)}{mask}@", text)
-    return _PARAMETER.sub(lambda found: f"{found.group(1)}{mask}", text)
+    text = _USERINFO.sub(lambda found: _masked(found, mask, 1), text)
+    return _PARAMETER.sub(lambda found: _masked(found, mask, 0), text)
+
+
+def _masked(found: re.Match[str], mask: str, tail: int) -> str:
+    """The match with its secret (what follows group 1, less ``tail`` closing characters) as ``mask``."""
+    whole, head = found.group(0), found.group(1)
+    if whole[len(head) : len(whole) - tail] in _MASKS:
+        return whole
+    return f"{head}{mask}{whole[len(whole) - tail :]}"

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.errors import PARAMETER, ConfigError, ConfigSourceError, Note, StateStoreError, first_line
-from statestore_cli.masking import mask_text, register_secret, register_url_password
+from statestore_cli.masking import mask_text, register_secret
 
 if TYPE_CHECKING:
     import configparser
@@ -213,7 +213,6 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
     from sqlalchemy.engine import make_url  # here, not at the top: config is read before SQLAlchemy is needed
     from sqlalchemy.exc import ArgumentError
 
-    register_url_password(text)  # a driver's error may quote the password: masked in every message
     try:
         make_url(text)
     except (ArgumentError, ValueError):
