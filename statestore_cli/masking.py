@@ -5,7 +5,7 @@ output, a whole error line):
 
 - every value registered with ``register_secret`` (what a ``_cmd`` or a ``_secret`` gave, the password of a
   filesystem backend's root URL), in its plain and its URL-quoted forms, wherever it appears;
-- the password in a URL's userinfo (``scheme://user:PASSWORD@host``), of any scheme, parsed or not;
+- the password in a URL's userinfo (``scheme://user:PASSWORD@host``), of any scheme or none, parsed or not;
 - the value of a password-like parameter (``password``, ``sslpassword``, ``passwd``, ``pwd``, ``secret``,
   ``token``, ``api_key``/``apikey``, ``access_key``, ``credential(s)``, ``auth``, any case, also as part of a
   longer name such as ``client_secret``) after ``?``, ``&``, ``;`` or a space: a URL's query, parsed or not, or
@@ -29,8 +29,9 @@ MIN_SECRET = 4
 
 _registered: set[str] = set()
 
-# scheme://user:PASSWORD@ - the password runs to the last "@" of the word (it may hold an unquoted "@").
-_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)\S*@")
+# [scheme://]user:PASSWORD@ - the password runs to the last "@" of the word (it may hold an unquoted "@");
+# without a scheme (a value that is no URL at all) the colon must not start "//", which is a scheme's.
+_USERINFO = re.compile(r"(\b(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s'\"]*:)(?<!://)(?!//)\S*@")
 _SECRET_WORDS = r"password|passwd|pwd|secret|token|api_?key|access_?key|credentials?|auth"
 # name=VALUE where the name holds a secret word; the value ends at &, #, ;, whitespace, or a closing quote.
 _PARAMETER = re.compile(
