@@ -13,13 +13,14 @@ output, a whole error line):
 
 It over-masks rather than leaks: a password with an unquoted ``@`` hides up to the last ``@`` of the word.
 The registry is per process: a value read once stays masked in every later message of that process.
-Free of imports beyond the standard library's ``re`` and ``urllib.parse``: the fast ``get`` path uses it.
+Free of imports beyond the standard library's ``re`` (``urllib.parse`` only when a value is registered): the
+fast ``get`` path uses it.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import quote, quote_plus, unquote, urlsplit
+from functools import cache
 
 MASK = "***"
 
@@ -29,15 +30,23 @@ MIN_SECRET = 4
 
 _registered: set[str] = set()
 
-# [scheme://]user:PASSWORD@ - the password runs to the last "@" of the word (it may hold an unquoted "@");
-# without a scheme (a value that is no URL at all) the colon must not start "//", which is a scheme's.
-_USERINFO = re.compile(r"(\b(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s'\"]*:)(?<!://)(?!//)\S*@")
 _SECRET_WORDS = r"password|passwd|pwd|secret|token|api_?key|access_?key|credentials?|auth"
-# name=VALUE where the name holds a secret word; the value ends at &, #, ;, whitespace, or a closing quote.
-_PARAMETER = re.compile(
-    rf"((?:^|[?&;\s])[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=)[^&#;\s]*?(?=['\"]?(?:[&#;\s]|$))",
-    re.IGNORECASE,
-)
+
+
+@cache  # compiled on the first message, not at start-up: a `get` that succeeds masks nothing
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The userinfo and the parameter patterns."""
+    # [scheme://]user:PASSWORD@ - the password runs to the last "@" of the word (it may hold an unquoted "@");
+    # without a scheme (a value that is no URL at all) the colon must not start "//", which is a scheme's.
+    userinfo = re.compile(r"(\b(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s'\"]*:)(?<!://)(?!//)\S*@")
+    # name=VALUE where the name holds a secret word; the value ends at &, #, ;, whitespace, or a closing quote.
+    parameter = re.compile(
+        rf"((?:^|[?&;\s])[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=)[^&#;\s]*?(?=['\"]?(?:[&#;\s]|$))",
+        re.IGNORECASE,
+    )
+    return userinfo, parameter
+
+
 _MASKS = (MASK, "<password>")  # a value already masked stays as it is (a message is masked more than once)
 
 
@@ -49,6 +58,8 @@ def register_secret(value: str | None) -> None:
     """
     if not value:
         return
+    from urllib.parse import quote, quote_plus, unquote  # only when a value is read: the fast `get` needs none
+
     text = value.strip()
     parts = _url_secrets(text) if "://" in text else [text]
     for part in parts:
@@ -71,8 +82,10 @@ def forget_secrets() -> None:
 
 def _url_secrets(url: str) -> list[str]:
     """The password and the password-like parameters' values of ``url``, even when it does not parse."""
+    from urllib.parse import urlsplit
+
     found = []
-    userinfo = _USERINFO.search(url)
+    userinfo = _patterns()[0].search(url)
     if userinfo:
         found.append(url[userinfo.end(1) : userinfo.end() - 1])
     try:
@@ -92,8 +105,9 @@ def mask_text(text: str, mask: str = MASK) -> str:
     for secret in sorted(_registered, key=len, reverse=True):  # longest first: a quoted form holds the plain one
         if secret in text:
             text = text.replace(secret, mask)
-    text = _USERINFO.sub(lambda found: _masked(found, mask, 1), text)
-    return _PARAMETER.sub(lambda found: _masked(found, mask, 0), text)
+    userinfo, parameter = _patterns()
+    text = userinfo.sub(lambda found: _masked(found, mask, 1), text)
+    return parameter.sub(lambda found: _masked(found, mask, 0), text)
 
 
 def _masked(found: re.Match[str], mask: str, tail: int) -> str:

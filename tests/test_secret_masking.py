@@ -78,7 +78,11 @@ def test_a_url_that_does_not_parse(monkeypatch, engine, shape, given):
     else:
         result = run_cli("list", conn=conn)
         where = "--conn"
-    said = f"{where}: invalid value ", f"{SCHEMES[engine]}://", "for [database] sql_alchemy_conn: expected a SQLAlchemy URL"
+    said = (
+        f"{where}: invalid value ",
+        f"{SCHEMES[engine]}://",
+        "for [database] sql_alchemy_conn: expected a SQLAlchemy URL",
+    )
     assert_hidden(result, 2, *said)
     assert "db.internal:5432x/airflow" in result.stderr  # which URL it was, all but its password
 
@@ -187,7 +191,9 @@ def test_a_backend_module_that_raises_at_import(monkeypatch, plugins, db_url, op
     monkeypatch.setenv(option, "ss_mask_import.Backend")
     result = run_cli("get", *TASK, "k", conn=db_url)
     # a parameter's value runs to the end of the word: the ")" after it goes with it (over-masked, not leaked)
-    said = "cannot import module 'ss_mask_import' (RuntimeError: cannot reach postgresql://svc:***@vault:8200/v1?token=***"
+    said = (
+        "cannot import module 'ss_mask_import' (RuntimeError: cannot reach postgresql://svc:***@vault:8200/v1?token=***"
+    )
     assert_hidden(result, 2, said)
 
 
@@ -213,7 +219,9 @@ def test_a_filesystem_root_with_credentials_in_gets_not_found(monkeypatch, db_ur
 def test_config_show(monkeypatch, engine):
     conn = f"{SCHEMES[engine]}://svc:{QUOTED}@db.internal:5432/airflow?api_key={PASSWORD}&sslmode=require"
     monkeypatch.setenv(ENV, conn)
-    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_ENGINE_ARGS_CMD", f"""echo '{{"connect_args": {{"x": "{ODD}"}}}}'""")
+    monkeypatch.setenv(
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_ENGINE_ARGS_CMD", f"""echo '{{"connect_args": {{"x": "{ODD}"}}}}'"""
+    )
     for mode in ("json", "plain", "table"):
         result = run_cli("config", "show", "-o", mode)
         assert_hidden(result, 0)
@@ -241,3 +249,16 @@ def test_a_registered_value_is_masked_quoted_or_not():
 def test_a_short_value_is_masked_only_by_its_place():
     register_secret("ab")
     assert mask_text("tab stop, postgresql://u:ab@h/db") == "tab stop, postgresql://u:***@h/db"
+
+
+def test_every_error_and_warning_line_is_masked_as_it_is_written(capsys):
+    """The last line of defence: a message built without masking is masked where it is written."""
+    from statestore_cli.cli.failure import report, warn
+
+    register_secret(ODD)
+    assert report(f"cannot reach sftp://svc:{PASSWORD}@files/x?auth={PASSWORD} as {ODD}", 3) == 3
+    warn(f"login as svc:{QUOTED}@files failed")
+    assert capsys.readouterr().err == (
+        "statestore: error: cannot reach sftp://svc:***@files/x?auth=*** as ***\n"
+        "statestore: warning: login as svc:***@files failed\n"
+    )

@@ -731,8 +731,7 @@ class _SecretsBackend:
                 self._backend = cls(**kwargs)
             except Exception as exc:  # user code: any failure is the backend's
                 raise ConfigSourceError(
-                    f"{where}: cannot create it with [secrets] backend_kwargs: {type(exc).__name__}: "
-                    f"{first_line(exc)}"
+                    f"{where}: cannot create it with [secrets] backend_kwargs: {type(exc).__name__}: {first_line(exc)}"
                 ) from None
         return self._backend, path
 

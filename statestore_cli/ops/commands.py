@@ -564,4 +564,3 @@ def config_rows(settings: Settings) -> list[ConfigRow]:
         spec = setting.spec
         rows.append(ConfigRow(spec.section, spec.option, value, describe_source(setting), spec.description, parameter))
     return rows
-
