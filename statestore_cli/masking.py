@@ -5,7 +5,8 @@ output, a whole error line):
 
 - every value registered with ``register_secret`` (what a ``_cmd`` or a ``_secret`` gave, the password of a
   filesystem backend's root URL), in its plain and its URL-quoted forms, wherever it appears;
-- the password in a URL's userinfo (``scheme://user:PASSWORD@host``), of any scheme or none, parsed or not;
+- the password in a URL's userinfo (``scheme://user:PASSWORD@host``), of any scheme, parsed or not (and
+  of a value meant as a URL that lacks its scheme, ``user:PASSWORD@host``, with ``url=True``);
 - the value of a password-like parameter (``password``, ``sslpassword``, ``passwd``, ``pwd``, ``secret``,
   ``token``, ``api_key``/``apikey``, ``access_key``, ``credential(s)``, ``auth``, any case, also as part of a
   longer name such as ``client_secret``) after ``?``, ``&``, ``;`` or a space: a URL's query, parsed or not, or
@@ -34,17 +35,19 @@ _SECRET_WORDS = r"password|passwd|pwd|secret|token|api_?key|access_?key|credenti
 
 
 @cache  # compiled on the first message, not at start-up: a `get` that succeeds masks nothing
-def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """The userinfo and the parameter patterns."""
-    # [scheme://]user:PASSWORD@ - the password runs to the last "@" of the word (it may hold an unquoted "@");
-    # without a scheme (a value that is no URL at all) the colon must not start "//", which is a scheme's.
-    userinfo = re.compile(r"(\b(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s'\"]*:)(?<!://)(?!//)\S*@")
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The userinfo pattern (in text), the one of a URL value without a scheme, and the parameter pattern."""
+    # scheme://user:PASSWORD@ - the password runs to the last "@" of the word (it may hold an unquoted "@").
+    userinfo = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)\S*@")
+    # user:PASSWORD@ at the start of a value meant as a URL that lacks its scheme; in other text such a word
+    # is more often data ("email:bob@example.com", a key) than a URL.
+    bare = re.compile(r"^(\s*[^:/@\s]*:)(?!//)\S*@")
     # name=VALUE where the name holds a secret word; the value ends at &, #, ;, whitespace, or a closing quote.
     parameter = re.compile(
         rf"((?:^|[?&;\s])[\w.-]*(?:{_SECRET_WORDS})[\w.-]*=)[^&#;\s]*?(?=['\"]?(?:[&#;\s]|$))",
         re.IGNORECASE,
     )
-    return userinfo, parameter
+    return userinfo, bare, parameter
 
 
 _MASKS = (MASK, "<password>")  # a value already masked stays as it is (a message is masked more than once)
@@ -85,7 +88,7 @@ def _url_secrets(url: str) -> list[str]:
     from urllib.parse import urlsplit
 
     found = []
-    userinfo = _patterns()[0].search(url)
+    userinfo = _patterns()[0].search(url) or _patterns()[1].search(url)
     if userinfo:
         found.append(url[userinfo.end(1) : userinfo.end() - 1])
     try:
@@ -99,14 +102,17 @@ def _url_secrets(url: str) -> list[str]:
     return found
 
 
-def mask_text(text: str, mask: str = MASK) -> str:
+def mask_text(text: str, mask: str = MASK, *, url: bool = False) -> str:
     """``text`` with every registered secret, URL password and password-like parameter as ``mask``
-    (``***``; the ``db init`` a message suggests writes ``<password>``, for the reader to fill in)."""
+    (``***``; the ``db init`` a message suggests writes ``<password>``, for the reader to fill in).
+    ``url``: ``text`` is a value meant as a URL, so ``user:PASSWORD@host`` without a scheme is masked too."""
     for secret in sorted(_registered, key=len, reverse=True):  # longest first: a quoted form holds the plain one
         if secret in text:
             text = text.replace(secret, mask)
-    userinfo, parameter = _patterns()
+    userinfo, bare, parameter = _patterns()
     text = userinfo.sub(lambda found: _masked(found, mask, 1), text)
+    if url:
+        text = bare.sub(lambda found: _masked(found, mask, 1), text)
     return parameter.sub(lambda found: _masked(found, mask, 0), text)
 
 

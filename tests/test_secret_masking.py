@@ -246,6 +246,11 @@ def test_a_registered_value_is_masked_quoted_or_not():
     assert mask_text("sslmode=require; db/af") == "sslmode=require; db/af"  # the rest of the URL is not secret
 
 
+def test_data_shaped_like_userinfo_is_not_a_password():
+    assert mask_text("no key 'email:bob@example.com' for dag_id=etl") == "no key 'email:bob@example.com' for dag_id=etl"
+    assert mask_text("user:pw@host/db", url=True) == "user:***@host/db"  # a URL value without its scheme
+
+
 def test_a_short_value_is_masked_only_by_its_place():
     register_secret("ab")
     assert mask_text("tab stop, postgresql://u:ab@h/db") == "tab stop, postgresql://u:***@h/db"
@@ -257,8 +262,8 @@ def test_every_error_and_warning_line_is_masked_as_it_is_written(capsys):
 
     register_secret(ODD)
     assert report(f"cannot reach sftp://svc:{PASSWORD}@files/x?auth={PASSWORD} as {ODD}", 3) == 3
-    warn(f"login as svc:{QUOTED}@files failed")
+    warn(f"login as svc with {QUOTED} failed")
     assert capsys.readouterr().err == (
         "statestore: error: cannot reach sftp://svc:***@files/x?auth=*** as ***\n"
-        "statestore: warning: login as svc:***@files failed\n"
+        "statestore: warning: login as svc with *** failed\n"
     )

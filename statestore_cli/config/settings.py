@@ -124,7 +124,7 @@ def _invalid(spec: OptionSpec, raw: str | None, source: str, expected: str) -> C
     elif source.startswith("secret "):
         place, _, backend = source[7:].rpartition(" via ")
         where = f"{_named(place)} (the secret from {backend})"
-    shown = f"{mask_text(raw)!r} " if raw is not None else ""  # a value may hold a URL with its password
+    shown = f"{mask_text(raw, url=spec.type == 'url')!r} " if raw is not None else ""  # it may hold a password
     if raw is None:
         expected += " (the value is not shown: it may hold a password)"
     return ConfigError(
@@ -521,7 +521,7 @@ class Settings:
 
 def _placeholder_password(conn: str) -> str:
     """``conn`` with its password and password-like parameters, if any, as ``<password>``."""
-    return mask_text(conn, mask="<password>")
+    return mask_text(conn, mask="<password>", url=True)
 
 
 def _kind(value: object) -> str:
