@@ -21,6 +21,7 @@ fast ``get`` path uses it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cache
 
 MASK = "***"
@@ -75,6 +76,14 @@ def register_url_password(url: str) -> None:
     """Register the secrets of a URL (its password, its password-like parameters) for masking."""
     if "://" in url:
         register_secret(url)
+
+
+def register_named_secrets(values: Mapping[str, object]) -> None:
+    """Register each string in ``values`` whose name is password-like (``token``, ``secret_id``...): the
+    keyword arguments of a secrets backend, which its own errors may quote."""
+    for name, value in values.items():
+        if isinstance(value, str) and re.search(_SECRET_WORDS, name, re.IGNORECASE):
+            register_secret(value)
 
 
 def forget_secrets() -> None:

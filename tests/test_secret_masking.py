@@ -168,6 +168,11 @@ class Secrets:
 
     def get_config(self, key):
         return self.conn
+
+
+class Sealed:
+    def __init__(self, url, vault_token):
+        raise PermissionError(f"vault at {url} refused token {vault_token}")
 """
 
 
@@ -182,6 +187,17 @@ def test_a_secret_value_is_masked_in_a_later_error(monkeypatch, plugins, db_url)
     monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", "ss_mask_worker.Backend")
     result = run_cli("get", *TASK, "k")
     assert_hidden(result, 2, "cannot import module 'ss_mask_worker' (RuntimeError: the worker backend's token ***")
+
+
+def test_a_secrets_backends_token_is_masked_in_its_own_error(monkeypatch, plugins):
+    (plugins / "ss_mask_secrets.py").write_text(SECRETS_MODULE, encoding="utf-8")
+    monkeypatch.setenv(f"{ENV}_SECRET", "conn")
+    monkeypatch.setenv("AIRFLOW__SECRETS__BACKEND", "ss_mask_secrets.Sealed")
+    monkeypatch.setenv("AIRFLOW__SECRETS__BACKEND_KWARGS", json.dumps({"url": "https://vault:8200"}))
+    monkeypatch.setenv("AIRFLOW__SECRETS__BACKEND_KWARG__VAULT_TOKEN", ODD)
+    result = run_cli("list")
+    said = "PermissionError: vault at https://vault:8200 refused token ***"
+    assert_hidden(result, 3, "cannot create it with [secrets] backend_kwargs: ", said)
 
 
 # -- a backend whose module raises at import ------------------------------------------------------------------------

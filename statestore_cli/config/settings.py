@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.errors import PARAMETER, ConfigError, ConfigSourceError, Note, StateStoreError, first_line
-from statestore_cli.masking import mask_text, register_secret
+from statestore_cli.masking import mask_text, register_named_secrets, register_secret
 
 if TYPE_CHECKING:
     import configparser
@@ -727,6 +727,7 @@ class _SecretsBackend:
             prefix = "AIRFLOW__SECRETS__BACKEND_KWARG__"
             named_kwargs = {k[len(prefix) :].lower(): v for k, v in self._env.items() if k.startswith(prefix)}
             kwargs.update({k: v for k, v in named_kwargs.items() if k})  # they win over the JSON, as in Airflow
+            register_named_secrets(kwargs)  # a vault token: the backend's own errors may quote it
             try:
                 self._backend = cls(**kwargs)
             except Exception as exc:  # user code: any failure is the backend's
