@@ -51,6 +51,7 @@ def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
     return userinfo, bare, parameter
 
 
+_URL_VALUE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*\Z")  # a whole value that is one URL (not JSON holding one)
 _MASKS = (MASK, "<password>")  # a value already masked stays as it is (a message is masked more than once)
 
 
@@ -65,7 +66,7 @@ def register_secret(value: str | None) -> None:
     from urllib.parse import quote, quote_plus, unquote  # only when a value is read: the fast `get` needs none
 
     text = value.strip()
-    parts = _url_secrets(text) if "://" in text else [text]
+    parts = _url_secrets(text) if _URL_VALUE.match(text) else [text]
     for part in parts:
         for form in {part, unquote(part), quote(unquote(part), safe=""), quote_plus(unquote(part))}:
             if len(form) >= MIN_SECRET:
@@ -73,8 +74,9 @@ def register_secret(value: str | None) -> None:
 
 
 def register_url_password(url: str) -> None:
-    """Register the secrets of a URL (its password, its password-like parameters) for masking."""
-    if "://" in url:
+    """Register the secrets of a URL (its password, its password-like parameters) for masking; a value
+    that is not one URL registers nothing (it is no secret: a local path, say)."""
+    if _URL_VALUE.match(url.strip()):
         register_secret(url)
 
 

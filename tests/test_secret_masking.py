@@ -267,6 +267,12 @@ def test_data_shaped_like_userinfo_is_not_a_password():
     assert mask_text("user:pw@host/db", url=True) == "user:***@host/db"  # a URL value without its scheme
 
 
+def test_a_value_holding_a_url_is_registered_whole():
+    args = json.dumps({"connect_args": {"dsn": f"postgresql://svc:{PASSWORD}@db/af"}, "pool_size": 5})
+    register_secret(args)
+    assert mask_text(f"engine args {args} refused") == "engine args *** refused"
+
+
 def test_a_short_value_is_masked_only_by_its_place():
     register_secret("ab")
     assert mask_text("tab stop, postgresql://u:ab@h/db") == "tab stop, postgresql://u:***@h/db"
