@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from statestore_cli.masking import mask_text  # the same (shared) layer
+
 # Where an argument's name goes in a message; NUL, so no path, URL or quoted value can contain it.
 PARAMETER = "\x00parameter\x00"
 
@@ -171,6 +173,7 @@ def failed_midway(exc: _E, command: str, deleted: int, batches: int, kind: str =
 
 
 def first_line(exc: BaseException) -> str:
-    """An exception's message reduced to one line, for one-line error reports."""
+    """An exception's message reduced to one line, for one-line error reports, masked (``masking``): the
+    text of a driver's, a backend's or an import's exception may quote a password."""
     lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
+    return mask_text(lines[0]) if lines else type(exc).__name__

@@ -47,6 +47,7 @@ from helpers import (
 from monitoring import Server, node_exporter
 
 from statestore_cli.config import load_settings
+from statestore_cli.masking import forget_secrets
 from statestore_cli.ops.commands import db_init
 
 # tmp_path on a RAM-backed file system where the machine has one (Linux's /dev/shm), unless the caller chose
@@ -161,6 +162,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("airflow") is not None:
             item.add_marker(pytest.mark.xdist_group("airflow"))
     items.sort(key=lambda item: (item.get_closest_marker("airflow") is None, item.get_closest_marker("slow") is None))
+
+
+@pytest.fixture(autouse=True)
+def forgotten_secrets() -> Iterator[None]:
+    """What one test's `_cmd` or `_secret` gave is not masked in the next test's messages (the mask is per
+    process, and a worker runs many tests' commands in one)."""
+    yield
+    forget_secrets()
 
 
 @pytest.fixture(autouse=True, scope="session")

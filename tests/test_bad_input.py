@@ -226,8 +226,8 @@ CASES = [
         "a `_cmd` command that fails (`AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD`, `[database] sql_alchemy_conn_cmd`)",
         ("set", *TASK, "k", '"new"'),
         3,
-        "environment variable AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD: the command failed (exit status 2): "
-        "vault: permission denied for postgresql://u:***@vault/",
+        "environment variable AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD: the command failed (exit status 2); its output "
+        "is not shown, as it may hold a password: run the command yourself to see it",
         env={
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": "sh -c 'echo postgresql://u:s3cret@h/db; "
             "echo vault: permission denied for postgresql://u:s3cret@vault/ >&2; exit 2'"

@@ -12,10 +12,11 @@ from typing import Any, Protocol
 
 from statestore_cli.backends.fs_paths import TEMP_MARK
 from statestore_cli.errors import ConfigError
+from statestore_cli.masking import mask_text, register_url_password
 
 
 class Files(Protocol):
-    root: str
+    root: str  # as it may be shown: a URL's password masked
 
     def write(self, rel: str, data: bytes) -> None: ...
     def read(self, rel: str) -> bytes | None: ...
@@ -34,7 +35,7 @@ def open_files(root: str) -> Files:
         return FsspecFiles(root)
     path = Path(root).expanduser()
     if not path.is_absolute():
-        raise ConfigError(f"the filesystem backend's root {root!r} must be an absolute path or a URL")
+        raise ConfigError(f"the filesystem backend's root {mask_text(root)!r} must be an absolute path or a URL")
     return LocalFiles(path)
 
 
@@ -100,15 +101,18 @@ class LocalFiles:
 
 class FsspecFiles:
     def __init__(self, url: str) -> None:
+        # sftp://, ftp://, smb:// roots carry credentials: fsspec's own errors may quote the password
+        register_url_password(url)
+        shown = mask_text(url)
         try:
             from fsspec.core import url_to_fs  # type: ignore[import-untyped, import-not-found, unused-ignore]
         except ImportError:
             raise ConfigError(
-                f"the filesystem backend's root {url!r} is a URL, which needs fsspec: install fsspec "
+                f"the filesystem backend's root {shown!r} is a URL, which needs fsspec: install fsspec "
                 "(pip install fsspec), or reinstall statestore with its fsspec extra (pip install '.[fsspec]' "
                 "in its source tree)"
             ) from None
-        self.root = url
+        self.root = shown
         self.fs, base = url_to_fs(url)
         self.base = base.rstrip("/")
         # Object stores publish a whole object per put; a local or network file system needs the rename.

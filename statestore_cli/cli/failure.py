@@ -16,6 +16,7 @@ from typing import TextIO
 
 from statestore_cli.cli.safe_text import error_line, safe_text
 from statestore_cli.errors import EXIT_OK, StateStoreError
+from statestore_cli.masking import mask_text
 
 # The library names an argument by its parameter; the CLI user knows it by its flag.
 FLAGS = {
@@ -49,6 +50,7 @@ def report(text: str, exit_code: int, *, answer: bool = False) -> int:
     without "error:"); returns ``exit_code`` for the caller to exit with.
     A closed stdout or stderr does not hide the exit code: the line is dropped, the code stands."""
     finish(exit_code)  # what the command printed comes before the error
+    text = mask_text(text)  # the last line of defence: no password reaches the screen or a cron log
     try:
         sys.stderr.write(f"statestore: {safe_text(text)}\n" if answer else error_line(text))
         sys.stderr.flush()
@@ -59,7 +61,7 @@ def report(text: str, exit_code: int, *, answer: bool = False) -> int:
 
 def warn(text: str) -> None:
     """A warning: one line on stderr, control characters escaped; the command goes on."""
-    sys.stderr.write(f"statestore: warning: {safe_text(text)}\n")
+    sys.stderr.write(f"statestore: warning: {safe_text(mask_text(text))}\n")
 
 
 def closed_pipe(exit_code: int = EXIT_OK) -> int:

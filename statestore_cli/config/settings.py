@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.errors import PARAMETER, ConfigError, ConfigSourceError, Note, StateStoreError, first_line
+from statestore_cli.masking import mask_text, register_named_secrets, register_secret
 
 if TYPE_CHECKING:
     import configparser
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 
 BUILTIN_BACKEND = "statestore_cli.backends.metastore.MetastoreBackend"
 _BUILTIN_ALIASES = {BUILTIN_BACKEND, "statestore_cli.MetastoreBackend"}  # the public re-export, same class
-# [scheme://]user:password@ in a URL SQLAlchemy could not parse; over-masks rather than leaks
-_URL_PASSWORD = re.compile(r"^((?:[^:/@]*://)?[^:/@]*:).*@", re.DOTALL)
 _DOTTED = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+")
 _TRUE = {"true", "1", "yes", "on", "t", "y"}
 _FALSE = {"false", "0", "no", "off", "f", "n"}
@@ -125,7 +124,7 @@ def _invalid(spec: OptionSpec, raw: str | None, source: str, expected: str) -> C
     elif source.startswith("secret "):
         place, _, backend = source[7:].rpartition(" via ")
         where = f"{_named(place)} (the secret from {backend})"
-    shown = f"{raw!r} " if raw is not None else ""
+    shown = f"{mask_text(raw, url=spec.type == 'url')!r} " if raw is not None else ""  # it may hold a password
     if raw is None:
         expected += " (the value is not shown: it may hold a password)"
     return ConfigError(
@@ -217,8 +216,7 @@ def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
     try:
         make_url(text)
     except (ArgumentError, ValueError):
-        masked = None if hidden else _URL_PASSWORD.sub(r"\1***@", raw)  # never echo a password into an error
-        raise _invalid(spec, masked, source, expected_value(spec)) from None
+        raise _invalid(spec, None if hidden else raw, source, expected_value(spec)) from None
     return text
 
 
@@ -522,26 +520,8 @@ class Settings:
 
 
 def _placeholder_password(conn: str) -> str:
-    """``conn`` with its password, if any, as ``<password>`` (``{user}`` URLs a parser refuses: masked
-    from the first ``:`` after the scheme to the ``@``)."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        url = make_url(conn)
-    except Exception:  # not a URL SQLAlchemy reads: the engine says so; mask what looks like a password
-        return _URL_PASSWORD.sub(r"\1<password>@", conn)
-    secret = {
-        k: "<password>"
-        for k in url.query
-        if any(w in k.lower() for w in ("password", "passwd", "pwd", "secret", "token"))
-    }
-    if url.password is None and not secret:
-        return conn
-    if url.password is not None:
-        url = url.set(password="PASSWORDPLACEHOLDER")
-    return (
-        url.update_query_dict(secret).render_as_string(hide_password=False).replace("PASSWORDPLACEHOLDER", "<password>")
-    )
+    """``conn`` with its password and password-like parameters, if any, as ``<password>``."""
+    return mask_text(conn, mask="<password>", url=True)
 
 
 def _kind(value: object) -> str:
@@ -658,23 +638,13 @@ def _named(where: str) -> str:
     return where if where.startswith("[") else f"environment variable {where}"
 
 
-# Enough of a URL's password to mask in text we did not write (a command's stderr, a backend's error).
-_URL_IN_TEXT = re.compile(r"(\b[A-Za-z][\w+.-]*://[^:/@\s]*:)[^@\s]*@")
-
-
-def _scrub(text: str, *secrets: str) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return _URL_IN_TEXT.sub(r"\1***@", text)
-
-
 def run_config_command(command: str, where: str, timeout: float) -> str:
     """The stdout of ``command`` (an ``..._cmd`` option at ``where``), without surrounding whitespace.
 
     As Airflow runs it: split into words as a POSIX shell would (``shlex``), with no shell (pipes and
     ``$VAR`` need an explicit ``sh -c '...'``); unlike Airflow, bounded by ``timeout`` seconds. Its
-    output may be a password, so no message quotes it; the first line of its stderr is shown, masked."""
+    output may be a password, so no message quotes it, and it is masked in every later message
+    (``register_secret``). Its stderr is dropped: it may hold the secret in any shape."""
     import contextlib
     import shlex
     import signal
@@ -693,7 +663,7 @@ def run_config_command(command: str, where: str, timeout: float) -> str:
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             close_fds=True,
             start_new_session=True,
         )
@@ -701,7 +671,7 @@ def run_config_command(command: str, where: str, timeout: float) -> str:
         reason = exc.strerror or type(exc).__name__
         raise ConfigError(f"{named}: cannot run {argv[0]!r}: {reason}; fix the command") from None
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=timeout)
     except BaseException as exc:  # the timeout, Ctrl-C, SIGTERM: the command must not outlive us
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -713,11 +683,14 @@ def run_config_command(command: str, where: str, timeout: float) -> str:
             ) from None
         raise
     value = out.decode("utf-8", "replace").strip()
+    register_secret(value)  # masked in every later message: a driver's error, a traceback's last line
     if proc.returncode != 0:
         status = f"exit status {proc.returncode}" if proc.returncode > 0 else f"signal {-proc.returncode}"
-        lines = err.decode("utf-8", "replace").strip().splitlines()
-        said = f": {_scrub(lines[0].strip(), value)}" if lines else ""
-        raise ConfigSourceError(f"{named}: the command failed ({status}){said}") from None
+        # Its stderr is not shown: it may hold the secret in any shape ("token <password> expired").
+        raise ConfigSourceError(
+            f"{named}: the command failed ({status}); its output is not shown, as it may hold a password: "
+            "run the command yourself to see it"
+        ) from None
     if not value:
         raise ConfigError(f"{named}: the command printed nothing; it must print the value on stdout")
     return value
@@ -754,12 +727,12 @@ class _SecretsBackend:
             prefix = "AIRFLOW__SECRETS__BACKEND_KWARG__"
             named_kwargs = {k[len(prefix) :].lower(): v for k, v in self._env.items() if k.startswith(prefix)}
             kwargs.update({k: v for k, v in named_kwargs.items() if k})  # they win over the JSON, as in Airflow
+            register_named_secrets(kwargs)  # a vault token: the backend's own errors may quote it
             try:
                 self._backend = cls(**kwargs)
             except Exception as exc:  # user code: any failure is the backend's
                 raise ConfigSourceError(
-                    f"{where}: cannot create it with [secrets] backend_kwargs: {type(exc).__name__}: "
-                    f"{_scrub(first_line(exc))}"
+                    f"{where}: cannot create it with [secrets] backend_kwargs: {type(exc).__name__}: {first_line(exc)}"
                 ) from None
         return self._backend, path
 
@@ -772,7 +745,7 @@ class _SecretsBackend:
             value = backend.get_config(key)
         except Exception as exc:  # user code: any failure is the backend's
             raise ConfigSourceError(
-                f"{named}: {path}.get_config({key!r}) failed: {type(exc).__name__}: {_scrub(first_line(exc))}"
+                f"{named}: {path}.get_config({key!r}) failed: {type(exc).__name__}: {first_line(exc)}"
             ) from None
         if value is None or (isinstance(value, str) and not value.strip()):
             raise ConfigError(f"{named}: the secrets backend {path} has no secret {key!r}; create it or fix the name")
@@ -780,6 +753,7 @@ class _SecretsBackend:
             raise ConfigSourceError(
                 f"{named}: {path}.get_config({key!r}) returned {type(value).__name__}, not a string"
             )
+        register_secret(value)  # masked in every later message, as a command's output is
         return value, f"secret {where} via {path}"
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 
 from statestore_cli.config.settings import LOCK_TIMEOUT_OVERRIDE
 from statestore_cli.errors import PARAMETER, ConfigError, DatabaseError, SchemaMissingError, first_line
+from statestore_cli.masking import mask_text
 
 T = TypeVar("T")
 
@@ -311,13 +312,9 @@ def _bound_lock_waits(engine: Engine, seconds: float, writes: bool) -> None:
             _LOCK_LIMITS[engine] = _LockLimit(millis / 1000, writes)
 
 
-_SECRET_PARAMS = ("password", "passwd", "pwd", "secret", "token", "sslpassword")
-
-
 def mask_url(url: URL) -> str:
     """The URL as it may be shown: the password and password-like query parameters replaced by ***."""
-    secret = {k: "***" for k in url.query if any(word in k.lower() for word in _SECRET_PARAMS)}
-    return url.update_query_dict(secret).render_as_string(hide_password=True)
+    return mask_text(url.render_as_string(hide_password=True))
 
 
 def describe_engine(engine: Engine) -> str:

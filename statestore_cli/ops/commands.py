@@ -559,12 +559,8 @@ def config_rows(settings: Settings) -> list[ConfigRow]:
     for setting in settings:
         value = setting.value
         if setting.spec.secret and isinstance(value, str) and value:
-            value = _mask(value) if setting.spec.type == "url" else "***"
+            value = mask_url(parse_url(value)) if setting.spec.type == "url" else "***"
         parameter = CONN_OVERRIDE if setting.source == CONN_OVERRIDE else None
         spec = setting.spec
         rows.append(ConfigRow(spec.section, spec.option, value, describe_source(setting), spec.description, parameter))
     return rows
-
-
-def _mask(conn: str) -> str:
-    return mask_url(parse_url(conn))
