@@ -63,6 +63,16 @@ class StateStoreGroup(TyperGroup):
                 raise
             message = f"unexpected {type(exc).__name__}: {first_line(exc)} (rerun with --debug for the traceback)"
             raise _Reported(StateStoreError(message)) from None
+        except SystemExit as exc:
+            # No command of ours exits by SystemExit (typer.Exit is not one): code it ran did, a backend
+            # calling sys.exit(); left to click, sys.exit(0) would end a failed command with exit 0.
+            if ctx.params.get("debug"):  # its traceback, and exit 1: re-raised it would exit with its code
+                raise RuntimeError(f"code the command ran raised SystemExit({exc.code!r})") from exc
+            message = (
+                f"unexpected SystemExit({exc.code!r}) raised by code the command ran (a backend or a module a "
+                "dotted path names); the command did not finish (rerun with --debug for the traceback)"
+            )
+            raise _Reported(StateStoreError(message)) from None
 
     def main(  # type: ignore[override]  # same parameters, but standalone handling is ours
         self,

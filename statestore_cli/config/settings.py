@@ -806,6 +806,13 @@ def import_named(path: str, where: str, what: str = "attribute") -> Any:
         raise ConfigError(
             f"{where}: cannot import module {module_name!r} ({type(exc).__name__}: {first_line(exc)})"
         ) from None
+    except SystemExit as exc:  # sys.exit() at import: left alone it would end the command as if it had succeeded
+        raise ConfigError(
+            f"{where}: importing module {module_name!r} raised SystemExit({exc.code!r}); a module named by a "
+            "dotted path must not exit when it is imported: remove the exit (an argparse or script entry point "
+            "run at import, often) or name another module"
+        ) from None
+    # KeyboardInterrupt goes on: whether Ctrl-C or the module raised it, the command was interrupted (130).
     if not hasattr(module, name):
         raise ConfigError(f"{where}: module {module_name!r} has no {what} {name!r}")
     return getattr(module, name)

@@ -298,8 +298,8 @@ def exit_status_of(error: BaseException) -> int:
         return error.exit_code
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
-    if isinstance(error, SystemExit):
-        return error.code if isinstance(error.code, int) else EXIT_OPERATIONAL
+    # Anything else, SystemExit included (code we ran calling sys.exit, even sys.exit(0)), is a failure:
+    # a clean that did not finish must never move last_success forward.
     return EXIT_OPERATIONAL
 
 
