@@ -350,7 +350,10 @@ def _moment(number: int, name: str, text: Any) -> datetime:
         raise BadRecord(number, f"{name} {text!r} is not an ISO 8601 timestamp") from None
     if moment.tzinfo is None:
         raise BadRecord(number, f"{name} {text!r} has no UTC offset; add one, e.g. {text}+00:00")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00, 9999-12-31T23:59:59-14:00
+        raise BadRecord(number, f"{name} {text!r} is outside the years 1 to 9999 in UTC") from None
 
 
 def _value(number: int, value: Any, max_value_bytes: int) -> str:
