@@ -389,6 +389,13 @@ CASES = [
         engines=ALL,
     ),
     Case(
+        "json-too-deep",
+        "a VALUE nested more than 512 levels deep (`[[[[…`, 50,000 deep)",
+        ("set", *TASK, "k", "[" * 50_000),
+        2,
+        "VALUE nests arrays or objects more than 512 levels deep; store a flatter value",
+    ),
+    Case(
         "value-too-big",
         "a VALUE over `max_value_storage_bytes`",
         ("set", *TASK, "k", '"0123456789"'),
