@@ -1,8 +1,10 @@
-"""Code a dotted path names that exits or is interrupted while it is imported: never a success, nothing
-deleted, and a clean's metrics file does not move last_success forward."""
+"""Code run on the user's behalf: a module a dotted path names that exits while it is imported is never a
+success (nothing deleted, a clean's metrics file does not move last_success forward); a module or a config
+file with `_cmd` options that another user could change gets a warning before it runs."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +104,101 @@ def test_a_backend_method_calling_sys_exit_is_an_error_not_a_success(cli, tmp_pa
         "statestore: error: unexpected SystemExit(0) raised by code the command ran (a backend or a module a "
         "dotted path names); the command did not finish (rerun with --debug for the traceback)\n"
     )
+
+
+# -- files another user could change ---------------------------------------------------------------------
+OTHER_USER = 65534  # nobody
+BACKEND_CODE = (
+    "from statestore_cli import BaseStoreBackend\n\n\n"
+    "class Backend(BaseStoreBackend):\n"
+    "    def get(self, *args, **kwargs):\n"
+    "        return None\n\n"
+    "    set = delete = clear = aget = aset = adelete = aclear = get\n"
+)
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """``ss_planted.py`` in a folder of its own, named as the [state_store] backend; the test sets who may
+    change it."""
+    folder = tmp_path / "plugins"
+    folder.mkdir(mode=0o755)
+    module = folder / "ss_planted.py"
+    module.write_text(BACKEND_CODE, encoding="utf-8")
+    module.chmod(0o644)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", "ss_planted.Backend")
+    yield module
+    sys.modules.pop("ss_planted", None)
+
+
+def _module_warning(module: Path, problem: str, fix: str) -> str:
+    return (
+        f"statestore: warning: module 'ss_planted' at {module}, imported for environment variable "
+        f"AIRFLOW__STATE_STORE__BACKEND: [state_store] backend = 'ss_planted.Backend', {problem}: another user "
+        f"can make statestore run their code as root; fix: {fix}\n"
+    )
+
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+
+
+@as_root
+def test_a_backend_module_another_user_owns_is_warned_about_and_still_used(cli, planted):
+    os.chown(planted, OTHER_USER, -1)
+    result = cli("db", "check", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == _module_warning(
+        planted, "is owned by uid 65534 (nobody), not by root or this user", f"chown root {planted}"
+    )
+
+
+@as_root
+def test_a_backend_module_others_can_write_is_warned_about(cli, planted):
+    planted.chmod(0o666)
+    result = cli("db", "check", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == _module_warning(planted, "is writable by other users (mode 0666)", f"chmod go-w {planted}")
+
+
+@as_root
+def test_a_backend_module_in_a_folder_others_can_write_is_warned_about(cli, planted):
+    planted.parent.chmod(0o777)
+    result = cli("db", "check", "-o", "json")
+    assert result.stderr == _module_warning(
+        planted,
+        f"is in {planted.parent}, writable by other users (mode 0777, no sticky bit)",
+        f"chmod go-w {planted.parent}, or move the file",
+    )
+
+
+@as_root
+def test_a_module_only_root_can_change_gets_no_warning_even_in_a_sticky_folder(cli, planted):
+    planted.parent.chmod(0o1777)  # as /tmp: others may add files, not replace root's
+    result = cli("db", "check", "-o", "json")
+    assert (result.exit_code, result.stderr) == (0, "")
+
+
+@as_root
+def test_a_config_file_with_a_command_another_user_owns_is_warned_about(cli, db_url, tmp_path):
+    cfg = tmp_path / "airflow.cfg"
+    cfg.write_text(f"[database]\nsql_alchemy_conn_cmd = echo {db_url}\n", encoding="utf-8")
+    cfg.chmod(0o644)
+    assert cli("--config", str(cfg), "list", conn=None).stderr == ""
+    os.chown(cfg, OTHER_USER, -1)
+    result = cli("--config", str(cfg), "list", conn=None)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"statestore: warning: config file {cfg}, whose [database] sql_alchemy_conn_cmd runs, is owned by uid "
+        "65534 (nobody), not by root or this user: another user can make statestore run their commands as root; "
+        f"fix: chown root {cfg}\n"
+    )
+
+
+@as_root
+def test_a_config_file_without_commands_gets_no_warning_whoever_owns_it(cli, db_url, tmp_path):
+    cfg = tmp_path / "airflow.cfg"
+    cfg.write_text(f"[database]\nsql_alchemy_conn = {db_url}\n", encoding="utf-8")
+    os.chown(cfg, OTHER_USER, -1)
+    result = cli("--config", str(cfg), "list", conn=None)
+    assert (result.exit_code, result.stderr) == (0, ""), result.output

@@ -3,8 +3,8 @@ the operator's ``--metrics-label NAME=VALUE``; a bad label writes nothing."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest

@@ -422,7 +422,10 @@ def test_a_value_nested_as_deep_as_set_takes_it_round_trips(cli, db_url):
     assert cli("clear", "--dag-id", "d", "--yes").exit_code == 0
     result = cli("import", "-", input=exported)
     assert result.exit_code == 0, result.output
-    assert cli("get", "--dag-id", "d", "--run-id", "r", "--task-id", "t", "k").stdout == json.dumps(json.loads(deep)) + "\n"
+    assert (
+        cli("get", "--dag-id", "d", "--run-id", "r", "--task-id", "t", "k").stdout
+        == json.dumps(json.loads(deep)) + "\n"
+    )
 
 
 LIMIT_10 = 10 + (1 << 20)  # the line limit with max_value_storage_bytes = 10: the value, and 1 MiB for the rest
@@ -453,7 +456,7 @@ def test_a_line_too_long_is_refused_before_it_is_read_whole(db_url, tmp_path):
     source.write_bytes(task_line("fine").encode() + b"\n" + b'{"store": "task", "value": "' + b"x" * (8 << 20))
     settings = load_settings(conn_override=db_url, environ={"AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES": "10"})
     with source.open("rb") as stream:
-        with pytest.raises(InvalidInputError, match="^line 2: longer than 1,048,586 bytes"):
+        with pytest.raises(InvalidInputError, match=r"^line 2: longer than 1,048,586 bytes"):
             import_records(settings, stream)
         assert stream.tell() == len(task_line("fine")) + 1 + LIMIT_10 + 1
     assert count(db_url, "task_state_store") == 0

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from statestore_cli.cli.failure import closed_pipe, finish, report, report_error
+from statestore_cli.cli.failure import closed_pipe, finish, report, report_error, warnings_as_lines
 from statestore_cli.cli.stopping import Terminated, terminate_on_sigterm
 from statestore_cli.errors import (
     EXIT_INTERRUPTED,
@@ -83,7 +83,7 @@ class StateStoreGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         try:
-            with terminate_on_sigterm():
+            with terminate_on_sigterm(), warnings_as_lines():
                 result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except Terminated:
             _fail("terminated (SIGTERM)", EXIT_TERMINATED)

@@ -17,28 +17,25 @@ MAX_JSON_DEPTH = 512
 # unrolled loop, linear even on an unterminated string.
 _TOKEN = r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]'
 _TOKENS = re.compile(_TOKEN, re.DOTALL)
-_TOKENS_BYTES = re.compile(_TOKEN.encode(), re.DOTALL)
-_OPENERS = frozenset("[{") | frozenset(b"[{")
 
 
 def nests_deeper_than(text: str | bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether the JSON ``text`` opens more than ``limit`` arrays or objects inside one another; checked
     without parsing it (a text that is not JSON gets an answer too, and the parser's error after)."""
+    # The common case first, at the speed of count: too few brackets to nest that deep.
     if isinstance(text, bytes):
-        opened = text.count(b"[") + text.count(b"{")
-        tokens = _TOKENS_BYTES.finditer(text)
-    else:
-        opened = text.count("[") + text.count("{")
-        tokens = _TOKENS.finditer(text)
-    if opened <= limit:  # the common case, at the speed of str.count: too few brackets to nest that deep
+        if text.count(b"[") + text.count(b"{") <= limit:
+            return False
+        text = text.decode("latin-1")  # one character a byte: brackets and quotes stay where they were
+    elif text.count("[") + text.count("{") <= limit:
         return False
     depth = 0
-    for token in tokens:
-        first = token.group()[0]
-        if first in _OPENERS:
+    for token in _TOKENS.finditer(text):
+        first = text[token.start()]  # not group(): a long string would be copied
+        if first in "[{":
             depth += 1
             if depth > limit:
                 return True
-        elif first != '"' and first != ord('"'):
+        elif first != '"':
             depth -= 1
     return False

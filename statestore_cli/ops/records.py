@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from statestore_cli.db.mysql_text import outside_latin1
