@@ -34,7 +34,7 @@ from statestore_cli.errors import (
     Outcome,
 )
 from statestore_cli.model.entries import Timeouts
-from statestore_cli.model.retention import parse_age, utcnow
+from statestore_cli.model.retention import clean_cutoff, parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
     from statestore_cli.ops.backup_file import BackupFile
@@ -133,6 +133,8 @@ def clean(
     if batch_size is not None and batch_size > MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
+    if grace is not None:
+        clean_cutoff(utcnow(), grace)  # an age reaching before the year 1 fails here, before any metrics file
     out = choose_output(output, header)
     if metrics_label and metrics_file is None:
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
