@@ -69,6 +69,23 @@ def test_a_clean_whose_backend_exits_at_import_is_a_failure_in_its_metrics_file(
     assert values[f"{P}last_success_timestamp_seconds"] == before
 
 
+def test_a_module_raising_keyboardinterrupt_at_import_is_an_interruption_never_a_success(
+    cli, db_url, tmp_path, monkeypatch
+):
+    # It cannot be told from Ctrl-C: exit 130 as for one, and the metrics file says so.
+    metrics = tmp_path / "clean.prom"
+    assert cli("clean", "--metrics-file", str(metrics)).exit_code == 0
+    before = read_metrics(metrics)[f"{P}last_success_timestamp_seconds"]
+    (tmp_path / "ss_interrupts.py").write_text("raise KeyboardInterrupt\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", "ss_interrupts.Backend")
+    result = cli("clean", "--fail-on-skip", "--metrics-file", str(metrics))
+    assert (result.exit_code, result.stderr) == (130, "statestore: error: interrupted\n")
+    values = read_metrics(metrics)
+    assert values[f"{P}exit_status"] == 130
+    assert values[f"{P}last_success_timestamp_seconds"] == before
+
+
 def test_a_connect_args_module_that_exits_at_import_fails(cli, db_url, tmp_path, monkeypatch):
     (tmp_path / "ss_exits_args.py").write_text("raise SystemExit(3)\nARGS = {}\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
