@@ -15,9 +15,11 @@ from helpers import (
     REALISTIC_KEY,
     as_utc,
     assert_expected,
+    engine_of,
     isolated_database,
     realistic_keys,
     run_cli,
+    run_statestore_process,
     seed_realistic,
     sql,
 )
@@ -426,6 +428,24 @@ def test_a_value_nested_as_deep_as_set_takes_it_round_trips(cli, db_url):
         cli("get", "--dag-id", "d", "--run-id", "r", "--task-id", "t", "k").stdout
         == json.dumps(json.loads(deep)) + "\n"
     )
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_stored_value_nested_too_deep_is_one_line_for_export_and_get(cli, db_url):
+    # Written by something else than statestore: 2,000 levels, past Python's recursion limit.
+    task = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
+    assert cli("set", *task, "k", "1").exit_code == 0
+    with engine_of(db_url).begin() as conn:
+        conn.exec_driver_sql("UPDATE task_state_store SET value = ?", ("[" * 2000 + "]" * 2000,))
+    result = cli("export")
+    assert result.exit_code == 3
+    assert result.stderr == (
+        "statestore: error: the value of key 'k' for dag_id=d run_id=r task_id=t is not valid JSON (it nests "
+        "arrays or objects more than 512 levels deep, more than an import reads); fix or delete that key, or "
+        "leave it out with the export's filters\n"
+    )
+    got = run_statestore_process("--conn", db_url, "get", *task, "k")  # the fast path, as a user runs it
+    assert got.exit_code == 3 and got.stderr.count("\n") == 1 and "Traceback" not in got.stderr, got.output
 
 
 LIMIT_10 = 10 + (1 << 20)  # the line limit with max_value_storage_bytes = 10: the value, and 1 MiB for the rest

@@ -184,8 +184,12 @@ def _no_constant(name: str) -> Any:
 _STRICT = json.JSONDecoder(parse_constant=_no_constant)
 
 
-def load_strict(text: str | bytes) -> Any:
-    """JSON as the standard has it: NaN and Infinity (which Python's json accepts) are errors."""
+def load_strict(text: str | bytes, max_depth: int | None = MAX_JSON_DEPTH) -> Any:
+    """JSON as the standard has it: NaN and Infinity (which Python's json accepts) are errors; so is a text
+    nested more than ``max_depth`` levels (a stored value no import reads back), before json recurses
+    into it (None: the caller has checked)."""
+    if max_depth is not None and nests_deeper_than(text, max_depth):
+        raise ValueError(f"it nests arrays or objects more than {max_depth} levels deep, more than an import reads")
     if isinstance(text, str) and not text.startswith("\ufeff"):  # json.loads names a BOM: let it
         return _STRICT.decode(text)
     return json.loads(text, parse_constant=_no_constant)
@@ -257,7 +261,7 @@ def parse_line(number: int, text: str | bytes, max_value_bytes: int) -> TaskRow 
             number, f"its value nests arrays or objects more than {MAX_JSON_DEPTH} levels deep; store a flatter value"
         )
     try:
-        record = load_strict(text)
+        record = load_strict(text, None)
     except ValueError as exc:  # JSONDecodeError, a bad UTF-8 byte, NaN or Infinity
         raise BadRecord(number, f"not valid JSON ({getattr(exc, 'msg', exc)})") from None
     if not isinstance(record, dict):
