@@ -219,3 +219,30 @@ def test_a_config_file_without_commands_gets_no_warning_whoever_owns_it(cli, db_
     os.chown(cfg, OTHER_USER, -1)
     result = cli("--config", str(cfg), "list", conn=None)
     assert (result.exit_code, result.stderr) == (0, ""), result.output
+
+
+@as_root
+def test_a_secrets_backend_in_airflow_home_config_another_user_owns_is_warned_about(
+    cli, db_url, clean_environment, monkeypatch
+):
+    # $AIRFLOW_HOME/config is on the import path, as Airflow makes it: a folder the airflow user often owns.
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder added is gone after the test
+    folder = clean_environment / "config"
+    folder.mkdir(mode=0o755)
+    module = folder / "ss_secrets.py"
+    module.write_text(f"class Secrets:\n    def get_config(self, key):\n        return {db_url!r}\n", encoding="utf-8")
+    module.chmod(0o644)
+    os.chown(module, OTHER_USER, -1)
+    monkeypatch.setenv("AIRFLOW__SECRETS__BACKEND", "ss_secrets.Secrets")
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_SECRET", "conn")
+    try:
+        result = cli("list", conn=None)
+    finally:
+        sys.modules.pop("ss_secrets", None)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"statestore: warning: module 'ss_secrets' at {module}, imported for environment variable "
+        "AIRFLOW__SECRETS__BACKEND: [secrets] backend = 'ss_secrets.Secrets', is owned by uid 65534 (nobody), "
+        "not by root or this user: another user can make statestore run their code as root; "
+        f"fix: chown root {module}\n"
+    )
