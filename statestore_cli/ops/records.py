@@ -225,7 +225,11 @@ def _longer_than(text: str | bytes, limit: int) -> bool:
 
 
 def _too_long(number: int, limit: int, max_value_bytes: int) -> BadRecord:
-    setting = f"[state_store] max_value_storage_bytes = {max_value_bytes}" if max_value_bytes else "16 MiB"
+    setting = (
+        f"[state_store] max_value_storage_bytes = {max_value_bytes}"
+        if max_value_bytes
+        else "16 MiB, as [state_store] max_value_storage_bytes = 0 sets no limit of its own"
+    )
     return BadRecord(
         number,
         f"longer than {limit:,} bytes, the most a line may hold (a value of {setting}, and 1 MiB for the "
