@@ -168,6 +168,27 @@ def test_an_unwritable_metrics_path_is_refused_before_deleting(cli, db_url, tmp_
     assert rows(db_url) == 4
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--metrics-label", "region=eu\udcff"),  # a byte the command line could not decode
+        ("--older-than", "999999999d"),  # before the year 1
+        ("--statement-timeout", "99999999d"),  # more than PostgreSQL takes
+        ("--max-runtime", "soon"),
+        ("--batch-size", "2147483648"),
+    ],
+    ids=["label-not-utf8", "older-than-overflow", "statement-timeout-overflow", "max-runtime", "batch-size"],
+)
+def test_a_bad_option_value_deletes_nothing_and_writes_no_metrics_file(cli, db_url, tmp_path, args):
+    # Every option is checked before the run is recorded: a bad one is a usage error, not a failed clean.
+    seed_expired(db_url, 3)
+    result = cli("clean", "--metrics-file", str(tmp_path / "m.prom"), *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    assert rows(db_url) == 4
+    assert [p.name for p in tmp_path.iterdir() if "prom" in p.name] == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory anyway")
 def test_a_read_only_directory_is_refused_before_deleting(cli, db_url, tmp_path):
     folder = tmp_path / "ro"

@@ -3,11 +3,12 @@ the operator's ``--metrics-label NAME=VALUE``; a bad label writes nothing."""
 
 from __future__ import annotations
 
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import read_metrics, read_samples, sql
+from helpers import read_metrics, read_samples, sql, statestore_argv
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
@@ -88,6 +89,29 @@ def test_a_bad_label_is_one_line_exit_2_and_nothing_written_or_deleted(cli, db_u
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert not metrics.exists() and list(tmp_path.glob(".m.prom.*")) == []
     assert sql(db_url, "SELECT count(*) FROM task_state_store")[0][0] == 1  # nothing deleted
+
+
+@pytest.mark.slow
+def test_a_label_that_is_not_utf8_on_the_command_line_is_refused_before_anything_is_deleted(db_url, tmp_path):
+    # A byte the command line cannot decode arrives as a surrogate escape, which passed the name checks
+    # and failed only when the file was written, after the clean had deleted.
+    _seed_expired(db_url)
+    metrics = tmp_path / "m.prom"
+    argv = statestore_argv("--conn", db_url, "clean", "--metrics-file", str(metrics))
+    done = subprocess.run([*argv, "--metrics-label", b"region=eu\xff"], capture_output=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        b"statestore: error: --metrics-label 'region=eu\\udcff' has a value that is not valid UTF-8; "
+        b"pass it as UTF-8 text\n"
+    )
+    assert not metrics.exists() and list(tmp_path.glob(".m.prom.*")) == []
+    assert sql(db_url, "SELECT count(*) FROM task_state_store")[0][0] == 1  # nothing deleted
+
+
+def test_a_file_name_that_is_not_utf8_makes_a_label_the_metrics_file_can_hold():
+    # A SQLite file's undecodable bytes (surrogate escapes) would fail the UTF-8 write after the clean.
+    label = database_label("sqlite:////var/lib/store\udcff.db")
+    assert label.encode("utf-8", "backslashreplace") == "store\ufffd.db".encode()  # a report xdist can send
 
 
 def test_a_label_without_a_metrics_file_is_refused(cli, db_url):

@@ -15,9 +15,11 @@ from helpers import (
     REALISTIC_KEY,
     as_utc,
     assert_expected,
+    engine_of,
     isolated_database,
     realistic_keys,
     run_cli,
+    run_statestore_process,
     seed_realistic,
     sql,
 )
@@ -26,6 +28,7 @@ from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.backends.metastore import UpdatedBy
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
+from statestore_cli.errors import InvalidInputError
 from statestore_cli.model.entries import KeyFilter
 from statestore_cli.ops.commands import db_init
 from statestore_cli.ops.transfer import StoreCounts, export_records, import_records
@@ -362,6 +365,22 @@ BAD_LINES = [
         "updated_at '2026-11-29T10:15:30' has no UTC offset; add one, e.g. 2026-11-29T10:15:30+00:00",
     ),
     (task_line(expires_at="tomorrow"), "expires_at 'tomorrow' is not an ISO 8601 timestamp"),
+    (
+        task_line(expires_at="0001-01-01T00:00:00+14:00"),
+        "expires_at '0001-01-01T00:00:00+14:00' is outside the years 1 to 9999 in UTC",
+    ),
+    (
+        task_line(updated_at="9999-12-31T23:59:59-14:00"),
+        "updated_at '9999-12-31T23:59:59-14:00' is outside the years 1 to 9999 in UTC",
+    ),
+    (
+        task_line(value="<deep>").replace('"<deep>"', "[" * 100_000 + "]" * 100_000),
+        "its value nests arrays or objects more than 512 levels deep; store a flatter value",
+    ),
+    (
+        task_line(value="<deep>").replace('"<deep>"', '{"a": ' * 513 + "1" + "}" * 513),
+        "its value nests arrays or objects more than 512 levels deep; store a flatter value",
+    ),
     (task_line(updated_at=1764410130), "updated_at must be an ISO 8601 timestamp string, got 1764410130"),
     (task_line(key="a\x00b"), "key holds a NUL character, which PostgreSQL cannot store"),
     (task_line(key="\ud800"), "key holds a lone surrogate escape, which no database stores"),
@@ -395,6 +414,72 @@ def test_oversized_value_is_refused(cli, db_url, monkeypatch):
         "statestore: error: line 2: value is 21 bytes, over [state_store] max_value_storage_bytes = 20; "
         "raise the limit or leave the key out; nothing was imported\n"
     )
+
+
+def test_a_value_nested_as_deep_as_set_takes_it_round_trips(cli, db_url):
+    # 512 levels, the most `set` takes; brackets inside strings do not count.
+    deep = "[" * 511 + '"[[[{{{"' + "]" * 511
+    assert cli("set", "--dag-id", "d", "--run-id", "r", "--task-id", "t", "k", deep).exit_code == 0
+    exported = cli("export").stdout
+    assert cli("clear", "--dag-id", "d", "--yes").exit_code == 0
+    result = cli("import", "-", input=exported)
+    assert result.exit_code == 0, result.output
+    assert (
+        cli("get", "--dag-id", "d", "--run-id", "r", "--task-id", "t", "k").stdout
+        == json.dumps(json.loads(deep)) + "\n"
+    )
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_stored_value_nested_too_deep_is_one_line_for_export_and_get(cli, db_url):
+    # Written by something else than statestore: 2,000 levels, past Python's recursion limit.
+    task = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
+    assert cli("set", *task, "k", "1").exit_code == 0
+    with engine_of(db_url).begin() as conn:
+        conn.exec_driver_sql("UPDATE task_state_store SET value = ?", ("[" * 2000 + "]" * 2000,))
+    result = cli("export")
+    assert result.exit_code == 3
+    assert result.stderr == (
+        "statestore: error: the value of key 'k' for dag_id=d run_id=r task_id=t is not valid JSON (it nests "
+        "arrays or objects more than 512 levels deep, more than an import reads); fix or delete that key, or "
+        "leave it out with the export's filters\n"
+    )
+    got = run_statestore_process("--conn", db_url, "get", *task, "k")  # the fast path, as a user runs it
+    assert got.exit_code == 3 and got.stderr.count("\n") == 1 and "Traceback" not in got.stderr, got.output
+
+
+LIMIT_10 = 10 + (1 << 20)  # the line limit with max_value_storage_bytes = 10: the value, and 1 MiB for the rest
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_line_longer_than_the_limit_is_refused_by_its_number(cli, db_url, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", "10")
+    at_limit = task_line(value="<v>").replace('"<v>"', " " * (LIMIT_10 - len(task_line(value=1))) + "1")
+    assert len(at_limit) == LIMIT_10
+    result = cli("import", "-", input=task_line("fine") + "\n" + at_limit + "\n")
+    assert result.exit_code == 0, result.output  # as long as a line may be, line feed not counted
+    over = at_limit.replace(" 1}", "  1}")
+    result = cli("import", "-", input=task_line("fine") + "\n" + over + "\n" + task_line("after") + "\n")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "statestore: error: line 2: longer than 1,048,586 bytes, the most a line may hold (a value of "
+        "[state_store] max_value_storage_bytes = 10, and 1 MiB for the other fields); raise "
+        "max_value_storage_bytes to import larger values; nothing was imported\n"
+    )
+    assert sorted(sql(db_url, "SELECT {key} FROM task_state_store")) == [("fine",), ("k",)]  # the first import's
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_line_too_long_is_refused_before_it_is_read_whole(db_url, tmp_path):
+    # 8 MiB without a line feed: the import reads no more of it than the limit and one byte.
+    source = tmp_path / "long.jsonl"
+    source.write_bytes(task_line("fine").encode() + b"\n" + b'{"store": "task", "value": "' + b"x" * (8 << 20))
+    settings = load_settings(conn_override=db_url, environ={"AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES": "10"})
+    with source.open("rb") as stream:
+        with pytest.raises(InvalidInputError, match=r"^line 2: longer than 1,048,586 bytes"):
+            import_records(settings, stream)
+        assert stream.tell() == len(task_line("fine")) + 1 + LIMIT_10 + 1
+    assert count(db_url, "task_state_store") == 0
 
 
 @pytest.mark.parametrize("db_url", ["mariadb"], indirect=True)

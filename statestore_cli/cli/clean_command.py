@@ -34,7 +34,7 @@ from statestore_cli.errors import (
     Outcome,
 )
 from statestore_cli.model.entries import Timeouts
-from statestore_cli.model.retention import parse_age, utcnow
+from statestore_cli.model.retention import clean_cutoff, parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
     from statestore_cli.ops.backup_file import BackupFile
@@ -133,6 +133,8 @@ def clean(
     if batch_size is not None and batch_size > MAX_BATCH_SIZE:
         raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
+    if grace is not None:
+        clean_cutoff(utcnow(), grace)  # an age reaching before the year 1 fails here, before any metrics file
     out = choose_output(output, header)
     if metrics_label and metrics_file is None:
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
@@ -147,9 +149,7 @@ def clean(
             )
         skipped = _clean_dry_run(settings_of(ctx), out, grace, show_all)
         return None if skipped is None else _skipped(skipped, fail_on_skip)
-    timeouts = Timeouts(
-        statement_seconds=None if statement_timeout is None else seconds(statement_timeout, "--statement-timeout"),
-    )
+    timeouts = Timeouts(statement_seconds=None if statement_timeout is None else _statement_seconds(statement_timeout))
     runtime = None if max_runtime is None else seconds(max_runtime, "--max-runtime")
     from statestore_cli.ops.clean_run import CleanRun
 
@@ -178,6 +178,20 @@ def clean(
         raise run.unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
     # a clean stopped early exits with its reason's code; a skip with 5 under --fail-on-skip
     return _skipped(result, fail_on_skip) if isinstance(result, str) else result
+
+
+# PostgreSQL takes a statement timeout in milliseconds, a 32-bit integer; the lock timeout has the same bound.
+MAX_STATEMENT_SECONDS = 2_147_483
+
+
+def _statement_seconds(text: str) -> float:
+    """--statement-timeout in seconds, refused before the clean starts when no engine can take it."""
+    value = seconds(text, "--statement-timeout")
+    if value > MAX_STATEMENT_SECONDS:
+        raise InvalidInputError(
+            f"--statement-timeout {text!r} is too long; the longest is {MAX_STATEMENT_SECONDS}s (about 24 days)"
+        )
+    return value
 
 
 def _skipped(reason: str, fail_on_skip: bool) -> Outcome:

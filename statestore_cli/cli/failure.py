@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TextIO
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 from statestore_cli.cli.safe_text import error_line, safe_text
 from statestore_cli.errors import EXIT_OK, StateStoreError
@@ -62,6 +64,28 @@ def report(text: str, exit_code: int, *, answer: bool = False) -> int:
 def warn(text: str) -> None:
     """A warning: one line on stderr, control characters escaped; the command goes on."""
     sys.stderr.write(f"statestore: warning: {safe_text(mask_text(text))}\n")
+
+
+@contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """While active, the library's warnings about files another user can change (``UntrustedFileWarning``)
+    are ``warn`` lines, each time they are raised; other warnings are shown as Python shows them."""
+    import warnings
+
+    from statestore_cli.config.trust import UntrustedFileWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", UntrustedFileWarning)
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if issubclass(category, UntrustedFileWarning):
+                warn(str(message))
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        yield
 
 
 def closed_pipe(exit_code: int = EXIT_OK) -> int:

@@ -113,6 +113,7 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     from statestore_cli.backends.base import stored_ref
     from statestore_cli.config import load_settings
     from statestore_cli.model.entries import Entry
+    from statestore_cli.model.json_depth import nests_deeper_than
     from statestore_cli.model.scopes import TaskScope, check_key, missing_key
     from statestore_cli.model.timestamps import utc_instant
 
@@ -148,6 +149,8 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     if row is None:
         return report_error(missing_key(scope, key, run_exists=run_exists, elsewhere=elsewhere))
     value, updated_at, expires_at = row
+    if nests_deeper_than(value):  # json would recurse past Python's limit: the full CLI words the error
+        return None
     decoded = json.loads(value)
     if stored_ref(decoded) is not None:
         return None  # a worker-side reference with no worker backend configured: the full CLI warns

@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from statestore_cli.cli.failure import closed_pipe, finish, report, report_error
+from statestore_cli.cli.failure import closed_pipe, finish, report, report_error, warnings_as_lines
 from statestore_cli.cli.stopping import Terminated, terminate_on_sigterm
 from statestore_cli.errors import (
     EXIT_INTERRUPTED,
@@ -63,6 +63,16 @@ class StateStoreGroup(TyperGroup):
                 raise
             message = f"unexpected {type(exc).__name__}: {first_line(exc)} (rerun with --debug for the traceback)"
             raise _Reported(StateStoreError(message)) from None
+        except SystemExit as exc:
+            # No command of ours exits by SystemExit (typer.Exit is not one): code it ran did, a backend
+            # calling sys.exit(); left to click, sys.exit(0) would end a failed command with exit 0.
+            if ctx.params.get("debug"):  # its traceback, and exit 1: re-raised it would exit with its code
+                raise RuntimeError(f"code the command ran raised SystemExit({exc.code!r})") from exc
+            message = (
+                f"unexpected SystemExit({exc.code!r}) raised by code the command ran (a backend or a module a "
+                "dotted path names); the command did not finish (rerun with --debug for the traceback)"
+            )
+            raise _Reported(StateStoreError(message)) from None
 
     def main(  # type: ignore[override]  # same parameters, but standalone handling is ours
         self,
@@ -73,7 +83,7 @@ class StateStoreGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         try:
-            with terminate_on_sigterm():
+            with terminate_on_sigterm(), warnings_as_lines():
                 result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except Terminated:
             _fail("terminated (SIGTERM)", EXIT_TERMINATED)

@@ -5,6 +5,7 @@ import sys
 from typing import Any
 
 from statestore_cli.errors import InvalidInputError
+from statestore_cli.model.json_depth import MAX_JSON_DEPTH, nests_deeper_than
 
 
 def read_value(raw: str, *, as_string: bool) -> Any:
@@ -13,6 +14,10 @@ def read_value(raw: str, *, as_string: bool) -> Any:
         text = text[:-1]  # `echo` and here-docs add one; it is not part of the value
     if as_string:
         return text
+    if nests_deeper_than(text, MAX_JSON_DEPTH):  # before json recurses once per level
+        raise InvalidInputError(
+            f"VALUE nests arrays or objects more than {MAX_JSON_DEPTH} levels deep; store a flatter value"
+        )
     try:
         value = json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as exc:

@@ -575,6 +575,8 @@ def load_settings(
     # Commands and secrets last: they are read with the options resolved above (the command timeout,
     # the secrets backend and its kwargs), and none runs when a bad plain value already failed the load.
     secrets = _SecretsBackend(resolved, env, home)
+    if resolve_indirect:
+        _warn_if_others_can_change(config_file, [found for _spec, found in indirect if found.kind == "command"])
     for spec, found in indirect:
         if not resolve_indirect:
             raise IndirectValueSkipped(f"[{spec.section}] {spec.option} comes from {found.where}")
@@ -590,6 +592,18 @@ def load_settings(
     return Settings(
         resolved, config_file, home, searched, tuple(warnings), parser=parser, environ=env, config_given=given
     )
+
+
+def _warn_if_others_can_change(config_file: Path | None, commands: list[_Found]) -> None:
+    """A warning before a ``_cmd`` option of the config file runs, when a user other than root and this
+    one could change the file (and so the command)."""
+    suffix = f" in {config_file}"
+    options = [found.where.removesuffix(suffix) for found in commands if found.where.endswith(suffix)]
+    if config_file is None or not options:
+        return
+    from statestore_cli.config.trust import warn_if_untrusted
+
+    warn_if_untrusted(config_file, f"config file {config_file}, whose {', '.join(options)} runs,", "commands")
 
 
 class IndirectValueSkipped(StateStoreError):
@@ -773,13 +787,23 @@ def import_named(path: str, where: str, what: str = "attribute") -> Any:
     one-line ``ConfigError``: importing user code can fail in any way."""
     import importlib
 
+    from statestore_cli.config.trust import check_module_files
+
     module_name, _, name = path.rpartition(".")
     try:
+        check_module_files(module_name, where)  # before its code runs; finding it imports its packages
         module = importlib.import_module(module_name)
     except Exception as exc:  # an import of user code can fail in any way
         raise ConfigError(
             f"{where}: cannot import module {module_name!r} ({type(exc).__name__}: {first_line(exc)})"
         ) from None
+    except SystemExit as exc:  # sys.exit() at import: left alone it would end the command as if it had succeeded
+        raise ConfigError(
+            f"{where}: importing module {module_name!r} raised SystemExit({exc.code!r}); a module named by a "
+            "dotted path must not exit when it is imported: remove the exit (an argparse or script entry point "
+            "run at import, often) or name another module"
+        ) from None
+    # KeyboardInterrupt goes on: whether Ctrl-C or the module raised it, the command was interrupted (130).
     if not hasattr(module, name):
         raise ConfigError(f"{where}: module {module_name!r} has no {what} {name!r}")
     return getattr(module, name)

@@ -128,4 +128,10 @@ def parse_instant(text: str, what: str) -> datetime:
         raise InvalidInputError(
             f"{what} {text!r} has no time zone; add one, e.g. {text.strip()}Z or {text.strip()}+00:00"
         )
+    try:
+        moment.astimezone(UTC)  # what is stored and compared: 0001-01-01T00:00+14:00 is before the year 1 there
+    except OverflowError:
+        raise InvalidInputError(
+            f"{what} {text!r} is outside the years 1 to 9999 in UTC; give an instant within them"
+        ) from None
     return moment

@@ -165,11 +165,11 @@ def database_label(url: str) -> str:
         return "unknown"
     if parsed.get_backend_name() == "sqlite":
         name = parsed.database or ""
-        return Path(name).name if name not in ("", ":memory:") else "memory"
+        return _as_utf8(Path(name).name) if name not in ("", ":memory:") else "memory"
     host = parsed.host or "localhost"
     if parsed.port is not None:
         host = f"{host}:{parsed.port}"
-    return f"{host}/{parsed.database or ''}"
+    return _as_utf8(f"{host}/{parsed.database or ''}")
 
 
 def metric_labels(given: Iterable[str], database: str) -> dict[str, str]:
@@ -191,11 +191,27 @@ def metric_labels(given: Iterable[str], database: str) -> dict[str, str]:
             problem = f"sets {name!r} a second time; give each label once"
         elif "\n" in value or "\r" in value:
             problem = "has a line break in its value; give the value on one line"
+        elif not _is_utf8(value):  # bytes the command line could not decode: the file is UTF-8
+            problem = "has a value that is not valid UTF-8; pass it as UTF-8 text"
         else:
             own[name] = value
             continue
         raise InvalidInputError(f"{where} {problem}", parameter="labels")
     return {DATABASE: own.pop(DATABASE, database), **own}
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _as_utf8(text: str) -> str:
+    """``text`` with what UTF-8 cannot hold (a file name's undecodable bytes, kept as surrogate escapes)
+    replaced by U+FFFD: a label is written to a UTF-8 file after the clean, when it must not fail."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if not _is_utf8(text) else text
 
 
 def check_writable(path: Path) -> None:
@@ -282,8 +298,8 @@ def exit_status_of(error: BaseException) -> int:
         return error.exit_code
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
-    if isinstance(error, SystemExit):
-        return error.code if isinstance(error.code, int) else EXIT_OPERATIONAL
+    # Anything else, SystemExit included (code we ran calling sys.exit, even sys.exit(0)), is a failure:
+    # a clean that did not finish must never move last_success forward.
     return EXIT_OPERATIONAL
 
 

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from statestore_cli.db.mysql_text import outside_latin1
 from statestore_cli.db.schema import ASSET_WRITER_FIELDS
+from statestore_cli.model.json_depth import MAX_JSON_DEPTH, nests_deeper_than
 from statestore_cli.model.scopes import ID_MAX_LENGTH, KEY_MAX_LENGTH, NIL_REGION
 
 TASK_FIELDS = ("store", "dag_id", "run_id", "task_id", "map_index", "key", "updated_at", "expires_at", "value")
@@ -182,8 +184,12 @@ def _no_constant(name: str) -> Any:
 _STRICT = json.JSONDecoder(parse_constant=_no_constant)
 
 
-def load_strict(text: str | bytes) -> Any:
-    """JSON as the standard has it: NaN and Infinity (which Python's json accepts) are errors."""
+def load_strict(text: str | bytes, max_depth: int | None = MAX_JSON_DEPTH) -> Any:
+    """JSON as the standard has it: NaN and Infinity (which Python's json accepts) are errors; so is a text
+    nested more than ``max_depth`` levels (a stored value no import reads back), before json recurses
+    into it (None: the caller has checked)."""
+    if max_depth is not None and nests_deeper_than(text, max_depth):
+        raise ValueError(f"it nests arrays or objects more than {max_depth} levels deep, more than an import reads")
     if isinstance(text, str) and not text.startswith("\ufeff"):  # json.loads names a BOM: let it
         return _STRICT.decode(text)
     return json.loads(text, parse_constant=_no_constant)
@@ -198,12 +204,68 @@ def is_json(text: str) -> bool:
     return True
 
 
+# What a line may hold besides its value: its fields at their longest (ids, key, asset name and uri: about
+# 6,000 characters, 12 bytes each at worst as \\u escapes of surrogate pairs, under 80 KB), with room to spare.
+LINE_OVERHEAD = 1 << 20
+# The value of a line when max_value_storage_bytes is 0 (no limit): MySQL/MariaDB's MEDIUMTEXT value
+# column holds 16 MiB; a larger value needs the limit raised to it, which raises the line limit as well.
+UNLIMITED_VALUE_BYTES = 16 << 20
+
+
+def line_limit(max_value_bytes: int) -> int:
+    """The longest line an import reads (its line feed not counted): the largest value it may hold, and
+    ``LINE_OVERHEAD`` for the rest. A longer line is refused before it is read whole: an import's memory
+    stays bounded whatever its input holds."""
+    return (max_value_bytes or UNLIMITED_VALUE_BYTES) + LINE_OVERHEAD
+
+
+def _longer_than(text: str | bytes, limit: int) -> bool:
+    """Whether ``text`` (a line, with or without its line feed) holds more than ``limit`` bytes."""
+    return len(text) > limit and (len(text) > limit + 1 or text[-1:] not in ("\n", b"\n"))
+
+
+def _too_long(number: int, limit: int, max_value_bytes: int) -> BadRecord:
+    setting = (
+        f"[state_store] max_value_storage_bytes = {max_value_bytes}"
+        if max_value_bytes
+        else "16 MiB, as [state_store] max_value_storage_bytes = 0 sets no limit of its own"
+    )
+    return BadRecord(
+        number,
+        f"longer than {limit:,} bytes, the most a line may hold (a value of {setting}, and 1 MiB for the "
+        "other fields); raise max_value_storage_bytes to import larger values",
+    )
+
+
+def read_lines(source: Iterable[str | bytes], max_value_bytes: int) -> Iterator[str | bytes]:
+    """The lines of ``source``; from a file (anything with ``readline``) each is read at most
+    ``line_limit`` bytes at a time, so a longer one raises ``BadRecord`` without being held whole."""
+    readline = getattr(source, "readline", None)
+    if readline is None:
+        yield from source  # already in memory: parse_line checks each line's length
+        return
+    limit = line_limit(max_value_bytes)
+    number = 0
+    while line := readline(limit + 1):
+        number += 1
+        if _longer_than(line, limit):
+            raise _too_long(number, limit, max_value_bytes)
+        yield line
+
+
 def parse_line(number: int, text: str | bytes, max_value_bytes: int) -> TaskRow | DagRunRow | AssetRow | None:
     """The key on line ``number``, checked; None for a blank line. Raises ``BadRecord``."""
+    limit = line_limit(max_value_bytes)
+    if _longer_than(text, limit):
+        raise _too_long(number, limit, max_value_bytes)
     if not text.strip():
         return None
+    if nests_deeper_than(text, MAX_JSON_DEPTH + 1):  # the line's object, then its value; before json recurses
+        raise BadRecord(
+            number, f"its value nests arrays or objects more than {MAX_JSON_DEPTH} levels deep; store a flatter value"
+        )
     try:
-        record = load_strict(text)
+        record = load_strict(text, None)
     except ValueError as exc:  # JSONDecodeError, a bad UTF-8 byte, NaN or Infinity
         raise BadRecord(number, f"not valid JSON ({getattr(exc, 'msg', exc)})") from None
     if not isinstance(record, dict):
@@ -350,7 +412,10 @@ def _moment(number: int, name: str, text: Any) -> datetime:
         raise BadRecord(number, f"{name} {text!r} is not an ISO 8601 timestamp") from None
     if moment.tzinfo is None:
         raise BadRecord(number, f"{name} {text!r} has no UTC offset; add one, e.g. {text}+00:00")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00, 9999-12-31T23:59:59-14:00
+        raise BadRecord(number, f"{name} {text!r} is outside the years 1 to 9999 in UTC") from None
 
 
 def _value(number: int, value: Any, max_value_bytes: int) -> str:

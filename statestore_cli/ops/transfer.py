@@ -56,6 +56,7 @@ from statestore_cli.ops.records import (
     encode_line,
     load_strict,
     parse_line,
+    read_lines,
     task_record,
 )
 
@@ -339,7 +340,7 @@ class _Importer:
         number = 0
         with translate_errors(self.engine):
             try:
-                for number, text in enumerate(lines, 1):
+                for number, text in enumerate(read_lines(lines, self.max_value_bytes), 1):
                     row = parse_line(number, text, self.max_value_bytes)
                     if row is None:
                         continue
