@@ -249,3 +249,58 @@ def test_db_init_creates_an_owner_only_sqlite_file(shared):
     assert path.stat().st_uid == 0 and mode_of(path) == 0o600
     assert as_nobody("cat", str(path)).returncode != 0
     assert json.loads(run_cli("get", *task, "k", conn=conn).stdout) == 1
+
+
+# -- the filesystem backend's objects --------------------------------------------------------------------------
+FS_TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
+
+
+@pytest.fixture
+def fs_root(shared, monkeypatch, clean_environment) -> Path:
+    """The filesystem backend's root as the Airflow workers (here uid 65534) own it: 0750, their folder."""
+    root = shared / "state"
+    plant("sh", "-c", f"umask 022 && mkdir {root} && chmod 750 {root}")
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", "statestore_cli.backends.filesystem.FilesystemBackend")
+    monkeypatch.setenv("AIRFLOW__STATE_STORE_FILESYSTEM__ROOT", str(root))
+    return root
+
+
+def test_a_value_root_writes_takes_the_roots_owner_and_permissions(fs_root):
+    with umask(0o022):
+        assert run_cli("set", *FS_TASK, "k", '"v"').exit_code == 0
+    value = fs_root / "task/d/r/t/-1/k.json"
+    folders = [fs_root / "task", fs_root / "task/d/r/t/-1"]
+    assert [(p.stat().st_uid, p.stat().st_gid, mode_of(p)) for p in (*folders, value)] == [
+        (NOBODY, NOBODY, 0o750),
+        (NOBODY, NOBODY, 0o750),
+        (NOBODY, NOBODY, 0o640),
+    ]
+    plant("sh", "-c", f"printf '\"w\"' > {value}.new && mv {value}.new {value}")  # the workers replace it
+    assert run_cli("get", *FS_TASK, "k").stdout == '"w"\n'
+
+
+def test_a_link_planted_in_the_filesystem_backends_root_is_not_followed(fs_root, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    plant("ln", "-s", str(elsewhere), str(fs_root / "task"))
+    result = run_cli("set", *FS_TASK, "k", '"v"')
+    assert result.exit_code == 3, result.output
+    assert result.stderr == (
+        f"statestore: error: the filesystem backend's {fs_root}/task is a symbolic link or a file where a folder "
+        "of values belongs; nothing under the root is followed through a link: remove it\n"
+    )
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_value_planted_as_a_link_to_a_root_only_file_is_not_read(fs_root, tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text('"s3cret"')
+    secret.chmod(0o600)
+    plant("sh", "-c", f"mkdir -p {fs_root}/task/d/r/t/-1 && ln -s {secret} {fs_root}/task/d/r/t/-1/k.json")
+    result = run_cli("get", *FS_TASK, "k")
+    assert result.exit_code == 3, result.output
+    assert result.stderr == (
+        f"statestore: error: the filesystem backend's {fs_root}/task/d/r/t/-1/k.json is a symbolic link or a "
+        "special file, not a value this backend wrote; nothing under the root is read through a link: remove it\n"
+    )
+    assert "s3cret" not in result.stdout
