@@ -122,6 +122,21 @@ def test_a_backup_refuses_a_symlink_to_an_empty_file_of_roots(store, shared, tmp
     assert target.stat().st_size == 0 and mode_of(target) == 0o600 and target.stat().st_uid == 0
 
 
+def test_a_backup_refuses_an_empty_file_with_a_second_hard_link(store, shared, tmp_path):
+    # A second name in a folder the other user can read would give it every line written under the first.
+    backup = tmp_path / "backup.jsonl"
+    backup.touch(mode=0o600)
+    os.link(backup, shared / "other-name")
+    before = digest(store)
+    result = run_cli("clean", "--backup", str(backup), conn=store)
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"statestore: error: --backup {backup}: has 2 hard links, through which the backup could be read; "
+        "give a new path\n"
+    )
+    assert digest(store) == before and backup.stat().st_size == 0
+
+
 def test_a_new_backup_is_owner_only_whatever_the_umask(store, shared):
     backup = shared / "backup.jsonl"
     with umask(0o022):
