@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, sql
 from test_backup import seed
 
 NOBODY = 65534
@@ -68,7 +68,9 @@ def umask(mask: int) -> Iterator[None]:
 
 @pytest.fixture
 def store(db_url: str) -> str:
+    """Expired task keys for ``clean``, keys of a dag for ``clear``, an inactive asset's key for ``assets sweep``."""
     seed(db_url)
+    sql(db_url, "DELETE FROM asset_active")
     return db_url
 
 
