@@ -620,15 +620,15 @@ def test_a_full_disk_under_the_backup_stops_the_clean_with_every_deleted_key_in_
 
 # -- the file ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_a_new_backup_gets_the_mode_a_shell_redirect_gives(db_url, tmp_path):
+def test_a_new_backup_is_owner_only_even_under_umask_0(db_url, tmp_path):
     seed(db_url)
     backup = tmp_path / "clean.jsonl"
-    old = os.umask(0o027)
+    old = os.umask(0)
     try:
         assert run_cli("clean", "--backup", str(backup), conn=db_url).exit_code == 0
     finally:
         os.umask(old)
-    assert stat.S_IMODE(backup.stat().st_mode) == 0o640
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600  # it holds every value the clean deleted
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

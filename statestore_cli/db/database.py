@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import re
 import time
 import weakref
@@ -58,6 +59,17 @@ def sqlite_path(url: URL) -> Path | None:
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
     return Path(url.database)
+
+
+def _create_owner_only(path: Path) -> None:
+    """Make a missing SQLite file empty and owner-only (0600) before SQLite opens it: the store holds every
+    value, and SQLite would create it 0644 under the usual umask. Its journal and WAL files take the database
+    file's mode. An existing file (or anything else at the path) is left for SQLite to open or refuse."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return
+    os.close(fd)
 
 
 def _sqlite_on_connect(busy_ms: int) -> Callable[[Any, Any], None]:
@@ -282,6 +294,8 @@ def make_engine(
         ) from None
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
+    if path is not None and create_file:  # once the configuration is known to be good
+        _create_owner_only(path)
     _CONNECT_TIMEOUTS[engine] = timeout
     if origin is not None:
         _ORIGINS[engine] = origin

@@ -16,6 +16,7 @@ from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, St
 from statestore_cli.ops.records import printable, printable_utf8
 
 WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held
+BACKUP_MODE = 0o600  # owner-only: the file holds every value the command deleted
 
 
 def _start_writeback() -> Callable[[int, int, int], Any] | None:
@@ -45,30 +46,23 @@ def _refuse(path: Path, problem: str) -> InvalidInputError:
 
 
 def check_backup_path(path: Path) -> None:
-    """Refuse (``InvalidInputError``, nothing created) a backup path the command could not write to the end:
-    a file that exists and is not empty, a directory or other non-file, a folder missing or not writable."""
+    """Refuse (``InvalidInputError``, nothing created) a backup path the command could not write to the end, or
+    could write where another user reads or changes what it deletes: a file that exists and is not empty, a
+    symbolic link, a directory or other non-file, a file another user owns or with a second name (hard link), a
+    folder missing or not writable."""
     if str(path) == "-":
         raise InvalidInputError(
             f"{PARAMETER} - would be stdout, which cannot be synced to disk before each commit; give a file path",
             parameter="backup",
         )
     try:
-        found = path.stat()
+        found = path.lstat()
     except FileNotFoundError:
         found = None
     except OSError as exc:
         raise _refuse(path, f"cannot be read ({exc.strerror}); give another path") from None
     if found is not None:
-        if stat.S_ISDIR(found.st_mode):
-            raise _refuse(path, "is a directory; give the path of a new file in it")
-        if not stat.S_ISREG(found.st_mode):
-            raise _refuse(path, "is not a regular file; give the path of a new file")
-        if found.st_size > 0:
-            raise _refuse(
-                path,
-                f"already exists and is not empty ({found.st_size:,} bytes); a backup never overwrites or appends "
-                "to a file: give a new path",
-            )
+        _check_existing(path, found)
         if not os.access(path, os.W_OK):
             raise _refuse(path, "is not writable for this user; give another path")
         return
@@ -81,12 +75,38 @@ def check_backup_path(path: Path) -> None:
         raise _refuse(path, f"cannot create files in {folder} (no permission, or a read-only file system)")
 
 
+def _check_existing(path: Path, found: os.stat_result) -> None:
+    """An existing backup path (its ``lstat``, or the ``fstat`` of what was opened) is used only when it is an
+    empty regular file of this user's with no other name: anything else may be read or changed by someone else
+    while it holds the deleted values, or (a symbolic link) send them into a file the user never named."""
+    if stat.S_ISLNK(found.st_mode):
+        raise _refuse(path, "is a symbolic link, which a backup is never written through; give the path of a new file")
+    if stat.S_ISDIR(found.st_mode):
+        raise _refuse(path, "is a directory; give the path of a new file in it")
+    if not stat.S_ISREG(found.st_mode):
+        raise _refuse(path, "is not a regular file; give the path of a new file")
+    if found.st_uid != os.geteuid():
+        raise _refuse(
+            path,
+            f"is owned by another user (uid {found.st_uid}), who could read or change the backup; remove it or "
+            "give the path of a new file",
+        )
+    if found.st_nlink != 1:
+        raise _refuse(path, f"has {found.st_nlink} hard links, through which the backup could be read; give a new path")
+    if found.st_size > 0:
+        raise _refuse(
+            path,
+            f"already exists and is not empty ({found.st_size:,} bytes); a backup never overwrites or appends "
+            "to a file: give a new path",
+        )
+
+
 class BackupFile:
     """The file a deleting command writes each row it deletes to, in the export format.
 
     Made before anything is deleted: the path is checked then (``check_backup_path``); the file itself is
-    created by the first ``start()`` (when the command is about to delete), with the mode a shell redirect
-    gives (0666 less the umask, as ``export --file``), or an existing empty file is used with its mode.
+    created by the first ``start()`` (when the command is about to delete), owner-only (0600) whatever the
+    umask, or an existing empty file of this user's is used, checked again once open and made 0600.
     ``restore`` is the command line that restores it, for the messages that name the file."""
 
     def __init__(self, path: Path | str, restore: str | None = None) -> None:
@@ -109,26 +129,35 @@ class BackupFile:
         """Create the file (or open an existing empty one) for writing; nothing is deleted before this."""
         if self._fd is not None:
             return
-        flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+        fd, created = self._open()
         try:
-            try:
-                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o666)
-                created = True
-            except FileExistsError:
-                fd = os.open(self.path, flags)
-                created = False
-        except OSError as exc:
-            raise _refuse(self.path, f"cannot be created ({exc.strerror})") from None
-        if not created:
-            found = os.fstat(fd)
-            if not stat.S_ISREG(found.st_mode) or found.st_size > 0:  # written since it was checked
-                os.close(fd)
-                check_backup_path(self.path)  # says what it is now
-                raise _refuse(self.path, "changed while the command started; give a new path")
+            if not created:  # what was opened, not what the path named when it was checked
+                _check_existing(self.path, os.fstat(fd))
+            os.fchmod(fd, BACKUP_MODE)  # whatever the umask, and an existing file's mode tightened
+        except (StateStoreError, OSError) as exc:
+            os.close(fd)
+            if isinstance(exc, StateStoreError):
+                raise
+            raise _refuse(self.path, f"cannot be made owner-only ({exc.strerror})") from None
         self._fd = fd
         self._writeback = _start_writeback() if sys.platform.startswith("linux") else None
         if created:  # the new name itself must survive a crash, not only the lines written under it
             self._sync_folder()
+
+    def _open(self) -> tuple[int, bool]:
+        """The file's descriptor and whether it was created. Never through a symbolic link (``O_NOFOLLOW``), and
+        an existing file without waiting (``O_NONBLOCK``: a FIFO put there since the check fails at once)."""
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+        try:
+            try:
+                return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, BACKUP_MODE), True
+            except FileExistsError:
+                fd = os.open(self.path, flags | os.O_NONBLOCK)
+        except OSError as exc:
+            check_backup_path(self.path)  # says what is there now (a symbolic link, another user's file...)
+            raise _refuse(self.path, f"cannot be created ({exc.strerror})") from None
+        os.set_blocking(fd, True)
+        return fd, False
 
     def _sync_folder(self) -> None:
         try:

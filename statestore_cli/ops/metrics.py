@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 PREFIX = "statestore_clean_"
 LAST_SUCCESS = f"{PREFIX}last_success_timestamp_seconds"
+METRICS_MODE = 0o644  # readable by the textfile collector's user: no values in it
 
 # name (without the prefix), help text, in the order they are written; every one is a gauge: each
 # describes the last run, not a running total (the textfile collector has no memory between runs).
@@ -216,33 +218,62 @@ def _as_utf8(text: str) -> str:
 
 def check_writable(path: Path) -> None:
     """Fail before anything is deleted when ``path`` cannot be replaced: its directory must exist and
-    take a new file (tried, then removed), and ``path`` must not be a directory."""
-    directory = path.parent
-    problem = None
-    if path.is_dir():
-        problem = "is a directory"
-    elif directory.exists() and not directory.is_dir():
-        problem = f"cannot be written: {directory} is not a directory"
-    elif not directory.is_dir():
-        problem = f"cannot be written: directory {directory} does not exist"
-    else:
-        try:
-            with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{path.name}.", suffix=".check"):
-                pass
-        except OSError as exc:
-            problem = f"cannot be written: {exc.strerror or exc} in {directory}"
+    take a new file (tried, then removed), and ``path`` must not be a directory. The file holds no values,
+    but it must be this user's: a symbolic link, a special file or another user's file there is refused
+    (``os.replace`` would put ours in its place; refusing says that someone else has the path)."""
+    problem = _not_ours(path) or _not_writable(path)
     if problem:
         raise InvalidInputError(f"{PARAMETER} {path} {problem}", parameter="metrics_file")
+
+
+def _not_writable(path: Path) -> str | None:
+    directory = path.parent
+    if path.is_dir():
+        return "is a directory"
+    if directory.exists() and not directory.is_dir():
+        return f"cannot be written: {directory} is not a directory"
+    if not directory.is_dir():
+        return f"cannot be written: directory {directory} does not exist"
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{path.name}.", suffix=".check"):
+            pass
+    except OSError as exc:
+        return f"cannot be written: {exc.strerror or exc} in {directory}"
+    return None
+
+
+def _not_ours(path: Path) -> str | None:
+    """Why the metrics file at ``path`` is not one this user may replace, or None (also when there is none)."""
+    try:
+        found = path.lstat()
+    except OSError:
+        return None  # none there, or the checks after this say why it cannot be written
+    if stat.S_ISLNK(found.st_mode):
+        return "is a symbolic link, which the metrics file is never written through; remove it or give another path"
+    if not stat.S_ISREG(found.st_mode) and not stat.S_ISDIR(found.st_mode):
+        return "is not a regular file; remove it or give another path"
+    if stat.S_ISREG(found.st_mode) and found.st_uid != os.geteuid():
+        return f"is owned by another user (uid {found.st_uid}); remove it or give another path"
+    return None
 
 
 def read_last_success(path: Path) -> float | None:
     """The last-success time a previous run wrote to ``path``, with or without labels; None when there is
     none to read. Carried over whatever its labels: the file is the clean's of one database, and a run
-    that cannot read its configuration (``database="unknown"``) must not lose it."""
+    that cannot read its configuration (``database="unknown"``) must not lose it. Only from a regular file
+    of this user's, never through a symbolic link, and without waiting on a FIFO put in its place."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
         return None
+    with open(fd, "rb") as handle:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
+            return None
+        try:
+            text = handle.read(1 << 20).decode("utf-8")  # a metrics file is a few KB
+        except (OSError, UnicodeDecodeError):
+            return None
     match = re.search(rf"^{LAST_SUCCESS}(\{{.*\}})? (\S+)$", text, re.MULTILINE)
     if not match:
         return None
@@ -260,9 +291,11 @@ def write_atomically(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
+            # mkstemp makes it 0600 (never through a link); node-exporter usually runs as another user, and
+            # the file holds counts and labels, no values
+            os.fchmod(handle.fileno(), METRICS_MODE)
             os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes it 0600; node-exporter usually runs as another user
-        os.replace(temporary, path)
+        os.replace(temporary, path)  # replaces whatever is at path itself, never a link's target
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

@@ -11,6 +11,7 @@ checks every line against the database and writes nothing: run it first for all-
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -210,23 +211,31 @@ def write_export(settings: Settings, filt: KeyFilter, out: IO[str]) -> ExportSum
     return ExportSummary(counts["task"], counts["asset"], time.monotonic() - start, counts["dag_run"])
 
 
+EXPORT_MODE = 0o600  # a new export: owner-only, since it holds every value it selects
+
+
 def export_file(settings: Settings, filt: KeyFilter, path: Path) -> ExportSummary:
     """Write the export to ``path`` atomically: a temporary file beside it, renamed over it when complete,
-    so a failed or interrupted export never leaves a partial file where a complete one is expected."""
+    so a failed or interrupted export never leaves a partial file where a complete one is expected.
+
+    A new file is owner-only (0600) whatever the umask; a file of this user's that is replaced keeps its mode,
+    less the setuid, setgid and sticky bits and write access for group and others. The path is refused (before
+    anything is read) when it is a symbolic link, not a regular file, or another user's file (``export_mode``).
+    The temporary file is made as ``mkstemp`` makes it (a new name, never through a link), and the rename
+    replaces whatever is at ``path`` itself, never a link's target."""
+    mode = export_mode(path)
     folder = path.parent if str(path.parent) else Path(".")
     try:
-        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115  (closed below; renamed or removed)
-            "w", encoding="utf-8", dir=folder, prefix=f".{path.name}.", suffix=".partial", delete=False
-        )
+        fd, name = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".partial")
     except OSError as exc:
         raise InvalidInputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    temporary = Path(handle.name)
+    temporary = Path(name)
     try:
-        with handle:
+        with open(fd, "w", encoding="utf-8") as handle:
             summary = write_export(settings, filt, handle)
             handle.flush()
+            os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
-        os.chmod(temporary, _file_mode(path))
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
@@ -234,14 +243,36 @@ def export_file(settings: Settings, filt: KeyFilter, path: Path) -> ExportSummar
     return summary
 
 
-def _file_mode(path: Path) -> int:
-    """The mode a shell redirect would give: the existing file's, else 0666 less the umask."""
+def export_mode(path: Path) -> int:
+    """The mode the export at ``path`` gets: 0600 for a new file; an existing file's without its special bits
+    (setuid, setgid, sticky) and without write access for group and others. Refuses (``InvalidInputError``)
+    a path whose file this user would not own or whose link it would not write: a symbolic link, a directory or
+    other non-file (a device: the rename would put a file in its place), another user's file."""
     try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        found = path.lstat()
+    except FileNotFoundError:
+        return EXPORT_MODE
+    except OSError as exc:
+        raise _refuse_export(path, f"cannot be read ({exc.strerror or exc}); give another path") from None
+    if stat.S_ISLNK(found.st_mode):
+        raise _refuse_export(
+            path, "is a symbolic link, which an export never writes through; remove it or give the path of a new file"
+        )
+    if stat.S_ISDIR(found.st_mode):
+        raise _refuse_export(path, "is a directory; give the path of a file in it")
+    if not stat.S_ISREG(found.st_mode):
+        raise _refuse_export(path, "is not a regular file, which an export would replace; give the path of a new file")
+    if found.st_uid != os.geteuid():
+        raise _refuse_export(
+            path,
+            f"is owned by another user (uid {found.st_uid}); an export replaces only this user's files: remove it "
+            "or give the path of a new file",
+        )
+    return stat.S_IMODE(found.st_mode) & 0o755
+
+
+def _refuse_export(path: Path, problem: str) -> InvalidInputError:
+    return InvalidInputError(f"export file {path}: {problem}")
 
 
 # -- import --------------------------------------------------------------------------------------------
