@@ -228,6 +228,7 @@ WORDS = [
     "export",
     "import",
     "orphans",
+    "--all-unreferenced",
     "--older-than",
     "--metrics-file",
     "--metrics-label",
