@@ -145,3 +145,22 @@ def test_files_of_two_databases_in_one_textfile_directory_hold_distinct_series(t
             series += [(s.name, tuple(sorted(s.labels.items()))) for s in family.samples]
     assert len(series) == 14 and len(set(series)) == len(series)
     assert {dict(labels)["database"] for _name, labels in series} == {"orders.db", "billing.db"}
+
+
+@pytest.mark.slow
+def test_a_conn_that_is_not_utf8_is_refused_before_a_store_is_made(tmp_path):
+    # A file name's undecodable bytes made `db init` create the store, then fail rendering its URL
+    # (`unexpected UnicodeEncodeError`, exit 3); every option value is now taken as UTF-8 text or refused.
+    folder = tmp_path / "stores"
+    folder.mkdir()
+    conn = b"sqlite:///" + bytes(folder) + b"/store\xff.db"
+    done = subprocess.run(
+        [*statestore_argv("--conn"), conn, "db", "init"], capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    shown = (b"sqlite:///" + bytes(folder) + b"/store\\udcff.db").decode()
+    assert done.stderr.decode() == (
+        f"statestore: error: --conn: invalid value '{shown}' for [database] sql_alchemy_conn: expected a "
+        "SQLAlchemy URL such as sqlite:////path/airflow.db, as UTF-8 text\n"
+    )
+    assert list(folder.iterdir()) == []

@@ -164,9 +164,15 @@ def expected_value(spec: OptionSpec) -> str:
     return _EXPECTED[spec.type]
 
 
+# How Python hands over argv and environment bytes that are not UTF-8 (surrogate escapes).
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
 def _convert(spec: OptionSpec, raw: str, source: str) -> Any:
     text = raw.strip()
     hidden = _indirect(source)  # a command's output or a secret is never echoed, even when invalid
+    if _UNDECODABLE.search(raw):  # bytes of a flag or variable that were not UTF-8: they fail wherever shown or sent
+        raise _invalid(spec, None if hidden else raw, source, f"{expected_value(spec)}, as UTF-8 text")
     if spec.type == "int":
         if not re.fullmatch(r"[+-]?\d+", text):
             raise _invalid(spec, raw, source, expected_value(spec))
