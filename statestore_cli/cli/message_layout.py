@@ -12,10 +12,13 @@ are broken between words at its width, the problem first and each detail or fix 
 Where a message is split: messages are written ``problem; detail; fix``, so a new line starts at each
 "; " outside quotes ('…', "…", `…`) and brackets ((…), […], {…}): a quoted value, a command and a
 parenthesised aside stay whole, and so does a path that holds "; " itself (the words either side of it
-both hold a "/"). A URL holds no space, so it is never split. An error whose problem ends at a ": "
-instead says so (``StateStoreError(problem, hint=...)``); its problem is honoured only while the text still
-starts with it (a password masked inside it falls back to the rule). Joined back with their separators
-the parts are the one-line message exactly: no word is dropped, added or moved.
+both hold a "/"). A URL holds no space, so it is never split. Lines break at spaces, never inside a
+quoted value or a command in backticks (a command copied from the terminal must be one line).
+
+An error whose problem ends at a ": " instead says so (``StateStoreError(problem, hint=...)``); its problem
+is honoured only while the text still starts with it (a password masked inside it falls back to the rule).
+Joined back with their separators the parts are the one-line message exactly: no word is dropped, added
+or moved.
 """
 
 from __future__ import annotations
@@ -74,18 +77,16 @@ def terminal_width(stream: TextIO) -> int | None:
 
 
 def _split(text: str) -> list[str]:
-    """``text`` cut at each "; " outside quotes, backticks and brackets, and not inside a path."""
+    """``text`` cut at each "; " outside quotes, backticks and brackets, and not inside a path; a quote
+    that never closes keeps the rest of the text whole."""
+    quoted, unclosed = _quotes(text)
     parts: list[str] = []
     start = 0
     closing: list[str] = []  # the brackets open here, innermost last
-    quote = ""
-    for i, char in enumerate(text):
-        if quote:
-            if char == quote and (quote == "`" or not _is_word(text, i + 1)):
-                quote = ""
-        elif char == "`" or (char in "'\"" and not _is_word(text, i - 1)):  # an apostrophe (can't) opens nothing
-            quote = char
-        elif char in _CLOSING:
+    for i, char in enumerate(text[:unclosed]):
+        if quoted[i]:
+            continue
+        if char in _CLOSING:
             closing.append(_CLOSING[char])
         elif closing and char == closing[-1]:
             closing.pop()
@@ -94,6 +95,33 @@ def _split(text: str) -> list[str]:
             start = i + 2
     parts.append(text[start:])
     return parts if all(parts) else [text]  # "a; ; b" or a trailing "; ": no empty hint, so no split
+
+
+def _quotes(text: str) -> tuple[list[bool], int | None]:
+    """Which characters of ``text`` are in a quoted value ('…', "…", `…`, quotes included), and where the
+    first quote that never closes is (None when every one closes). An apostrophe inside a word (can't,
+    Airflow's) opens no quote, and a quote closes only where its word ends."""
+    inside = [False] * len(text)
+    unclosed = None
+    i = 0
+    while i < len(text):
+        quote = text[i]
+        if quote == "`" or (quote in "'\"" and not _is_word(text, i - 1)):
+            end = next(
+                (
+                    j
+                    for j in range(i + 1, len(text))
+                    if text[j] == quote and (quote == "`" or not _is_word(text, j + 1))
+                ),
+                None,
+            )
+            if end is not None:
+                inside[i : end + 1] = [True] * (end + 1 - i)
+                i = end
+            elif unclosed is None:
+                unclosed = i
+        i += 1
+    return inside, unclosed
 
 
 def _is_word(text: str, i: int) -> bool:
@@ -117,10 +145,17 @@ def _block(prefix: str, text: str, width: int) -> list[str]:
 
 def _wrap(text: str, first: int, rest: int) -> list[str]:
     """``text`` broken at single spaces into lines of at most ``first`` then ``rest`` columns; joined with
-    " " they give ``text`` back. A word wider than a line (a long path or URL) has a line of its own."""
+    " " they give ``text`` back. A quoted value is not broken while it fits in a line, a command in
+    backticks never (one copies it whole); such a command wider than a line, or a long path or URL, has a
+    line of its own, which the terminal folds."""
+    pieces = [
+        piece
+        for word in words(text)
+        for piece in (word.split(" ") if "`" not in word and _columns(word) > rest else [word])
+    ]
     lines: list[str] = []
     line = ""
-    for n, word in enumerate(text.split(" ")):
+    for n, word in enumerate(pieces):
         room = first if not lines else rest
         if n == 0:
             line = word
@@ -131,6 +166,19 @@ def _wrap(text: str, first: int, rest: int) -> list[str]:
             line = word
     lines.append(line)
     return lines
+
+
+def words(text: str) -> list[str]:
+    """``text`` cut at each space outside a quoted value (quotes that never close count for nothing)."""
+    quoted, _ = _quotes(text)
+    words: list[str] = []
+    start = 0
+    for i, char in enumerate(text):
+        if char == " " and not quoted[i]:
+            words.append(text[start:i])
+            start = i + 1
+    words.append(text[start:])
+    return words
 
 
 def _columns(text: str) -> int:
