@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from helpers import REPO, assert_expected, isolated_database, read_terminal, run_cli, start_statestore
+from helpers import (
+    REPO,
+    assert_expected,
+    isolated_database,
+    read_terminal,
+    run_cli,
+    start_statestore,
+    statestore_argv,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from test_bad_input import CASES, Case, seed
@@ -53,7 +61,7 @@ def documented_messages() -> list[str]:
         cells = row.split(" | ")
         if row.startswith("| ") and len(cells) >= 3 and cells[-2] != "what you get" and not row.startswith("|--"):
             found.append(re.sub(r"^(after the lock timeout: )?(error|warning): ", "", cells[-2]))
-    quoted = re.findall(r"`statestore: error: ([^`]*)`", page.replace("\n  ", " "))
+    quoted = re.findall(r"`statestore: error: ([^`]*)`", re.sub(r"\n *", " ", page))
     return [m for m in found + quoted if not m.startswith("see [")]
 
 
@@ -197,14 +205,19 @@ class Run(NamedTuple):
     stdout: str
 
 
-def in_terminal(args: list[str], env: dict[str, str], cwd: Path, columns: int = COLUMNS) -> Run:
+def in_terminal(
+    args: list[str], env: dict[str, str], cwd: Path, columns: int = COLUMNS, code: str | None = None
+) -> Run:
     """``statestore ARGS`` with stderr on a pseudo-terminal ``columns`` wide (set on the terminal itself,
-    not by $COLUMNS), stdout a pipe and stdin nothing (no question can be answered)."""
+    not by $COLUMNS), stdout a pipe and stdin nothing (no question can be answered); ``code``: a new
+    interpreter running it (``statestore_argv``)."""
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    proc = start_statestore(
-        *args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=secondary, env=env, cwd=cwd, close_fds=True
-    )
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": secondary}
+    if code is None:
+        proc = start_statestore(*args, **streams, env=env, cwd=cwd, close_fds=True)
+    else:
+        proc = subprocess.Popen(statestore_argv(*args, code=code), **streams, env=env, cwd=cwd, close_fds=True)
     os.close(secondary)
     seen = read_terminal(primary, proc)
     stdout = proc.stdout.read().decode() if proc.stdout else ""
@@ -341,6 +354,35 @@ def test_a_connect_timeout_at_an_80_column_terminal(folder):
         server.close()
     assert run.code == 3
     assert_expected("terminal_errors/connect-timeout.txt", shown.replace(f":{port}/", ":PPPPP/"))
+
+
+# Reports the heavy modules the process loaded, on stdout (stderr is the terminal under test).
+LOADED_PROBE = """
+import sys
+sys.argv[0] = "statestore"
+from statestore_cli.__main__ import main
+
+try:
+    main()
+finally:
+    print("LOADED=" + ",".join(sorted({m.split(".")[0] for m in sys.modules} & {"typer", "rich", "sqlalchemy"})))
+"""
+
+
+@pytest.mark.slow
+def test_the_fast_get_path_lays_its_error_out_as_the_full_cli_does(folder):
+    url = f"sqlite:///{folder / 'store.db'}"
+    seed(url)
+    assert run_cli("set", *TASK, "--map-index", "3", "job", "1", conn=url).exit_code == 0
+    args = ["--conn", url, "get", *TASK, "job"]
+    fast = in_terminal(args, environment(folder), folder, code=LOADED_PROBE)
+    full = in_terminal(args, environment(folder, {"STATESTORE_NO_FAST_PATH": "1"}), folder)
+    assert fast.stdout == "LOADED=\n"  # the fast path answered, without typer, rich or SQLAlchemy
+    assert (fast.code, fast.stderr) == (full.code, full.stderr) == (1, fast.stderr)
+    assert check_layout(fast, in_a_pipe(args, environment(folder), folder), folder) == (
+        "statestore: error: no key 'job' for dag_id=d run_id=r task_id=t map_index=-1\n"
+        "hint: the key is at map index 3 of t: give --map-index N\n"
+    )
 
 
 @pytest.mark.slow
