@@ -71,11 +71,31 @@ def test_the_documented_messages_are_found():
     assert "VALUE is JSON null, which cannot be stored; delete the key instead" in messages
 
 
+def unwrapped(block: str, width: int) -> str:
+    """The parts of laid-out lines, joined by NUL: the prefix and "hint: " off, each continuation line's indent
+    off (aligned under the text while 40 columns are left for it, else two spaces) and the line joined to the one
+    before with a space."""
+    lines = block.rstrip("\n").split("\n")
+    prefix = next(p for p in ("statestore: error: ", "statestore: warning: ", "statestore: ") if lines[0].startswith(p))
+    texts = [lines[0].removeprefix(prefix)]
+    indent = len(prefix) if width - len(prefix) >= 40 else 2
+    for line in lines[1:]:
+        if line.startswith(HINT):
+            texts.append(line.removeprefix(HINT))
+            indent = len(HINT) if width - len(HINT) >= 40 else 2
+        else:
+            assert line.startswith(" " * indent), (indent, line)
+            texts[-1] += " " + line[indent:]
+    return "\x00".join(texts)
+
+
 @pytest.mark.parametrize("text", documented_messages() + [case.message for case in CASES])
 def test_every_documented_message_splits_into_parts_that_give_it_back(text):
     parts = message_parts(text)
     assert "; ".join(parts) == text
     assert all(part and part == part.strip() for part in parts)
+    for width in (40, 80, 120):
+        assert unwrapped(stderr_message("statestore: error: ", text, width), width).split("\x00") == parts
 
 
 @pytest.mark.parametrize(
@@ -144,27 +164,15 @@ def one_word(line: str) -> bool:
     return len(words(text.lstrip(" "))) == 1
 
 
-def unwrapped(block: str) -> str:
-    """The text of laid-out lines: the prefix and "hint: " off, continuation lines joined with a space."""
-    lines = block.rstrip("\n").split("\n")
-    texts = [lines[0].removeprefix("statestore: error: ").removeprefix("statestore: warning: ")]
-    for line in lines[1:]:
-        if line.startswith(HINT):
-            texts.append(line.removeprefix(HINT))
-        else:
-            texts[-1] += " " + line.lstrip(" ")
-    return "\x00".join(texts)
-
-
 @given(
     words=st.lists(st.text(st.sampled_from("abc/'é注"), min_size=1, max_size=30), min_size=1, max_size=40),
-    seps=st.lists(st.sampled_from([" ", " ", " ", "; "]), min_size=40, max_size=40),
+    seps=st.lists(st.sampled_from([" ", " ", " ", "  ", "; "]), min_size=40, max_size=40),
     width=st.integers(min_value=20, max_value=140),
 )
 def test_the_layout_breaks_between_words_within_the_width_and_loses_nothing(words, seps, width):
     text = "".join(word + sep for word, sep in zip(words, seps, strict=False)).rstrip("; ")
     block = stderr_message("statestore: error: ", text, width)
-    assert "; ".join(unwrapped(block).split("\x00")) == text
+    assert "; ".join(unwrapped(block, width).split("\x00")) == text
     for line in block.splitlines():
         columns = sum(2 if c == "注" else 1 for c in line)
         assert columns <= width or one_word(line), (width, line)
