@@ -103,25 +103,29 @@ def _quotes(text: str) -> tuple[list[bool], int | None]:
     Airflow's) opens no quote, and a quote closes only where its word ends."""
     inside = [False] * len(text)
     unclosed = None
+    never_closed = ""  # a quote with no closing one after it has none after any later opening either
     i = 0
     while i < len(text):
         quote = text[i]
-        if quote == "`" or (quote in "'\"" and not _is_word(text, i - 1)):
-            end = next(
-                (
-                    j
-                    for j in range(i + 1, len(text))
-                    if text[j] == quote and (quote == "`" or not _is_word(text, j + 1))
-                ),
-                None,
-            )
+        if quote not in never_closed and (quote == "`" or (quote in "'\"" and not _is_word(text, i - 1))):
+            end = _closing(text, i)
             if end is not None:
                 inside[i : end + 1] = [True] * (end + 1 - i)
                 i = end
-            elif unclosed is None:
-                unclosed = i
+            else:
+                never_closed += quote
+                unclosed = i if unclosed is None else unclosed
         i += 1
     return inside, unclosed
+
+
+def _closing(text: str, start: int) -> int | None:
+    """Where the quote opened at ``start`` closes: the same quote at the end of a word."""
+    quote = text[start]
+    for i in range(start + 1, len(text)):
+        if text[i] == quote and (quote == "`" or not _is_word(text, i + 1)):
+            return i
+    return None
 
 
 def _is_word(text: str, i: int) -> bool:
@@ -171,14 +175,14 @@ def _wrap(text: str, first: int, rest: int) -> list[str]:
 def words(text: str) -> list[str]:
     """``text`` cut at each space outside a quoted value (quotes that never close count for nothing)."""
     quoted, _ = _quotes(text)
-    words: list[str] = []
+    found: list[str] = []
     start = 0
     for i, char in enumerate(text):
         if char == " " and not quoted[i]:
-            words.append(text[start:i])
+            found.append(text[start:i])
             start = i + 1
-    words.append(text[start:])
-    return words
+    found.append(text[start:])
+    return found
 
 
 def _columns(text: str) -> int:
