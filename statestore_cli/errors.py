@@ -38,15 +38,24 @@ class StateStoreError(Exception):
 
     exit_code = EXIT_OPERATIONAL
     answer = False  # the user's own answer (a question answered no), said plainly rather than as an error
+    problem_template: str | None = None  # the problem alone, when a ``hint`` follows it
 
-    def __init__(self, message: str, *, parameter: str | None = None) -> None:
-        self.template = message
+    def __init__(self, message: str, *, parameter: str | None = None, hint: str | None = None) -> None:
+        """``message`` says what is wrong. ``hint`` (what to do about it) follows it as ``message: hint``,
+        and a terminal shows it on a line of its own; a message written ``problem; detail; fix`` needs no
+        ``hint``, as a terminal starts a line at each "; " outside quotes and brackets already."""
+        self.template = message if hint is None else f"{message}: {hint}"
+        self.problem_template = None if hint is None else message
         self.parameter = parameter
-        super().__init__(_word(message, parameter, {}))
+        super().__init__(_word(self.template, parameter, {}))
 
     def worded(self, names: Mapping[str, str]) -> str:
         """The message with the parameter spelled as ``names`` calls it (else by its library name)."""
         return _word(self.template, self.parameter, names)
+
+    def worded_problem(self, names: Mapping[str, str]) -> str | None:
+        """The problem alone, worded as ``worded`` words the message, when a ``hint`` follows it."""
+        return None if self.problem_template is None else _word(self.problem_template, self.parameter, names)
 
 
 class ConfigError(StateStoreError):

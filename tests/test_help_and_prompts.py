@@ -166,7 +166,7 @@ def test_clear_of_one_map_index_names_it(cli, db_url):
     [
         (b"n\n", 1, "n\nstatestore: nothing deleted (answered no)\n"),
         (b"\n", 1, "\nstatestore: nothing deleted (answered no)\n"),
-        (b"\x03", 130, "^C\nstatestore: error: interrupted at the question; nothing deleted\n"),
+        (b"\x03", 130, "^C\nstatestore: error: interrupted at the question\nhint: nothing deleted\n"),
         (b"\x04", 1, "\nstatestore: nothing deleted (no answer: end of input)\n"),
     ],
     ids=["no", "enter", "ctrl-c", "ctrl-d"],
@@ -229,9 +229,9 @@ def test_an_interrupted_dry_run_on_a_terminal_erases_its_bar(cli, db_url):
     term.type(b"\x03")
     status, screen = term.finish()
     assert status == 130, screen
-    message = re.search(
-        r"statestore: error: dry run interrupted after listing ([\d,]+) expired task keys; "
-        r"nothing was deleted\n$",
+    message = re.search(  # at a terminal, what was done is a hint of its own
+        r"statestore: error: dry run interrupted after listing ([\d,]+) expired task keys\n"
+        r"hint: nothing was deleted\n$",
         screen,
     )
     assert message, screen

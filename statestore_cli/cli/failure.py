@@ -1,6 +1,8 @@
-"""The one place where an error becomes what the user sees: one line on stderr, control characters
-escaped, and the exit code its class carries. ``StateStoreGroup`` (the full CLI) and the fast ``get``
-path both end here; kept free of typer and rich so the fast path can use it.
+"""The one place where an error becomes what the user sees: one line on stderr (at a terminal, the same
+words broken between words at its width, the problem first and each fix on a ``hint:`` line:
+``cli.message_layout``), control characters escaped, and the exit code its class carries.
+``StateStoreGroup`` (the full CLI) and the fast ``get`` path both end here; kept free of typer and rich
+so the fast path can use it.
 
 A reader that stops reading (`statestore list | head -1`) is not an error: ``closed_pipe`` ends the
 command quietly, as `cat` does, and every exit goes through ``finish``, which flushes stdout first so
@@ -16,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from statestore_cli.cli.safe_text import error_line, safe_text
+from statestore_cli.cli.message_layout import stderr_message, terminal_width
 from statestore_cli.errors import EXIT_OK, StateStoreError
 from statestore_cli.masking import mask_text
 
@@ -47,14 +49,16 @@ def message(error: StateStoreError) -> str:
     return error.worded(FLAGS)
 
 
-def report(text: str, exit_code: int, *, answer: bool = False) -> int:
-    """Write ``text`` as the one error line (``answer``: as the plain line of a question answered no,
-    without "error:"); returns ``exit_code`` for the caller to exit with.
-    A closed stdout or stderr does not hide the exit code: the line is dropped, the code stands."""
+def report(text: str, exit_code: int, *, answer: bool = False, problem: str | None = None) -> int:
+    """Write ``text`` as the error (``answer``: as the plain line of a question answered no, without
+    "error:"); ``problem``: where the author said its problem ends. Returns ``exit_code`` for the caller
+    to exit with. A closed stdout or stderr does not hide the exit code: the line is dropped, the code stands."""
     finish(exit_code)  # what the command printed comes before the error
     text = mask_text(text)  # the last line of defence: no password reaches the screen or a cron log
+    problem = None if problem is None else mask_text(problem)  # still the start of the text, masked alike
     try:
-        sys.stderr.write(f"statestore: {safe_text(text)}\n" if answer else error_line(text))
+        prefix = "statestore: " if answer else "statestore: error: "
+        sys.stderr.write(stderr_message(prefix, text, terminal_width(sys.stderr), problem=problem))
         sys.stderr.flush()
     except BrokenPipeError:
         closed_pipe()
@@ -62,8 +66,8 @@ def report(text: str, exit_code: int, *, answer: bool = False) -> int:
 
 
 def warn(text: str) -> None:
-    """A warning: one line on stderr, control characters escaped; the command goes on."""
-    sys.stderr.write(f"statestore: warning: {safe_text(mask_text(text))}\n")
+    """A warning on stderr, laid out as an error is, control characters escaped; the command goes on."""
+    sys.stderr.write(stderr_message("statestore: warning: ", mask_text(text), terminal_width(sys.stderr)))
 
 
 @contextmanager
@@ -127,4 +131,4 @@ def _to_devnull(stream: TextIO) -> None:
 
 
 def report_error(error: StateStoreError) -> int:
-    return report(message(error), error.exit_code, answer=error.answer)
+    return report(message(error), error.exit_code, answer=error.answer, problem=error.worded_problem(FLAGS))

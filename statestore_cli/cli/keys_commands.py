@@ -11,6 +11,7 @@ from statestore_cli.cli.apps import app
 from statestore_cli.cli.backup_option import BackupOpt, backup_sentence, close_backup, name_restore, open_backup
 from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import metrics_labels, settings_of
+from statestore_cli.cli.failure import warn
 from statestore_cli.cli.help_text import TASK_EXAMPLE, examples, section
 from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import (
@@ -24,7 +25,7 @@ from statestore_cli.cli.options import (
     choose_output,
 )
 from statestore_cli.cli.render import Output
-from statestore_cli.cli.safe_text import safe_text, warning_line
+from statestore_cli.cli.safe_text import safe_text
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings
@@ -76,7 +77,7 @@ def get(
         entry = commands.get_entry(settings_of(ctx), scope_of(scope_args), key, raw=raw)
     for warning in caught:
         if issubclass(warning.category, StateReferenceWarning):
-            sys.stderr.write(warning_line(str(warning.message)))
+            warn(str(warning.message))
         else:  # not ours to word: shown as Python would have
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     out.value(entry)

@@ -46,13 +46,3 @@ def safe_json(document: Any, *, indent: int | None = None) -> str:
 def safe_json_text(text: str) -> str:
     """Already-encoded JSON with the characters json.dumps leaves raw (DEL, C1, bidi) escaped."""
     return text.translate(_JSON_ESCAPES)
-
-
-def error_line(message: str) -> str:
-    """How every error reaches stderr: one line, control characters escaped."""
-    return f"statestore: error: {safe_text(message)}\n"
-
-
-def warning_line(message: str) -> str:
-    """How a warning reaches stderr: one line, control characters escaped."""
-    return f"statestore: warning: {safe_text(message)}\n"

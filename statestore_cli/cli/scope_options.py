@@ -53,7 +53,7 @@ def scope_of(given: KeyFilter) -> StoreScope:
     if missing and given.has_task_fields:
         raise InvalidInputError(f"a task scope needs {', '.join(missing)} as well")
     if missing:
-        raise InvalidInputError(f"no scope given: {_SCOPE_HELP}")
+        raise InvalidInputError("no scope given", hint=_SCOPE_HELP)
     map_index = -1 if given.map_index is None else given.map_index
     return TaskScope(given.dag_id, given.run_id, given.task_id, map_index)  # type: ignore[arg-type]
 

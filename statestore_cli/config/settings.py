@@ -128,7 +128,9 @@ def _invalid(spec: OptionSpec, raw: str | None, source: str, expected: str) -> C
     if raw is None:
         expected += " (the value is not shown: it may hold a password)"
     return ConfigError(
-        f"{where}: invalid value {shown}for [{spec.section}] {spec.option}: expected {expected}", parameter=parameter
+        f"{where}: invalid value {shown}for [{spec.section}] {spec.option}",
+        hint=f"expected {expected}",
+        parameter=parameter,
     )
 
 

@@ -241,7 +241,8 @@ def make_engine(
     backend = url.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
         raise ConfigError(
-            f"unsupported database {backend!r} in [database] sql_alchemy_conn: use sqlite://, postgresql:// or mysql://"
+            f"unsupported database {backend!r} in [database] sql_alchemy_conn",
+            hint="use sqlite://, postgresql:// or mysql://",
         )
     path = sqlite_path(url)
     if path is not None:

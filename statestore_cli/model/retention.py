@@ -60,7 +60,7 @@ def parse_duration(text: str, what: str) -> timedelta:
         parts = iso.groups()
     else:
         hint = _DURATION_HELP if what == "retention" else "use a duration such as 30s, 5m or 1h"
-        raise InvalidInputError(f"invalid {what} {text!r}: {hint}")
+        raise InvalidInputError(f"invalid {what} {text!r}", hint=hint)
     weeks, days, hours, minutes, seconds = (float(g or 0) for g in parts)
     try:
         return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
@@ -122,7 +122,7 @@ def parse_instant(text: str, what: str) -> datetime:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise InvalidInputError(
-            f"invalid {what} {text!r}: use an ISO 8601 timestamp with a time zone, e.g. 2026-12-01T00:00:00Z"
+            f"invalid {what} {text!r}", hint="use an ISO 8601 timestamp with a time zone, e.g. 2026-12-01T00:00:00Z"
         ) from None
     if moment.tzinfo is None:
         raise InvalidInputError(
