@@ -559,7 +559,8 @@ CASES = [
         "a retention past the year 9999 (`--retention 999999999d`)",
         ("set", *TASK, "k", "1", "--retention", "999999999d"),
         2,
-        "a retention of 999999999 days, 0:00:00 reaches past the year 9999; use NEVER_EXPIRE",
+        "a retention of 999999999d reaches past the year 9999; give a shorter one, or 'never' (NEVER_EXPIRE) "
+        "for a key that never expires",
     ),
     Case(
         "older-than-too-long",

@@ -113,7 +113,10 @@ def compute_expires_at(retention: Retention, default_retention_days: int, now: d
     try:
         return now + check_duration(retention)
     except OverflowError:
-        raise InvalidInputError(f"a retention of {retention} reaches past the year 9999; use NEVER_EXPIRE") from None
+        raise InvalidInputError(
+            f"a retention of {format_duration(retention)} reaches past the year 9999; give a shorter one, or "
+            "'never' (NEVER_EXPIRE) for a key that never expires"
+        ) from None
 
 
 def parse_instant(text: str, what: str) -> datetime:
