@@ -153,7 +153,7 @@ def _module_warning(module: Path, problem: str, fix: str) -> str:
     return (
         f"statestore: warning: module 'ss_planted' at {module}, imported for environment variable "
         f"AIRFLOW__STATE_STORE__BACKEND: [state_store] backend = 'ss_planted.Backend', {problem}: another user "
-        f"can make statestore run their code as root; fix: {fix}\n"
+        f"can make statestore run their code as root; fix it with {fix}\n"
     )
 
 
@@ -166,7 +166,7 @@ def test_a_backend_module_another_user_owns_is_warned_about_and_still_used(cli, 
     result = cli("db", "check", "-o", "json")
     assert result.exit_code == 0, result.output
     assert result.stderr == _module_warning(
-        planted, "is owned by uid 65534 (nobody), not by root or this user", f"chown root {planted}"
+        planted, "is owned by uid 65534 (nobody), not by root or this user", f"`chown root {planted}`"
     )
 
 
@@ -175,7 +175,7 @@ def test_a_backend_module_others_can_write_is_warned_about(cli, planted):
     planted.chmod(0o666)
     result = cli("db", "check", "-o", "json")
     assert result.exit_code == 0, result.output
-    assert result.stderr == _module_warning(planted, "is writable by other users (mode 0666)", f"chmod go-w {planted}")
+    assert result.stderr == _module_warning(planted, "is writable by other users (mode 0666)", f"`chmod go-w {planted}`")
 
 
 @as_root
@@ -185,7 +185,7 @@ def test_a_backend_module_in_a_folder_others_can_write_is_warned_about(cli, plan
     assert result.stderr == _module_warning(
         planted,
         f"is in {planted.parent}, writable by other users (mode 0777, no sticky bit)",
-        f"chmod go-w {planted.parent}, or move the file",
+        f"`chmod go-w {planted.parent}`, or move the file",
     )
 
 
@@ -208,7 +208,7 @@ def test_a_config_file_with_a_command_another_user_owns_is_warned_about(cli, db_
     assert result.stderr == (
         f"statestore: warning: config file {cfg}, whose [database] sql_alchemy_conn_cmd runs, is owned by uid "
         "65534 (nobody), not by root or this user: another user can make statestore run their commands as root; "
-        f"fix: chown root {cfg}\n"
+        f"fix it with `chown root {cfg}`\n"
     )
 
 
@@ -244,5 +244,5 @@ def test_a_secrets_backend_in_airflow_home_config_another_user_owns_is_warned_ab
         f"statestore: warning: module 'ss_secrets' at {module}, imported for environment variable "
         "AIRFLOW__SECRETS__BACKEND: [secrets] backend = 'ss_secrets.Secrets', is owned by uid 65534 (nobody), "
         "not by root or this user: another user can make statestore run their code as root; "
-        f"fix: chown root {module}\n"
+        f"fix it with `chown root {module}`\n"
     )

@@ -47,21 +47,21 @@ def why_untrusted(path: Path) -> tuple[str, str] | None:
     except (OSError, RuntimeError):
         return None
     if mode.st_uid not in (0, os.geteuid()):
-        return f"is owned by {_owner(mode.st_uid)}, not by root or this user", f"chown {me} {real}"
+        return f"is owned by {_owner(mode.st_uid)}, not by root or this user", f"`chown {me} {real}`"
     if mode.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"is writable by other users (mode {stat.S_IMODE(mode.st_mode):04o})", f"chmod go-w {real}"
+        return f"is writable by other users (mode {stat.S_IMODE(mode.st_mode):04o})", f"`chmod go-w {real}`"
     for folder in real.parents:
         try:
             held = folder.stat()
         except OSError:
             return None
         if held.st_uid not in (0, os.geteuid()):
-            return f"is in {folder}, owned by {_owner(held.st_uid)}", f"chown {me} {folder}, or move the file"
+            return f"is in {folder}, owned by {_owner(held.st_uid)}", f"`chown {me} {folder}`, or move the file"
         if held.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not held.st_mode & stat.S_ISVTX:
             mode_text = f"{stat.S_IMODE(held.st_mode):04o}"
             return (
                 f"is in {folder}, writable by other users (mode {mode_text}, no sticky bit)",
-                f"chmod go-w {folder}, or move the file",
+                f"`chmod go-w {folder}`, or move the file",
             )
     return None
 
@@ -75,7 +75,7 @@ def warn_if_untrusted(path: Path, what: str, runs: str = "code") -> None:
         warnings.warn(
             UntrustedFileWarning(
                 f"{what} {problem}: another user can make statestore run their {runs} as "
-                f"{_user(os.geteuid())}; fix: {fix}"
+                f"{_user(os.geteuid())}; fix it with {fix}"
             ),
             stacklevel=2,
         )
