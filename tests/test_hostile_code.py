@@ -175,7 +175,9 @@ def test_a_backend_module_others_can_write_is_warned_about(cli, planted):
     planted.chmod(0o666)
     result = cli("db", "check", "-o", "json")
     assert result.exit_code == 0, result.output
-    assert result.stderr == _module_warning(planted, "is writable by other users (mode 0666)", f"`chmod go-w {planted}`")
+    assert result.stderr == _module_warning(
+        planted, "is writable by other users (mode 0666)", f"`chmod go-w {planted}`"
+    )
 
 
 @as_root
