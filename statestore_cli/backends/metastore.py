@@ -8,7 +8,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, delete, func, literal_column, or_, select, update
+from sqlalchemy import column as named_column
+from sqlalchemy import table as named_table
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.sql import ColumnElement
 
@@ -290,6 +292,71 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 return next(rows, None)
             finally:
                 rows.close()  # finish with the cursor before the transaction ends
+
+    def scope_entries(self, conn: Connection, scope: StoreScope) -> list[Entry]:
+        """Every key of ``scope`` with its stored value and timestamps, read on the caller's ``conn`` (a copy
+        reads its source and its target inside the transaction that writes); [] for an asset not there."""
+        if isinstance(scope, TaskScope):
+            filt = KeyFilter(
+                store="task",
+                dag_id=scope.dag_id,
+                run_id=scope.run_id,
+                task_id=scope.task_id,
+                map_index=scope.map_index,
+                region_id=scope.region_id,
+            )
+        elif isinstance(scope, DagRunScope):
+            dag_run_store(conn)  # a database without the store says so, rather than "no keys"
+            filt = KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id)
+        else:
+            asset_id = self.find_asset_id(conn, scope, create=False)
+            if asset_id is None:
+                return []
+            filt = KeyFilter(store="asset", asset_id=asset_id)
+        return list(self._entries(conn, filt, with_values=True))
+
+    def missing_target(self, conn: Connection, scope: StoreScope) -> str | None:
+        """On an Airflow database, what a write to ``scope`` needs that Airflow has not created (its dag run,
+        its task instance, its asset), said as "no task instance dag_id=..."; None when all is there, and
+        always on a standalone store, where a write creates its dag run or asset as ``set`` does."""
+        if isinstance(scope, AssetScope):
+            if scope.asset_id is not None:
+                found = conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).first()
+                return None if found is not None else f"no asset with asset_id={scope.asset_id}"
+            if self.find_asset_id(conn, scope, create=False) is not None or not self.is_airflow_db(conn):
+                return None
+            return f"no active asset {scope.describe()}"
+        if not self.is_airflow_db(conn):
+            return None
+        run = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
+        if conn.execute(run).first() is None:
+            return f"no dag run dag_id={scope.dag_id} run_id={scope.run_id}"
+        if isinstance(scope, TaskScope) and not self._has_task_instance(conn, scope):
+            return f"no task instance {scope.describe()}"
+        return None
+
+    def _has_task_instance(self, conn: Connection, scope: TaskScope) -> bool:
+        # Airflow renames task_instance's map index with the state store's (3.4: region_index), so the
+        # layout's name of the one is the name of the other.
+        index = self.layout(conn).task.c.map_index.name
+        ti = named_table(
+            "task_instance",
+            named_column("dag_id"),
+            named_column("run_id"),
+            named_column("task_id"),
+            named_column(index),
+        )
+        query: Any = (
+            select(literal_column("1"))
+            .select_from(ti)
+            .where(
+                ti.c.dag_id == scope.dag_id,
+                ti.c.run_id == scope.run_id,
+                ti.c.task_id == scope.task_id,
+                ti.c[index] == scope.map_index,
+            )
+        )
+        return conn.execute(query.limit(1)).first() is not None
 
     def other_map_indices(self, scope: TaskScope, key: str | None = None) -> list[tuple[int, int]]:
         """``(map_index, keys)`` for each map index of the scope's task, other than the scope's, that holds

@@ -7,14 +7,15 @@ from statestore_cli.cli.grid import wrap
 from statestore_cli.errors import InterruptedByUser, InvalidInputError, NotConfirmedError
 
 
-def confirm_delete(yes: bool, action: str, question: str) -> None:
-    """The confirmation rule of every deleting command: --yes, or y/yes typed at a terminal."""
+def confirm_delete(yes: bool, action: str, question: str, nothing: str = "nothing deleted") -> None:
+    """The confirmation rule of every deleting command: --yes, or y/yes typed at a terminal. ``nothing``:
+    what an answer of no leaves undone (a copy that would overwrite: nothing copied)."""
     if yes:
         return
     if not sys.stdin.isatty():
         raise InvalidInputError(f"{action} and stdin is not a terminal to confirm on; pass --yes")
     if not confirm(f"{question} [y/N] "):
-        raise NotConfirmedError("nothing deleted (answered no)")
+        raise NotConfirmedError(f"{nothing} (answered no)")
 
 
 def confirm(question: str) -> bool:
