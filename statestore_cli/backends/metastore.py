@@ -479,6 +479,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             where = run_filters(table, filt)
         return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
+    # Each streams by a statement option, not the connection's: a connection's options last, and a write
+    # after a read on the same connection (a copy's) would be sent as a server-side cursor too.
     def _dag_run_entries(
         self, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
     ) -> Iterator[Entry]:
@@ -486,7 +488,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         cols = [table.c.dag_id, table.c.run_id, table.c.key]
         query = select(*cols, table.c.updated_at, table.c.expires_at, *([table.c.value] if with_values else []))
         query = query.where(*run_filters(table, filt)).order_by(*cols).limit(limit).offset(offset or None)
-        for row in conn.execution_options(yield_per=1000).execute(query):
+        for row in conn.execute(query.execution_options(yield_per=1000)):
             yield Entry(
                 store="dag_run",
                 key=row.key,
@@ -508,7 +510,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         shown = [c.label(c.key) for c in cols]  # by the key: the map index may be region_index in the database
         query = select(*shown, task.c.updated_at, task.c.expires_at, *([task.c.value] if with_values else []))
         query = query.where(*task_filters(layout, filt)).order_by(*cols).limit(limit).offset(offset or None)
-        for row in conn.execution_options(yield_per=1000).execute(query):
+        for row in conn.execute(query.execution_options(yield_per=1000)):
             region_id = row.region_id if layout.has_region and row.region_id.int else None
             yield Entry(
                 store="task",
@@ -537,7 +539,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if filt.key is not None:
             query = query.where(_asset_kv.c.key == filt.key)
         query = query.order_by(asset.c.name, asset.c.uri, _asset_kv.c.key).limit(limit).offset(offset or None)
-        for row in conn.execution_options(yield_per=1000).execute(query):
+        for row in conn.execute(query.execution_options(yield_per=1000)):
             yield Entry(
                 store="asset",
                 key=row.key,
