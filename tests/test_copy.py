@@ -289,3 +289,46 @@ def test_a_dag_run_s_keys_and_a_task_s_on_airflow_3_4(engine, tmp_path):
         assert result.exit_code == 0, result.output
         new = ["--dag-id", "etl", "--run-id", RUN, "--task-id", "submit_v2"]
         assert json.loads(run_cli("get", *new, "job_id", conn=url).stdout) == "j-1"
+
+
+# -- at a terminal --------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_move_asks_at_a_terminal_with_the_counts(cli, db_url):
+    from test_help_and_prompts import Terminal, terminal_env
+
+    _seed_task(cli)
+    new = ["--dag-id", "etl", "--run-id", RUN, "--task-id", "submit_v2"]
+    assert cli("set", *new, "job_id", '"mine"').exit_code == 0
+    args = ["--conn", db_url, "copy", *OLD, "--to-task-id", "submit_v2", "--move", "--overwrite"]
+    term = Terminal(args, terminal_env(columns=300))
+    term.wait_for(b"[y/N] ")
+    question = f"Move 2 keys from {OLD_SCOPE} to {NEW_SCOPE}, replacing 1 key there? [y/N] "
+    assert question.encode() in term.seen, term.seen
+    term.type(b"n\n")
+    status, screen = term.finish()
+    assert status == 1 and screen.endswith("? [y/N] n\nstatestore: nothing copied (answered no)\n"), screen
+    assert set(_keys(cli, *OLD)) == {"cursor", "job_id"} and _value(cli, *new, "job_id") == "mine"
+
+    term = Terminal([*args, "-o", "plain"], terminal_env(columns=300))
+    term.wait_for(b"[y/N] ")
+    term.type(b"y\n")
+    status, screen = term.finish()
+    assert status == 0 and f"moved 2 keys from {OLD_SCOPE} to {NEW_SCOPE} (1 key replaced)" in screen, screen
+    assert _keys(cli, *OLD) == {} and _value(cli, *new, "job_id") == {"id": "j-1"}
+
+
+# -- the target's scope ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_dag_run_s_keys_go_to_a_dag_run_only(cli):
+    result = cli("copy", "--dag-id", "etl", "--run-id", RUN, "--to-task-id", "submit")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "statestore: error: a dag run's keys are copied to another dag run; give --to-dag-id or --to-run-id\n"
+    )
+    result = cli("copy", "--asset-name", "orders", "--to-run-id", RUN)
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "statestore: error: an asset's keys are copied to another asset; give --to-asset-name, --to-asset-uri or "
+        "--to-asset-id\n"
+    )
