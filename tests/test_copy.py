@@ -332,3 +332,21 @@ def test_a_dag_run_s_keys_go_to_a_dag_run_only(cli):
         "statestore: error: an asset's keys are copied to another asset; give --to-asset-name, --to-asset-uri or "
         "--to-asset-id\n"
     )
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_library_plans_before_it_copies(cli, db_url):
+    from statestore_cli.model.entries import KeyFilter
+    from statestore_cli.ops.copying import plan_copy, target_scope
+
+    _seed_task(cli)
+    settings = load_settings(conn_override=db_url)
+    source = TaskScope("etl", RUN, "submit")
+    target = target_scope(source, KeyFilter(run_id=OTHER_RUN))
+    assert target == TaskScope("etl", OTHER_RUN, "submit")
+    assert cli("set", "--dag-id", "etl", "--run-id", OTHER_RUN, "--task-id", "submit", "cursor", "1").exit_code == 0
+    plan = plan_copy(settings, source, target)
+    assert (plan.keys, plan.clashes) == (("cursor", "job_id"), ("cursor",))
+    report = copy_keys(settings, source, target, ["job_id"], move=True)
+    assert (report.copied, report.overwritten, report.moved) == (1, 0, True)
+    assert list(_keys(cli, *OLD)) == ["cursor"]
