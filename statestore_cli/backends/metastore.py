@@ -16,7 +16,7 @@ from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, ThreadOffloadMixin, stored_ref
 from statestore_cli.db.database import retry_deadlocks, translate_errors
-from statestore_cli.db.dialects import insert_if_missing, upsert
+from statestore_cli.db.dialects import insert_if_missing, insert_new, upsert
 from statestore_cli.db.layout import Layout, layout_of
 from statestore_cli.db.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
 from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag_run, writer_columns
@@ -140,18 +140,22 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         expires_at: datetime | None = None,
         session: Any = None,
         updated_by: UpdatedBy | None = None,
+        overwrite: bool = True,
     ) -> None:
+        """Insert or replace the key; ``overwrite=False``: insert only, a key already there is the database's
+        unique-key error (a copy that checked for clashes never replaces a key written since)."""
         if isinstance(scope, AssetScope) and expires_at is not None:
             raise InvalidInputError("asset keys never expire; expires_at must be None for an asset scope")
 
         def write(conn: Connection) -> None:
             now = utcnow()
             if isinstance(scope, TaskScope):
-                result = self._upsert_task(conn, scope, key, value, now, expires_at)
+                result = self._upsert_task(conn, scope, key, value, now, expires_at, overwrite)
             elif isinstance(scope, DagRunScope):
-                result = self._upsert_dag_run(conn, scope, key, value, now, expires_at)
+                result = self._upsert_dag_run(conn, scope, key, value, now, expires_at, overwrite)
             else:
-                result = self._upsert_asset(conn, scope, key, value, now, updated_by or UpdatedBy(kind="api"))
+                writer = updated_by or UpdatedBy(kind="api")
+                result = self._upsert_asset(conn, scope, key, value, now, writer, overwrite)
             if result.rowcount == 0:
                 raise BackendError(f"writing key {key!r} for {scope.describe()} changed no row")
 
@@ -168,7 +172,14 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             retry_deadlocks(transaction)  # concurrent upserts of one key may deadlock on MySQL
 
     def _upsert_task(
-        self, conn: Connection, scope: TaskScope, key: str, value: str, now: datetime, expires_at: datetime | None
+        self,
+        conn: Connection,
+        scope: TaskScope,
+        key: str,
+        value: str,
+        now: datetime,
+        expires_at: datetime | None,
+        overwrite: bool = True,
     ) -> CursorResult[Any]:
         _check_mysql_expiry(conn, expires_at)
         layout = self.layout(conn, "write")
@@ -188,10 +199,17 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             "updated_at": now,
             "expires_at": expires_at,
         }
-        return upsert(conn, layout.task, row, layout.task_identity, ("value", "updated_at", "expires_at"))
+        return _write(conn, layout.task, row, layout.task_identity, ("value", "updated_at", "expires_at"), overwrite)
 
     def _upsert_dag_run(
-        self, conn: Connection, scope: DagRunScope, key: str, value: str, now: datetime, expires_at: datetime | None
+        self,
+        conn: Connection,
+        scope: DagRunScope,
+        key: str,
+        value: str,
+        now: datetime,
+        expires_at: datetime | None,
+        overwrite: bool = True,
     ) -> CursorResult[Any]:
         _check_mysql_expiry(conn, expires_at)
         table = dag_run_store(conn)
@@ -206,10 +224,17 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             "updated_at": now,
             "expires_at": expires_at,
         }
-        return upsert(conn, table, row, ("dag_run_id", "key"), ("value", "updated_at", "expires_at"))
+        return _write(conn, table, row, ("dag_run_id", "key"), ("value", "updated_at", "expires_at"), overwrite)
 
     def _upsert_asset(
-        self, conn: Connection, scope: AssetScope, key: str, value: str, now: datetime, writer: UpdatedBy
+        self,
+        conn: Connection,
+        scope: AssetScope,
+        key: str,
+        value: str,
+        now: datetime,
+        writer: UpdatedBy,
+        overwrite: bool = True,
     ) -> CursorResult[Any]:
         task = writer.task
         asset_id = self.find_asset_id(conn, scope, create=True)
@@ -218,7 +243,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if task is not None:
             by.update(dag_id=task.dag_id, run_id=task.run_id, task_id=task.task_id, map_index=task.map_index)
         row = {"asset_id": asset_id, "key": key, "value": value, "updated_at": now, **writer_columns(**by)}
-        return upsert(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"))
+        return _write(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"), overwrite)
 
     def replace(self, scope: StoreScope, key: str, value: str, *, session: Any = None) -> int:
         """Replace the value of an existing key and keep its ``expires_at`` (an asset key: now written
@@ -550,6 +575,15 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 uri=row.uri,
                 value=row.value if with_values else None,
             )
+
+
+def _write(
+    conn: Connection, table: Any, row: dict[str, Any], conflict: Any, update: Any, overwrite: bool
+) -> CursorResult[Any]:
+    """An upsert of ``row``, or with ``overwrite=False`` an insert that a row already there refuses."""
+    if overwrite:
+        return upsert(conn, table, row, conflict, update)
+    return insert_new(conn, table, row)
 
 
 def _refuse_twin_row(

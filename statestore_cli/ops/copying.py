@@ -114,7 +114,7 @@ def copy_keys(
             carried = []
             for entry in entries:
                 value, old_ref = hooks.carry(entry)
-                store.set(target, entry.key, value, expires_at=entry.expires_at, session=conn)
+                store.set(target, entry.key, value, expires_at=entry.expires_at, session=conn, overwrite=overwrite)
                 if move:
                     store.delete(source, entry.key, session=conn)
                 if old_ref is not None and stored_ref(json.loads(value)) != old_ref:
