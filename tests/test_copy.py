@@ -350,3 +350,26 @@ def test_the_library_plans_before_it_copies(cli, db_url):
     report = copy_keys(settings, source, target, ["job_id"], move=True)
     assert (report.copied, report.overwritten, report.moved) == (1, 0, True)
     assert list(_keys(cli, *OLD)) == ["cursor"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("keys", "code", "after_question"),
+    [
+        (b"\x03", 130, "^C\nstatestore: error: interrupted at the question\nhint: nothing copied\n"),
+        (b"\x04", 1, "\nstatestore: nothing copied (no answer: end of input)\n"),
+    ],
+    ids=["ctrl-c", "ctrl-d"],
+)
+def test_a_move_not_confirmed_says_nothing_was_copied(cli, db_url, keys, code, after_question):
+    from test_help_and_prompts import Terminal, terminal_env
+
+    _seed_task(cli)
+    term = Terminal(["--conn", db_url, "copy", *OLD, "--to-task-id", "submit_v2", "--move"], terminal_env(columns=300))
+    term.wait_for(b"[y/N] ")
+    term.type(keys)
+    status, screen = term.finish()
+    assert status == code, screen
+    assert screen.endswith("? [y/N] " + after_question), screen
+    assert set(_keys(cli, *OLD)) == {"cursor", "job_id"} and _keys(cli, "--task-id", "submit_v2") == {}
