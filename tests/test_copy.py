@@ -344,6 +344,7 @@ def test_the_library_plans_before_it_copies(cli, db_url):
     source = TaskScope("etl", RUN, "submit")
     target = target_scope(source, KeyFilter(run_id=OTHER_RUN))
     assert target == TaskScope("etl", OTHER_RUN, "submit")
+    assert target_scope(source, KeyFilter(map_index=3)) == TaskScope("etl", RUN, "submit", 3)
     assert cli("set", "--dag-id", "etl", "--run-id", OTHER_RUN, "--task-id", "submit", "cursor", "1").exit_code == 0
     plan = plan_copy(settings, source, target)
     assert (plan.keys, plan.clashes) == (("cursor", "job_id"), ("cursor",))
