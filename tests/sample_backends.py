@@ -101,6 +101,36 @@ class DictWorkerBackend(DictBackend):
         OBJECTS.pop(ref, None)
 
 
+class PickyWorker(DictWorkerBackend):
+    """Refuses to write a payload for the key ``poison`` of a task named ``*_v2``: a failure in the middle of
+    a ``copy`` to such a task."""
+
+    def _store(self, value, key, scope):
+        if key == "poison" and getattr(scope, "task_id", "").endswith("_v2"):
+            raise ValueError("will not copy poison")
+        return super()._store(value, key, scope)
+
+
+class RacingWorker(DictWorkerBackend):
+    """Writes the key ``raced`` itself, through a connection of its own, at the scope it is asked to write for
+    (``$SS_TEST_RACE_URL``'s store), before it returns the reference: a writer that lands between a copy's
+    check for keys the target holds and its write."""
+
+    def _store(self, value, key, scope):
+        if key == "raced":
+            import os
+
+            from statestore_cli import MetastoreBackend
+            from statestore_cli.db.database import make_engine
+
+            engine = make_engine(os.environ["SS_TEST_RACE_URL"])
+            try:
+                MetastoreBackend(engine).set(scope, key, '"theirs"')
+            finally:
+                engine.dispose()
+        return super()._store(value, key, scope)
+
+
 class WorkerWithoutListing(DictWorkerBackend):
     """Cannot enumerate its objects: ``orphans`` must say so."""
 

@@ -618,6 +618,54 @@ CASES = [
         engines=ALL,
     ),
     Case(
+        "copy-no-target",
+        "`copy` without a `--to-*` option",
+        ("copy", *TASK),
+        2,
+        "no target given: give --to-dag-id, --to-run-id, --to-task-id or --to-map-index",
+    ),
+    Case(
+        "copy-onto-itself",
+        "`copy` to the scope it copies from",
+        ("copy", *TASK, "--to-task-id", "t"),
+        2,
+        "the target is the source (dag_id=d run_id=r task_id=t map_index=-1); give a --to-* option that differs",
+    ),
+    Case(
+        "copy-other-kind",
+        "`copy` of a task's keys to an asset (`--to-asset-name`)",
+        ("copy", *TASK, "--to-asset-name", "b"),
+        2,
+        "a task's keys are copied to another scope of the same kind; give --to-dag-id, --to-run-id, --to-task-id "
+        "or --to-map-index",
+    ),
+    Case(
+        "copy-clash",
+        "`copy` onto keys the target holds, without `--overwrite`",
+        ("copy", *TASK, "--to-task-id", "u"),
+        2,
+        "dag_id=d run_id=r task_id=u map_index=-1 already has 1 of the keys ('k'); nothing copied: pass --overwrite "
+        "to replace them",
+        engines=ALL,
+    ),
+    Case(
+        "copy-target-missing",
+        "`copy` to an asset, dag run or task instance that does not exist (`--to-asset-id 999`; on an Airflow "
+        "database any target Airflow has not created)",
+        ("copy", "--asset-name", "a", "--to-asset-id", "999"),
+        2,
+        "nothing to copy to: no asset with asset_id=999 in this database: copy to one that exists",
+        engines=ALL,
+    ),
+    Case(
+        "copy-move-unconfirmed",
+        "`copy --move` (or `--overwrite` onto existing keys) without `--yes` where nobody can confirm",
+        ("copy", *TASK, "--to-task-id", "v", "--move"),
+        2,
+        "--move deletes the source keys and stdin is not a terminal to confirm on; pass --yes",
+        engines=ALL,
+    ),
+    Case(
         "orphans-all-unreferenced-alone",
         "`--all-unreferenced` without `--delete`",
         ("orphans", "--all-unreferenced"),
@@ -675,6 +723,7 @@ def seed(url: str) -> None:
     backend.set(TaskScope("d", "r", "t"), "k", '"old"')
     backend.set(TaskScope("d", "r", "t"), "expired", "1", expires_at=past)
     backend.set(AssetScope(name="a"), "k", '{"n": 1}')
+    backend.set(TaskScope("d", "r", "u"), "k", '"new"')  # a key a copy from task t would land on
     backend.engine.dispose()
 
 

@@ -219,6 +219,16 @@ WORDS = [
     "--keep-expiry",
     "--expires-at",
     "--force",
+    "copy",
+    "--to-dag-id",
+    "--to-run-id",
+    "--to-task-id",
+    "--to-map-index",
+    "--to-asset-name",
+    "--to-asset-uri",
+    "--to-asset-id",
+    "--move",
+    "--overwrite",
     "assets",
     "runs",
     "sweep",
@@ -284,6 +294,7 @@ COMMANDS = [
     ["assets", "sweep"],
     ["assets", "delete"],
     ["runs", "delete"],
+    ["copy"],
 ]
 SCOPES = [[], ["--dag-id", "d", "--run-id", "r", "--task-id", "t"], ["--asset-name", "a"]]
 # Mostly a real command and scope with random words after them, so the fuzz gets past the parser.

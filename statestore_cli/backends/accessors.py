@@ -82,6 +82,12 @@ class _Accessor:
             warnings.warn(message, StateValueTooLargeWarning, stacklevel=3)
         return stored
 
+    def stored_form(self, key: str, value: JsonValue) -> str:
+        """The text a write of ``value`` to ``key`` stores in the database: the value's JSON, or with a
+        worker-side backend the reference its serialize hook returns for this accessor's scope (the hook
+        writes the object then)."""
+        return self._stored_form(check_key(key), value)
+
     def replace(self, key: str, value: JsonValue) -> None:
         """Replace the value of an existing key, keeping its ``expires_at`` (the metastore only);
         a key that does not exist raises ``NotFoundError`` and nothing is written."""

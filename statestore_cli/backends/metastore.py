@@ -8,13 +8,15 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, delete, func, literal_column, or_, select, update
+from sqlalchemy import column as named_column
+from sqlalchemy import table as named_table
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, ThreadOffloadMixin, stored_ref
 from statestore_cli.db.database import retry_deadlocks, translate_errors
-from statestore_cli.db.dialects import insert_if_missing, upsert
+from statestore_cli.db.dialects import insert_if_missing, insert_new, upsert
 from statestore_cli.db.layout import Layout, layout_of
 from statestore_cli.db.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
 from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag_run, writer_columns
@@ -138,18 +140,22 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         expires_at: datetime | None = None,
         session: Any = None,
         updated_by: UpdatedBy | None = None,
+        overwrite: bool = True,
     ) -> None:
+        """Insert or replace the key; ``overwrite=False``: insert only, a key already there is the database's
+        unique-key error (a copy that checked for clashes never replaces a key written since)."""
         if isinstance(scope, AssetScope) and expires_at is not None:
             raise InvalidInputError("asset keys never expire; expires_at must be None for an asset scope")
 
         def write(conn: Connection) -> None:
             now = utcnow()
             if isinstance(scope, TaskScope):
-                result = self._upsert_task(conn, scope, key, value, now, expires_at)
+                result = self._upsert_task(conn, scope, key, value, now, expires_at, overwrite)
             elif isinstance(scope, DagRunScope):
-                result = self._upsert_dag_run(conn, scope, key, value, now, expires_at)
+                result = self._upsert_dag_run(conn, scope, key, value, now, expires_at, overwrite)
             else:
-                result = self._upsert_asset(conn, scope, key, value, now, updated_by or UpdatedBy(kind="api"))
+                writer = updated_by or UpdatedBy(kind="api")
+                result = self._upsert_asset(conn, scope, key, value, now, writer, overwrite)
             if result.rowcount == 0:
                 raise BackendError(f"writing key {key!r} for {scope.describe()} changed no row")
 
@@ -166,7 +172,14 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             retry_deadlocks(transaction)  # concurrent upserts of one key may deadlock on MySQL
 
     def _upsert_task(
-        self, conn: Connection, scope: TaskScope, key: str, value: str, now: datetime, expires_at: datetime | None
+        self,
+        conn: Connection,
+        scope: TaskScope,
+        key: str,
+        value: str,
+        now: datetime,
+        expires_at: datetime | None,
+        overwrite: bool = True,
     ) -> CursorResult[Any]:
         _check_mysql_expiry(conn, expires_at)
         layout = self.layout(conn, "write")
@@ -186,10 +199,17 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             "updated_at": now,
             "expires_at": expires_at,
         }
-        return upsert(conn, layout.task, row, layout.task_identity, ("value", "updated_at", "expires_at"))
+        return _write(conn, layout.task, row, layout.task_identity, ("value", "updated_at", "expires_at"), overwrite)
 
     def _upsert_dag_run(
-        self, conn: Connection, scope: DagRunScope, key: str, value: str, now: datetime, expires_at: datetime | None
+        self,
+        conn: Connection,
+        scope: DagRunScope,
+        key: str,
+        value: str,
+        now: datetime,
+        expires_at: datetime | None,
+        overwrite: bool = True,
     ) -> CursorResult[Any]:
         _check_mysql_expiry(conn, expires_at)
         table = dag_run_store(conn)
@@ -204,10 +224,17 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             "updated_at": now,
             "expires_at": expires_at,
         }
-        return upsert(conn, table, row, ("dag_run_id", "key"), ("value", "updated_at", "expires_at"))
+        return _write(conn, table, row, ("dag_run_id", "key"), ("value", "updated_at", "expires_at"), overwrite)
 
     def _upsert_asset(
-        self, conn: Connection, scope: AssetScope, key: str, value: str, now: datetime, writer: UpdatedBy
+        self,
+        conn: Connection,
+        scope: AssetScope,
+        key: str,
+        value: str,
+        now: datetime,
+        writer: UpdatedBy,
+        overwrite: bool = True,
     ) -> CursorResult[Any]:
         task = writer.task
         asset_id = self.find_asset_id(conn, scope, create=True)
@@ -216,7 +243,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if task is not None:
             by.update(dag_id=task.dag_id, run_id=task.run_id, task_id=task.task_id, map_index=task.map_index)
         row = {"asset_id": asset_id, "key": key, "value": value, "updated_at": now, **writer_columns(**by)}
-        return upsert(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"))
+        return _write(conn, _asset_kv, row, ("asset_id", "key"), tuple(c for c in row if c != "asset_id"), overwrite)
 
     def replace(self, scope: StoreScope, key: str, value: str, *, session: Any = None) -> int:
         """Replace the value of an existing key and keep its ``expires_at`` (an asset key: now written
@@ -290,6 +317,71 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 return next(rows, None)
             finally:
                 rows.close()  # finish with the cursor before the transaction ends
+
+    def scope_entries(self, conn: Connection, scope: StoreScope) -> list[Entry]:
+        """Every key of ``scope`` with its stored value and timestamps, read on the caller's ``conn`` (a copy
+        reads its source and its target inside the transaction that writes); [] for an asset not there."""
+        if isinstance(scope, TaskScope):
+            filt = KeyFilter(
+                store="task",
+                dag_id=scope.dag_id,
+                run_id=scope.run_id,
+                task_id=scope.task_id,
+                map_index=scope.map_index,
+                region_id=scope.region_id,
+            )
+        elif isinstance(scope, DagRunScope):
+            dag_run_store(conn)  # a database without the store says so, rather than "no keys"
+            filt = KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id)
+        else:
+            asset_id = self.find_asset_id(conn, scope, create=False)
+            if asset_id is None:
+                return []
+            filt = KeyFilter(store="asset", asset_id=asset_id)
+        return list(self._entries(conn, filt, with_values=True))
+
+    def missing_target(self, conn: Connection, scope: StoreScope) -> str | None:
+        """On an Airflow database, what a write to ``scope`` needs that Airflow has not created (its dag run,
+        its task instance, its asset), said as "no task instance dag_id=..."; None when all is there, and
+        always on a standalone store, where a write creates its dag run or asset as ``set`` does."""
+        if isinstance(scope, AssetScope):
+            if scope.asset_id is not None:
+                found = conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).first()
+                return None if found is not None else f"no asset with asset_id={scope.asset_id}"
+            if self.find_asset_id(conn, scope, create=False) is not None or not self.is_airflow_db(conn):
+                return None
+            return f"no active asset {scope.describe()}"
+        if not self.is_airflow_db(conn):
+            return None
+        run = select(dag_run.c.id).where(dag_run.c.dag_id == scope.dag_id, dag_run.c.run_id == scope.run_id)
+        if conn.execute(run).first() is None:
+            return f"no dag run dag_id={scope.dag_id} run_id={scope.run_id}"
+        if isinstance(scope, TaskScope) and not self._has_task_instance(conn, scope):
+            return f"no task instance {scope.describe()}"
+        return None
+
+    def _has_task_instance(self, conn: Connection, scope: TaskScope) -> bool:
+        # Airflow renames task_instance's map index with the state store's (3.4: region_index), so the
+        # layout's name of the one is the name of the other.
+        index = self.layout(conn).task.c.map_index.name
+        ti = named_table(
+            "task_instance",
+            named_column("dag_id"),
+            named_column("run_id"),
+            named_column("task_id"),
+            named_column(index),
+        )
+        query: Any = (
+            select(literal_column("1"))
+            .select_from(ti)
+            .where(
+                ti.c.dag_id == scope.dag_id,
+                ti.c.run_id == scope.run_id,
+                ti.c.task_id == scope.task_id,
+                ti.c[index] == scope.map_index,
+            )
+        )
+        return conn.execute(query.limit(1)).first() is not None
 
     def other_map_indices(self, scope: TaskScope, key: str | None = None) -> list[tuple[int, int]]:
         """``(map_index, keys)`` for each map index of the scope's task, other than the scope's, that holds
@@ -412,6 +504,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             where = run_filters(table, filt)
         return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
 
+    # Each streams by a statement option, not the connection's: a connection's options last, and a write
+    # after a read on the same connection (a copy's) would be sent as a server-side cursor too.
     def _dag_run_entries(
         self, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
     ) -> Iterator[Entry]:
@@ -419,7 +513,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         cols = [table.c.dag_id, table.c.run_id, table.c.key]
         query = select(*cols, table.c.updated_at, table.c.expires_at, *([table.c.value] if with_values else []))
         query = query.where(*run_filters(table, filt)).order_by(*cols).limit(limit).offset(offset or None)
-        for row in conn.execution_options(yield_per=1000).execute(query):
+        for row in conn.execute(query.execution_options(yield_per=1000)):
             yield Entry(
                 store="dag_run",
                 key=row.key,
@@ -441,7 +535,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         shown = [c.label(c.key) for c in cols]  # by the key: the map index may be region_index in the database
         query = select(*shown, task.c.updated_at, task.c.expires_at, *([task.c.value] if with_values else []))
         query = query.where(*task_filters(layout, filt)).order_by(*cols).limit(limit).offset(offset or None)
-        for row in conn.execution_options(yield_per=1000).execute(query):
+        for row in conn.execute(query.execution_options(yield_per=1000)):
             region_id = row.region_id if layout.has_region and row.region_id.int else None
             yield Entry(
                 store="task",
@@ -470,7 +564,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if filt.key is not None:
             query = query.where(_asset_kv.c.key == filt.key)
         query = query.order_by(asset.c.name, asset.c.uri, _asset_kv.c.key).limit(limit).offset(offset or None)
-        for row in conn.execution_options(yield_per=1000).execute(query):
+        for row in conn.execute(query.execution_options(yield_per=1000)):
             yield Entry(
                 store="asset",
                 key=row.key,
@@ -481,6 +575,15 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 uri=row.uri,
                 value=row.value if with_values else None,
             )
+
+
+def _write(
+    conn: Connection, table: Any, row: dict[str, Any], conflict: Any, update: Any, overwrite: bool
+) -> CursorResult[Any]:
+    """An upsert of ``row``, or with ``overwrite=False`` an insert that a row already there refuses."""
+    if overwrite:
+        return upsert(conn, table, row, conflict, update)
+    return insert_new(conn, table, row)
 
 
 def _refuse_twin_row(

@@ -23,6 +23,7 @@ from statestore_cli.cli.help_text import reflow, section
 # isort: off
 from statestore_cli.cli import db_config_commands  # noqa: F401
 from statestore_cli.cli import keys_commands  # noqa: F401
+from statestore_cli.cli import copy_command  # noqa: F401
 from statestore_cli.cli import transfer_commands  # noqa: F401
 from statestore_cli.cli import clean_command  # noqa: F401
 from statestore_cli.cli import backend_commands  # noqa: F401

@@ -7,17 +7,18 @@ from statestore_cli.cli.grid import wrap
 from statestore_cli.errors import InterruptedByUser, InvalidInputError, NotConfirmedError
 
 
-def confirm_delete(yes: bool, action: str, question: str) -> None:
-    """The confirmation rule of every deleting command: --yes, or y/yes typed at a terminal."""
+def confirm_delete(yes: bool, action: str, question: str, nothing: str = "nothing deleted") -> None:
+    """The confirmation rule of every deleting command: --yes, or y/yes typed at a terminal. ``nothing``:
+    what an answer of no leaves undone (a copy that would overwrite: nothing copied)."""
     if yes:
         return
     if not sys.stdin.isatty():
         raise InvalidInputError(f"{action} and stdin is not a terminal to confirm on; pass --yes")
-    if not confirm(f"{question} [y/N] "):
-        raise NotConfirmedError("nothing deleted (answered no)")
+    if not confirm(f"{question} [y/N] ", nothing):
+        raise NotConfirmedError(f"{nothing} (answered no)")
 
 
-def confirm(question: str) -> bool:
+def confirm(question: str, nothing: str = "nothing deleted") -> bool:
     """Ask ``question`` on the terminal (stderr, so stdout keeps only results): only y or yes confirms.
     Ctrl-C and end of input (Ctrl-D) end the command with their own error, on a line of their own."""
     sys.stdout.flush()
@@ -30,10 +31,10 @@ def confirm(question: str) -> bool:
         answer = sys.stdin.readline()
     except KeyboardInterrupt:
         sys.stderr.write("\n")  # the terminal shows ^C after the question: the error goes below it
-        raise InterruptedByUser("interrupted at the question; nothing deleted") from None
+        raise InterruptedByUser(f"interrupted at the question; {nothing}") from None
     if not answer:  # end of input: no line was typed, so the cursor is still after the question
         sys.stderr.write("\n")
-        raise NotConfirmedError("nothing deleted (no answer: end of input)")
+        raise NotConfirmedError(f"{nothing} (no answer: end of input)")
     return answer.strip().lower() in ("y", "yes")
 
 

@@ -42,6 +42,12 @@ def upsert(
     )
 
 
+def insert_new(conn: Connection, table: Table, values: Mapping[str, Any]) -> CursorResult[Any]:
+    """Insert a row that must be new: one clashing on a unique key fails with the database's error, in every
+    engine alike (the counterpart of ``upsert`` for a writer that must never replace a row)."""
+    return conn.execute(table.insert().values(**values))
+
+
 def insert_if_missing(conn: Connection, table: Table, values: Mapping[str, Any]) -> None:
     """Insert a row unless one with the same unique values exists already."""
     name = conn.dialect.name
