@@ -51,10 +51,7 @@ class LargeValue(NamedTuple):
 def check_count(count: int) -> None:
     """``count`` values can be listed: 1 to ``MAX_LARGEST``."""
     if not 1 <= count <= MAX_LARGEST:
-        raise InvalidInputError(
-            f"--largest must be between 1 and {MAX_LARGEST}, got {count}",
-            hint="`statestore export` lists every key",
-        )
+        raise InvalidInputError(f"--largest {count} is out of range", hint=f"give a number from 1 to {MAX_LARGEST}")
 
 
 def largest_values(engine: Engine, filt: KeyFilter, count: int) -> list[LargeValue]:
