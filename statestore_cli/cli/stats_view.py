@@ -488,28 +488,31 @@ def _asset_table(assets: AssetStats, width: int) -> Table:
 def _print_largest(console: Console, values: list[LargeValue], limit: int) -> None:
     """The largest values, largest first: each key's scope on a line of its own (a store's label and its ids,
     kept whole: the tables' rule, ``cli.grid``), its keys indented below it with their sizes in bytes."""
-    from rich.text import Text
+    from statestore_cli.cli.grid import GAP, Column, Grid, Out, cell_width, fit, natural_widths, wrap
 
-    from statestore_cli.cli.grid import Column, Grid, Out, fit, natural_widths
-
-    limit_text = f"[state_store] max_value_storage_bytes {count(limit)}" if limit else "no value size limit set"
-    title = f"the {_plural(len(values), 'largest value')}, in bytes as stored ({limit_text})"
-    if not values:
-        console.print(Text(f"{title}: no keys"), soft_wrap=True)
-        return
-    console.print(Text(title, style="bold"), soft_wrap=True)
-    console.file.flush()
+    limit_text = f"max_value_storage_bytes {count(limit)}" if limit else "no size limit set"
+    title = f"the {_plural(len(values), 'largest value')}, bytes as stored ({limit_text})"
+    console.file.flush()  # what rich printed comes first
     out = Out(console)
-    columns = [Column("key", long=True, indent=2), Column("bytes", right=True), Column("", min_width=4)]
-    rows = [(safe_text(v.key), count(v.value_bytes), "over" if limit and v.value_bytes > limit else "") for v in values]
-    if not any(row[2] for row in rows):  # no value over the limit: no column for the mark
-        columns, rows = columns[:2], [row[:2] for row in rows]
-    grid = Grid(columns, fit(columns, natural_widths(columns, rows), out.width), out.ink)
+    if not values:
+        out.message(f"{title}: no keys".split(" "))
+        out.flush()
+        return
+    for line in wrap(title.split(" "), out.width):
+        out.add(out.ink(line, "bold"))
+    columns = [Column("key", long=True, indent=2), Column("bytes", right=True)]
+    over = [bool(limit) and v.value_bytes > limit for v in values]
+    # A value over the limit is marked after its size, in the same column: a column of its own would leave a
+    # 60-character key too little room at 80 columns.
+    mark = (lambda is_over: " over" if is_over else " " * 5) if any(over) else (lambda is_over: "")
+    rows = [(safe_text(v.key), count(v.value_bytes) + mark(o)) for v, o in zip(values, over, strict=True)]
+    scopes = [_scope_parts(v) for v in values]
+    span = max(cell_width(GAP.join(parts)) for parts in scopes)  # the table widens for them, room allowing
+    grid = Grid(columns, fit(columns, natural_widths(columns, rows), out.width, span), out.ink)
     for line in grid.head():
         out.add(line)
     shown = None
-    for value, row in zip(values, rows, strict=True):
-        parts = _scope_parts(value)
+    for parts, row in zip(scopes, rows, strict=True):
         if parts != shown:
             shown = parts
             for line in grid.span(parts):
