@@ -4,13 +4,13 @@ on every engine; and the values over ``max_value_storage_bytes`` at the limit's 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
 from helpers import (
     REALISTIC_KEY,
     REALISTIC_RUNS,
-    REALISTIC_UPDATED,
     assert_expected,
     run_cli,
     seed_realistic,
@@ -36,7 +36,9 @@ def _text(n: int) -> str:
     return '"' + "x" * (n - 2) + '"'
 
 
-def _put(url: str, task: list[tuple[str, str, str, int, str, str]], assets: list[tuple[str, str, str]] = ()) -> None:  # type: ignore[assignment]
+def _put(
+    url: str, task: list[tuple[str, str, str, int, str, str]], assets: Sequence[tuple[str, str, str]] = ()
+) -> None:
     """Task keys (dag_id, run_id, task_id, map_index, key, value) and asset keys (name, key, value; uri = name)."""
     backend = MetastoreBackend(make_engine(url))
     try:
@@ -135,10 +137,12 @@ def test_stats_json_has_the_largest_values_only_when_asked(db_url):
     result = run_cli("stats", "--largest", "2", "-o", "json", conn=db_url)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
+    task = {"store": "task", "run_id": "r1", "map_index": -1}
     assert doc["largest"] == [
-        {"store": "task", "dag_id": "etl", "run_id": "r1", "task_id": "extract", "map_index": -1, "key": "big", "value_bytes": 500},
-        {"store": "task", "dag_id": "report", "run_id": "r1", "task_id": "send", "map_index": -1, "key": "mid", "value_bytes": 400},
-    ]  # fmt: skip
+        {**task, "dag_id": "etl", "task_id": "extract", "key": "big", "value_bytes": 500},
+        {**task, "dag_id": "report", "task_id": "send", "key": "mid", "value_bytes": 400},
+    ]
+    assert list(doc["largest"][0]) == ["store", "dag_id", "run_id", "task_id", "map_index", "key", "value_bytes"]
     assets = json.loads(run_cli("stats", "--largest", "1", "--store", "asset", "-o", "json", conn=db_url).stdout)
     assert assets["largest"] == [
         {"store": "asset", "asset_id": assets["asset"]["top_assets"][0]["asset_id"], "name": "orders", "uri": "orders",
@@ -162,6 +166,30 @@ def test_stats_plain_lines_of_the_largest_values(db_url):
         f"largest\tasset\t300\t{asset_id}\torders\torders\ttie_c",
     ]
     assert result.stdout.rstrip("\n").endswith(lines[-1])  # the last section
+
+
+# -- a worker-side backend --------------------------------------------------------------------------------
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_with_a_worker_backend_the_sizes_are_the_references_and_no_object_is_read(
+    cli, db_url, monkeypatch, sample_objects
+):
+    monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", "sample_backends.DictWorkerBackend")
+    assert cli("set", "--dag-id", "etl", "--run-id", "r1", "--task-id", "t", "big", _text(10_000)).exit_code == 0
+    [(stored,)] = sql(db_url, "SELECT value FROM task_state_store")
+    reference = len(stored.encode())
+    assert reference < 200  # the row holds the reference, the object store the 10,000 bytes
+    # A worker backend that cannot even be created: --largest never loads it, nor reads an object.
+    monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", "sample_backends.UnconstructibleWorker")
+    doc = json.loads(cli("stats", "--largest", "1", "-o", "json").stdout)
+    assert [(v["key"], v["value_bytes"]) for v in doc["largest"]] == [("big", reference)]
+    table = cli("stats", "--largest", "1", "-o", "table")
+    assert table.exit_code == 0, table.output
+    assert f"│ {reference:>5} │" in table.stdout.replace(f"{reference:,}", str(reference))
+    assert table.stderr == (
+        "statestore: note: [workers] state_store_backend is sample_backends.UnconstructibleWorker: the rows hold "
+        "its references, so --largest shows the sizes of the references, not of the values behind them\n"
+    )
+    assert cli("stats", "--largest", "1", "-o", "plain").stderr == ""  # scripts read the documented rule
 
 
 # -- the terminal ----------------------------------------------------------------------------------------------

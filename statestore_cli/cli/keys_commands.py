@@ -422,14 +422,23 @@ def stats(
         write_file(target, commands.stats_metrics(settings, figures, labels).render())
     out.stats(figures)
     if largest is not None and settings.worker_backend and out.mode == "table":
-        sys.stdout.flush()  # after the table
-        sys.stderr.write(
-            f"statestore: note: [workers] state_store_backend is {safe_text(settings.worker_backend)}: the rows "
-            "hold its references, so --largest shows the sizes of the references, not of the values behind them\n"
-        )
+        _note_references(settings.worker_backend)
     stores = (figures.task, figures.asset, figures.dag_run)
     if not any(part is not None and part.rows for part in stores):
         _near_misses(settings, filt)
+
+
+def _note_references(worker_backend: str) -> None:
+    """At a terminal, below ``stats --largest``: with a worker-side backend the rows hold its references, and
+    their sizes are what the database measured (scripts have the documented rule instead of a note)."""
+    from statestore_cli.masking import mask_text
+
+    sys.stdout.flush()  # after the table
+    note = (
+        f"[workers] state_store_backend is {worker_backend}: the rows hold its references, so --largest shows "
+        "the sizes of the references, not of the values behind them"
+    )
+    sys.stderr.write(f"statestore: note: {safe_text(mask_text(note))}\n")
 
 
 def _near_misses(settings: Settings, filt: KeyFilter) -> None:

@@ -461,7 +461,7 @@ class StatsMetrics:
             ),
             Family(
                 f"{p}values_over_limit",
-                "Values larger than [state_store] max_value_storage_bytes in each state store; no sample without a limit.",
+                "Values larger than [state_store] max_value_storage_bytes in each state store; none without a limit.",
                 _per_store(self.values_over_limit),
             ),
             Family(
