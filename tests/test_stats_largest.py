@@ -86,6 +86,21 @@ def test_largest_values_across_the_stores_largest_first_ties_by_store_then_scope
     assert _brief(_largest(db_url, 3))[2] == ("task", "etl", -1, "tie_b", 300)
 
 
+def test_a_cut_through_values_of_one_size_keeps_the_oldest_rows_then_shows_them_in_scope_order(db_url):
+    _put(
+        db_url,
+        [
+            ("etl", "r1", "t", -1, "written_1st", _text(300)),
+            ("etl", "r1", "t", -1, "a_written_2nd", _text(300)),
+            ("etl", "r1", "t", -1, "written_3rd", _text(300)),
+            ("etl", "r1", "t", -1, "largest_last", _text(301)),
+        ],
+    )
+    assert [v.key for v in _largest(db_url, 2)] == ["largest_last", "written_1st"]
+    assert [v.key for v in _largest(db_url, 3)] == ["largest_last", "a_written_2nd", "written_1st"]
+    assert [v.key for v in _largest(db_url, 4)] == ["largest_last", "a_written_2nd", "written_1st", "written_3rd"]
+
+
 def test_more_wanted_than_there_are_keys_lists_every_key_once(db_url):
     _put(db_url, MIXED_TASK, MIXED_ASSETS)
     every = _largest(db_url, 1000)

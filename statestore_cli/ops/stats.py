@@ -182,6 +182,8 @@ def store_stats(
         task = _task_stats(conn, filt, now, limit, top, days, vlen, split) if wants_task else None
         runs = _dag_run_stats(conn, runs_table, filt, now, limit, vlen) if runs_table is not None else None
         assets = _asset_stats(conn, filt, limit, top, vlen) if wants_asset else None
+    # After the figures, not beside them on a connection of its own: SQLite's split pass keeps every core busy
+    # already, and on the servers the overlap gained nothing steady (bench/README.md).
     biggest = None if largest is None else largest_values(engine, filt, largest)
     return StoreStats(now, limit, filt, task, assets, runs, layout.dag_run_store is not None, biggest)
 
