@@ -521,6 +521,12 @@ def test_stats_largest_values_of_every_store_a_region_included(af):
     if af.has_dag_run_store:
         runs = af.json("stats", "--largest", "5", "--store", "dag_run", "-o", "json")["largest"]
         assert runs == [expected[2]]
+        plain = af.ok("stats", "--largest", "5", "--store", "dag_run", "-o", "plain").stdout.splitlines()
+        assert [line for line in plain if line.startswith("largest\t")] == [
+            f"largest\tdag_run\t45\t{DAG}\t{RUN}\trun_key"
+        ]
+        table = af.ok("stats", "--largest", "5", "--store", "dag_run", "-o", "table").stdout
+        assert f"│ dag run  dag_id {DAG}  run_id {RUN}" in table and "│   run_key " in table
     else:
         assert "no dag-run state store" in af.run("stats", "--largest", "5", "--store", "dag_run").stderr
 
