@@ -32,6 +32,7 @@ from sqlalchemy.engine import make_url
 
 COUNT = "SELECT count(*) FROM task_state_store"
 FLOOR, STARTUP, STATS = "count(*) floor", "start-up (db check)", "stats -o json"
+LARGEST = "stats --largest 10"  # the same, and the 10 largest values (one more pass, ORDER BY size LIMIT 10)
 TIME_TARGET = 2.0  # stats within 2x of the floor plus our start-up
 MEMORY_TARGET = 1.10  # peak RSS at the large store within 1.10x of the small store's
 QUICK = {"rows": 4000, "small_rows": 400, "repeat": 1}
@@ -74,6 +75,7 @@ def measure_store(engine: str, original: stores.Original, repeat: int, env: dict
         FLOOR: (floor_argv, {**env, **floor_env}),
         STARTUP: ([ours, "--conn", url, "db", "check", "-o", "json"], env),
         STATS: ([ours, "--conn", url, "stats", "-o", "json"], env),
+        LARGEST: ([ours, "--conn", url, "stats", "--largest", "10", "-o", "json"], env),
     }
     row = Row(engine, spec.rows, {name: [] for name in commands}, floor_how=how)
     run_process(commands[STATS][0], env=env, scratch=scratch)  # warm the caches once, not measured
@@ -81,6 +83,8 @@ def measure_store(engine: str, original: stores.Original, repeat: int, env: dict
         argv, run_env = commands[name]
         sample: Sample = run_process(argv, env=run_env, scratch=scratch)
         row.seconds[name].append(sample.seconds)
+        if name == LARGEST and len(json.loads(sample.stdout)["largest"]) != min(10, spec.rows):
+            raise SystemExit(f"{engine}: stats --largest 10 did not list {min(10, spec.rows)} values")
         if name == STATS:
             row.stats_rss_kb.append(sample.peak_rss_kb)
             counted = json.loads(sample.stdout)["task"]["rows"]
@@ -92,7 +96,7 @@ def measure_store(engine: str, original: stores.Original, repeat: int, env: dict
 
 
 def report(rows: list[Row], large: int, small: int) -> str:
-    header = ["engine", "rows", FLOOR, STARTUP, STATS, "x floor", "x (floor+start-up)", "peak RSS"]
+    header = ["engine", "rows", FLOOR, STARTUP, STATS, "x floor", "x (floor+start-up)", "peak RSS", LARGEST, "x stats"]
     lines = []
     for r in rows:
         floor, startup, ours = r.median(FLOOR), r.median(STARTUP), r.median(STATS)
@@ -106,6 +110,8 @@ def report(rows: list[Row], large: int, small: int) -> str:
                 f"{ours / floor:.1f}x",
                 f"{ours / (floor + startup):.2f}x",
                 f"{max(r.stats_rss_kb) / 1024:.1f} MB",
+                f"{r.median(LARGEST):.3f} s",
+                f"{r.median(LARGEST) / ours:.2f}x",
             ]
         )
     out = [table(header, lines, right=set(range(2, len(header)))), ""]

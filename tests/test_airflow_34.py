@@ -492,6 +492,46 @@ def test_stats_task_part(af):
 
 
 @every_layout
+def test_stats_largest_values_of_every_store_a_region_included(af):
+    run_pk = af.add_dag_run()
+    af.insert_task_row(run_pk, 2, "regional", '"' + "r" * 48 + '"', region=REGION, expires_at=FUTURE)  # 50 bytes
+    af.ok("set", *TASK, "outside", '"' + "o" * 38 + '"')  # 40 bytes
+    af.sql(
+        f"INSERT INTO asset (name, uri, {af.quote('group')}, extra, created_at, updated_at) "
+        "VALUES ('orders', 's3://orders', 'asset', '{}', :t, :t)",
+        t=af.moment(datetime(2026, 11, 1, tzinfo=UTC)),
+    )
+    af.sql("INSERT INTO asset_active (name, uri) VALUES ('orders', 's3://orders')")
+    af.ok("set", "--asset-name", "orders", "watermark", '"' + "w" * 58 + '"')  # 60 bytes
+    if af.has_dag_run_store:
+        af.ok("set", *RUN_SCOPE, "run_key", '"' + "k" * 43 + '"')  # 45 bytes
+    doc = af.json("stats", "--largest", "10", "-o", "json")
+    [asset_id] = [a["asset_id"] for a in doc["asset"]["top_assets"]]
+    task = {"store": "task", "dag_id": DAG, "run_id": RUN, "task_id": "load"}
+    expected = [
+        {"store": "asset", "asset_id": asset_id, "name": "orders", "uri": "s3://orders", "key": "watermark",
+         "value_bytes": 60},
+        {**task, "map_index": 2, "region_id": str(REGION), "key": "regional", "value_bytes": 50},
+        *([{"store": "dag_run", "dag_id": DAG, "run_id": RUN, "key": "run_key", "value_bytes": 45}]
+          if af.has_dag_run_store else []),
+        {**task, "map_index": -1, "key": "outside", "value_bytes": 40},
+    ]  # fmt: skip
+    assert doc["largest"] == expected
+    assert af.json("stats", "--largest", "1", "--store", "task", "-o", "json")["largest"] == [expected[1]]
+    if af.has_dag_run_store:
+        runs = af.json("stats", "--largest", "5", "--store", "dag_run", "-o", "json")["largest"]
+        assert runs == [expected[2]]
+        plain = af.ok("stats", "--largest", "5", "--store", "dag_run", "-o", "plain").stdout.splitlines()
+        assert [line for line in plain if line.startswith("largest\t")] == [
+            f"largest\tdag_run\t45\t{DAG}\t{RUN}\trun_key"
+        ]
+        table = af.ok("stats", "--largest", "5", "--store", "dag_run", "-o", "table").stdout
+        assert f"│ dag run  dag_id {DAG}  run_id {RUN}" in table and "│   run_key " in table
+    else:
+        assert "no dag-run state store" in af.run("stats", "--largest", "5", "--store", "dag_run").stderr
+
+
+@every_layout
 def test_export_import_round_trip(af, tmp_path):
     af.add_dag_run()
     af.ok("set", *TASK, "job_id", '{"id": "j-1", "attempt": 2}')

@@ -610,6 +610,21 @@ CASES = [
         "--batch-size 2147483648 is too large; the largest is 2147483647",
     ),
     Case(
+        "largest-zero",
+        "no values to list (`stats --largest 0`)",
+        ("stats", "--largest", "0"),
+        2,
+        "--largest 0 is out of range: give a number from 1 to 1000",
+    ),
+    Case(
+        "largest-too-many",
+        "more largest values than a report lists (`stats --largest 1001`)",
+        ("stats", "--largest", "1001"),
+        2,
+        "--largest 1001 is out of range: give a number from 1 to 1000",
+        engines=ALL,
+    ),
+    Case(
         "clear-unconfirmed",
         "`clear` without `--yes` where nobody can confirm",
         ("clear", *TASK),

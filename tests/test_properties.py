@@ -203,6 +203,7 @@ WORDS = [
     "--store",
     "--limit",
     "--offset",
+    "--largest",
     "--dry-run",
     "--batch-size",
     "--all",

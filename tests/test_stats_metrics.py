@@ -23,6 +23,8 @@ FAMILIES = [
     f"{P}task_keys_expired",
     f"{P}task_keys_never_expire",
     f"{P}value_bytes",
+    f"{P}values_over_limit",
+    f"{P}max_value_storage_bytes",
     f"{P}oldest_expired_key_age_seconds",
     f"{P}stats_timestamp_seconds",
 ]
@@ -118,6 +120,26 @@ def test_the_dag_run_store_is_counted_on_airflow_34(tmp_path):
     assert keys == {"task": 0, "asset": 0, "dag_run": 1}
     value_bytes = {dict(labels)["store"]: value for labels, value in samples[f"{P}value_bytes"].items()}
     assert value_bytes["dag_run"] == 3
+    over = {dict(labels)["store"]: value for labels, value in samples[f"{P}values_over_limit"].items()}
+    assert over == {"task": 0, "asset": 0, "dag_run": 0}
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql", "mariadb"], indirect=True)
+def test_values_over_the_limit_per_store_at_its_edge_and_none_without_a_limit(cli, db_url, tmp_path, monkeypatch):
+    _seed(db_url)  # the largest task value is '"abc"', 5 bytes
+    metrics = tmp_path / "m.prom"
+
+    def over_at(limit: int) -> tuple[dict[str, float], float]:
+        monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", str(limit))
+        assert cli("stats", "--metrics-file", str(metrics), "-o", "json").exit_code == 0
+        samples = read_samples(metrics)
+        over = {dict(labels)["store"]: value for labels, value in samples[f"{P}values_over_limit"].items()}
+        [limit_sample] = samples[f"{P}max_value_storage_bytes"].values()
+        return over, limit_sample
+
+    assert over_at(4) == ({"task": 1, "asset": 0}, 4)  # one byte over the limit
+    assert over_at(5) == ({"task": 0, "asset": 0}, 5)  # at the limit: not over it
+    assert over_at(0) == ({}, 0)  # no limit: nothing is over it, no sample rather than a 0 that reads as checked
 
 
 @pytest.mark.parametrize(

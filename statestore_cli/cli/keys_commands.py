@@ -362,7 +362,10 @@ def list_(
 
 
 @app.command(
-    "stats", epilog=examples("stats", "stats --dag-id etl -o json", "stats --metrics-file statestore_stats.prom")
+    "stats",
+    epilog=examples(
+        "stats", "stats --dag-id etl -o json", "stats --largest 20", "stats --metrics-file statestore_stats.prom"
+    ),
 )
 @with_scope_options
 def stats(
@@ -379,16 +382,29 @@ def stats(
         ),
     ] = None,
     metrics_label: MetricsLabelOpt = None,
+    largest: Annotated[
+        Optional[int],
+        typer.Option(
+            "--largest",
+            metavar="N",
+            help="Also list the N largest values (1-1000), with their keys and sizes in bytes as stored.",
+        ),
+    ] = None,
     output: OutputOpt = OutputMode.auto,
     header: HeaderOpt = False,
 ) -> None:
     """Count keys per store, by expiry, per dag and per asset.
 
-    On a terminal it also charts when task keys expire."""
+    On a terminal it also charts when task keys expire. --largest N lists the N largest values of the keys
+    selected, largest first."""
     from statestore_cli.ops import commands
 
     out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
+    if largest is not None:
+        from statestore_cli.ops.largest import check_count
+
+        check_count(largest)
     if metrics_label and metrics_file is None:
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     target = None
@@ -399,15 +415,30 @@ def stats(
         target = metrics_file.expanduser()
         check_writable(target)
     settings = settings_of(ctx)
-    figures = commands.stats(settings, filt)
+    figures = commands.stats(settings, filt, largest=largest)
     if target is not None:
         from statestore_cli.ops.metrics import write_file
 
         write_file(target, commands.stats_metrics(settings, figures, labels).render())
     out.stats(figures)
+    if largest is not None and settings.worker_backend and out.mode == "table":
+        _note_references(settings.worker_backend)
     stores = (figures.task, figures.asset, figures.dag_run)
     if not any(part is not None and part.rows for part in stores):
         _near_misses(settings, filt)
+
+
+def _note_references(worker_backend: str) -> None:
+    """At a terminal, below ``stats --largest``: with a worker-side backend the rows hold its references, and
+    their sizes are what the database measured (scripts have the documented rule instead of a note)."""
+    from statestore_cli.masking import mask_text
+
+    sys.stdout.flush()  # after the table
+    note = (
+        f"[workers] state_store_backend is {worker_backend}: the rows hold its references, so --largest shows "
+        "the sizes of the references, not of the values behind them"
+    )
+    sys.stderr.write(f"statestore: note: {safe_text(mask_text(note))}\n")
 
 
 def _near_misses(settings: Settings, filt: KeyFilter) -> None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from statestore_cli.cli.writer import Writer
+    from statestore_cli.ops.largest import LargeValue
     from statestore_cli.ops.stats import AssetStats, DagFigures, DagRunStats, DayCount, StoreStats, TaskStats
 
 # How each expiry bucket is worded for people; every task key is in exactly one of them.
@@ -69,6 +70,28 @@ def stats_document(stats: StoreStats) -> dict[str, Any]:
     if stats.has_dag_run_store:
         document["dag_run"] = None if stats.dag_run is None else _dag_run_document(stats.dag_run)
     document["asset"] = None if stats.asset is None else _asset_document(stats.asset)
+    if stats.largest is not None:  # only with --largest N: the document is otherwise as it always was
+        document["largest"] = [largest_document(value) for value in stats.largest]
+    return document
+
+
+# The scope fields of each store's values, in the order plain lines and the JSON objects give them.
+LARGEST_SCOPES = {
+    "task": ("dag_id", "run_id", "task_id", "map_index"),
+    "dag_run": ("dag_id", "run_id"),
+    "asset": ("asset_id", "name", "uri"),
+}
+
+
+def largest_document(value: LargeValue) -> dict[str, Any]:
+    """One of the largest values for scripts: its store, scope, key and size (``region_id`` only for a task key
+    in a region, as ``list`` gives it)."""
+    document: dict[str, Any] = {"store": value.store}
+    document.update({name: getattr(value, name) for name in LARGEST_SCOPES[value.store]})
+    if value.region_id is not None:
+        document["region_id"] = str(value.region_id)
+    document["key"] = value.key
+    document["value_bytes"] = value.value_bytes
     return document
 
 
@@ -172,6 +195,9 @@ def plain_rows(stats: StoreStats) -> Iterator[tuple[object, ...]]:
         yield ("asset", "over_max_value_storage_bytes", assets.over_limit)
         for a in assets.top_assets:
             yield ("asset_top", a.asset_id, a.rows, a.value_bytes, "active" if a.active else "inactive", a.name, a.uri)
+    for value in stats.largest or ():
+        scope = (getattr(value, name) for name in LARGEST_SCOPES[value.store])
+        yield ("largest", value.store, value.value_bytes, *scope, value.key)
 
 
 # -- sizes, names and the chart, as text ------------------------------------------------------------------
@@ -281,6 +307,9 @@ def draw(console: Console, stats: StoreStats) -> None:
                 ),
                 soft_wrap=True,
             )
+    if stats.largest is not None:
+        console.print()
+        _print_largest(console, stats.largest, stats.max_value_storage_bytes)
 
 
 def _table(title: str) -> Table:
@@ -454,3 +483,52 @@ def _asset_table(assets: AssetStats, width: int) -> Table:
             Text("yes" if a.active else "no"),
         )
     return table
+
+
+def _print_largest(console: Console, values: list[LargeValue], limit: int) -> None:
+    """The largest values, largest first: each key's scope on a line of its own (a store's label and its ids,
+    kept whole: the tables' rule, ``cli.grid``), its keys indented below it with their sizes in bytes."""
+    from statestore_cli.cli.grid import GAP, Column, Grid, Out, cell_width, fit, natural_widths, wrap
+
+    limit_text = f"max_value_storage_bytes {count(limit)}" if limit else "no size limit set"
+    title = f"the {_plural(len(values), 'largest value')}, bytes as stored ({limit_text})"
+    console.file.flush()  # what rich printed comes first
+    out = Out(console)
+    if not values:
+        out.message(f"{title}: no keys".split(" "))
+        out.flush()
+        return
+    for line in wrap(title.split(" "), out.width):
+        out.add(out.ink(line, "bold"))
+    columns = [Column("key", long=True, indent=2), Column("bytes", right=True)]
+    over = [bool(limit) and v.value_bytes > limit for v in values]
+    # A value over the limit is marked after its size, in the same column: a column of its own would leave a
+    # 60-character key too little room at 80 columns.
+    mark = (lambda is_over: " over" if is_over else " " * 5) if any(over) else (lambda is_over: "")
+    rows = [(safe_text(v.key), count(v.value_bytes) + mark(o)) for v, o in zip(values, over, strict=True)]
+    scopes = [_scope_parts(v) for v in values]
+    span = max(cell_width(GAP.join(parts)) for parts in scopes)  # the table widens for them, room allowing
+    grid = Grid(columns, fit(columns, natural_widths(columns, rows), out.width, span), out.ink)
+    for line in grid.head():
+        out.add(line)
+    shown = None
+    for parts, row in zip(scopes, rows, strict=True):
+        if parts != shown:
+            shown = parts
+            for line in grid.span(parts):
+                out.add(line)
+        for line in grid.row(row):
+            out.add(line)
+    out.add(grid.bottom())
+    out.flush()
+
+
+def _scope_parts(value: LargeValue) -> tuple[str, ...]:
+    """Whose key it is, as the parts of a group line: the store, then each scope field and its value."""
+    if value.store == "asset":
+        return ("asset", f"asset_id {value.asset_id}", f"name {safe_text(value.name)}", f"uri {safe_text(value.uri)}")
+    parts = [f"dag_id {safe_text(value.dag_id)}", f"run_id {safe_text(value.run_id)}"]
+    if value.store == "dag_run":
+        return ("dag run", *parts)
+    region = [f"region {value.region_id}"] if value.region_id is not None else []
+    return ("task", *parts, f"task_id {safe_text(value.task_id)}", *region, f"map_index {value.map_index}")

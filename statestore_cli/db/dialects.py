@@ -1,12 +1,12 @@
-"""The one-statement writes whose SQL differs per engine: insert-or-update, insert-if-missing, and what a delete
-of many rows selects."""
+"""The SQL that differs per engine: insert-or-update, insert-if-missing, what a delete of many rows selects, and
+the size of a stored value in bytes."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import LargeBinary, Table, cast, func, select
 from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.sql import ColumnElement
 
@@ -21,6 +21,18 @@ def in_rowid_order(dialect: str, table: Table, where: ColumnElement[bool]) -> Co
     if dialect != "sqlite":
         return where
     return table.c.id.in_(select(table.c.id).where(where))
+
+
+def value_bytes(dialect: str, column: Any) -> Any:
+    """The size of a stored value in bytes of its (UTF-8) text, the measure writers hold against
+    ``[state_store] max_value_storage_bytes``: ``octet_length`` on PostgreSQL, ``LENGTH`` on MySQL/MariaDB (bytes
+    there; ``CHAR_LENGTH`` counts characters) and ``length(CAST(value AS BLOB))`` on SQLite, whose ``length`` of
+    text counts characters."""
+    if dialect == "postgresql":
+        return func.octet_length(column)
+    if dialect in ("mysql", "mariadb"):
+        return func.length(column)
+    return func.length(cast(column, LargeBinary))
 
 
 def upsert(

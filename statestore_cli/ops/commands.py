@@ -405,14 +405,21 @@ def near_misses(settings: Settings, filt: KeyFilter) -> list[str]:
     return notes
 
 
-def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None) -> StoreStats:
-    """Figures of the keys ``filt`` selects (``statestore_cli.ops.stats``), as of ``now`` (default: this moment)."""
+def stats(settings: Settings, filt: KeyFilter, now: datetime | None = None, largest: int | None = None) -> StoreStats:
+    """Figures of the keys ``filt`` selects (``statestore_cli.ops.stats``), as of ``now`` (default: this moment),
+    and with ``largest=N`` their N largest values (``statestore_cli.ops.largest``)."""
     backend = open_backend(settings, writes=False)
     if not isinstance(backend, MetastoreBackend):
         raise BackendError(f"`stats` needs the metastore backend; [state_store] backend is {settings.backend}")
     from statestore_cli.ops.stats import store_stats
 
-    return store_stats(backend.engine, filt, now or utcnow(), max_value_storage_bytes=settings.max_value_storage_bytes)
+    return store_stats(
+        backend.engine,
+        filt,
+        now or utcnow(),
+        max_value_storage_bytes=settings.max_value_storage_bytes,
+        largest=largest,
+    )
 
 
 def stats_metrics(settings: Settings, figures: StoreStats, labels: Mapping[str, str]) -> StatsMetrics:

@@ -417,6 +417,9 @@ class StatsMetrics:
     oldest_expired_key_age_seconds: float | None
     timestamp: float  # Unix time of the figures
     labels: Mapping[str, str] = field(default_factory=dict)
+    # store -> values over max_value_storage_bytes; None (no sample) when there is no limit or the store was not counted
+    values_over_limit: dict[str, int | None] = field(default_factory=dict)
+    max_value_storage_bytes: int | None = None  # 0 = no limit
 
     @classmethod
     def of(cls, stats: StoreStats, oldest_expired_age: float | None, labels: Mapping[str, str]) -> StatsMetrics:
@@ -433,6 +436,8 @@ class StatsMetrics:
             oldest_expired_key_age_seconds=oldest_expired_age,
             timestamp=stats.now.timestamp(),
             labels=labels,
+            values_over_limit={s: None if f is None else f.over_limit for s, f in present.items()},
+            max_value_storage_bytes=stats.max_value_storage_bytes,
         )
 
     def render(self) -> str:
@@ -453,6 +458,16 @@ class StatsMetrics:
                 f"{p}value_bytes",
                 "Bytes of the stored values in each state store (task, asset, dag_run).",
                 _per_store(self.value_bytes),
+            ),
+            Family(
+                f"{p}values_over_limit",
+                "Values larger than [state_store] max_value_storage_bytes in each state store; none without a limit.",
+                _per_store(self.values_over_limit),
+            ),
+            Family(
+                f"{p}max_value_storage_bytes",
+                "The [state_store] max_value_storage_bytes the values were compared with; 0 = no limit.",
+                [({}, self.max_value_storage_bytes)],
             ),
             Family(
                 f"{p}oldest_expired_key_age_seconds",

@@ -32,16 +32,18 @@ from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, LargeBinary, Table, and_, case, cast, func, null, select
+from sqlalchemy import Integer, Table, and_, case, func, null, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ColumnElement, Select
 
 from statestore_cli.db.database import sqlite_path, translate_errors
+from statestore_cli.db.dialects import value_bytes as stored_bytes
 from statestore_cli.db.layout import layout_of
 from statestore_cli.db.mysql_text import MYSQL_ENGINES, check_asset_text
 from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag_run
 from statestore_cli.errors import InvalidInputError
 from statestore_cli.model.entries import KeyFilter
+from statestore_cli.ops.largest import LargeValue, check_count, largest_values
 
 _asset_kv = asset_state_store
 _MYSQL = MYSQL_ENGINES
@@ -129,6 +131,7 @@ class StoreStats:
     asset: AssetStats | None  # likewise for the asset store
     dag_run: DagRunStats | None = None  # None where the database has no dag-run store, or the filter leaves it out
     has_dag_run_store: bool = False  # whether the database has one (Airflow 3.4's layout)
+    largest: list[LargeValue] | None = None  # the largest values, largest first, when asked for (``largest=N``)
 
 
 def expiry_bounds(now: datetime) -> dict[str, datetime]:
@@ -152,12 +155,16 @@ def store_stats(
     days: int = CHART_DAYS,
     parallel_min_rows: int = PARALLEL_MIN_ROWS,
     workers: int | None = None,
+    largest: int | None = None,
 ) -> StoreStats:
-    """The figures of the keys ``filt`` selects, as of ``now`` (an aware datetime). On a large store the
-    per-dag pass is split into ``workers`` parts read at once (default: one per core, two per core on
-    MySQL/MariaDB, at most 4); ``parallel_min_rows`` is the least span of task ids that is split."""
+    """The figures of the keys ``filt`` selects, as of ``now`` (an aware datetime), and with ``largest=N``
+    their N largest values (``ops.largest``). On a large store the per-dag pass is split into ``workers``
+    parts read at once (default: one per core, two per core on MySQL/MariaDB, at most 4);
+    ``parallel_min_rows`` is the least span of task ids that is split."""
     if now.tzinfo is None:
         raise InvalidInputError("now must be timezone-aware")
+    if largest is not None:
+        check_count(largest)
     if top < 0 or days < 0 or (workers is not None and workers < 1):
         raise InvalidInputError("top and days must not be negative, workers at least 1")
     check_asset_text(engine.dialect.name, filt.name, filt.uri)
@@ -175,7 +182,10 @@ def store_stats(
         task = _task_stats(conn, filt, now, limit, top, days, vlen, split) if wants_task else None
         runs = _dag_run_stats(conn, runs_table, filt, now, limit, vlen) if runs_table is not None else None
         assets = _asset_stats(conn, filt, limit, top, vlen) if wants_asset else None
-    return StoreStats(now, limit, filt, task, assets, runs, layout.dag_run_store is not None)
+    # After the figures, not beside them on a connection of its own: SQLite's split pass keeps every core busy
+    # already, and on the servers the overlap gained nothing steady (bench/README.md).
+    biggest = None if largest is None else largest_values(engine, filt, largest)
+    return StoreStats(now, limit, filt, task, assets, runs, layout.dag_run_store is not None, biggest)
 
 
 def oldest_expired_at(engine: Engine, filt: KeyFilter, now: datetime) -> datetime | None:
@@ -204,12 +214,8 @@ def _default_parts(dialect: str) -> int:
 
 
 def _value_bytes(dialect: str) -> Any:
-    """SQL for the size of a value in bytes on this engine (see the module's docstring)."""
-    if dialect == "postgresql":
-        return lambda column: func.octet_length(column)
-    if dialect in _MYSQL:
-        return lambda column: func.length(column)
-    return lambda column: func.length(cast(column, LargeBinary))
+    """SQL for the size of a value in bytes on this engine (``db.dialects.value_bytes``)."""
+    return lambda column: stored_bytes(dialect, column)
 
 
 def _count_if(condition: ColumnElement[bool]) -> Any:
