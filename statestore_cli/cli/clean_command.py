@@ -132,12 +132,12 @@ def clean(
 
     Deletes task and dag-run keys that have expired (at least --older-than ago,
     when given); asset keys and keys that never expire stay.
+    Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
+    skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead.
 
     On an Airflow database the expired keys of a task instance that has not finished (its state is not
     success, failed, skipped, upstream_failed or removed) stay too: a task waiting for its retry finds the job
     id its earlier try stored there. The dry run and the report count them; --include-unfinished deletes them.
-    Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
-    skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead.
 
     --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
     before it commits, so FILE holds them also after a stop or a failure); `statestore import FILE` puts
