@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import BETWEEN, ENGINES, HEAD_34, HEAD_332, airflow_database, as_utc, run_cli, sql
+from helpers import BETWEEN, ENGINES, HEAD_34, HEAD_332, airflow_database, as_utc, read_samples, run_cli, sql
 
 DAG = "billing_reconciliation_daily"
 RUN = "scheduled__2026-11-30T00:00:00+00:00"
@@ -132,7 +132,7 @@ class Db:
 
 SPARED = {(_task(s), -1) for s in UNFINISHED} | {("mapped", 2)}
 DELETED = {(_task(s), -1) for s in FINISHED} | {("orphan", -1), ("mapped", 3)}
-BY_STATE = {"running": 2, **{("none" if s is None else s): 1 for s in UNFINISHED if s != "running"}}
+BY_STATE = {"running": 2, **{("no_status" if s is None else s): 1 for s in UNFINISHED if s != "running"}}
 
 
 def _deleted(db: Db) -> set[tuple[str, int, bool]]:
@@ -216,3 +216,44 @@ def test_a_standalone_store_is_cleaned_as_before(cli, db_url):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["deleted"] == 2 and "spared_unfinished" not in report
+
+
+@pytest.fixture
+def airflow_sqlite(tmp_path: Path) -> Any:
+    with airflow_database("sqlite", HEAD_34, tmp_path) as url:
+        db = Db("sqlite", "3.4", url)
+        db.seed_keys(db.seed_instances())
+        yield db
+
+
+def test_the_metrics_file_counts_what_was_kept_and_leaves_it_out_of_what_remains(airflow_sqlite, tmp_path):
+    metrics = tmp_path / "clean.prom"
+    result = run_cli("clean", "--batch-size", "2", "--metrics-file", str(metrics), conn=airflow_sqlite.url)
+    assert result.exit_code == 0, result.output
+    values = {name: next(iter(found.values())) for name, found in read_samples(metrics).items() if len(found) == 1}
+    assert values["statestore_clean_spared_unfinished"] == len(SPARED)
+    assert values["statestore_clean_expired_rows_remaining"] == 0  # the kept keys are not a clean left behind
+    assert values["statestore_clean_rows_deleted"] == len(_deleted(airflow_sqlite))
+
+
+def test_what_was_kept_is_said_in_plain_and_table_modes(airflow_sqlite):
+    states = (
+        "2 running, 1 deferred, 1 no_status, 1 queued, 1 restarting, 1 scheduled, 1 up_for_reschedule, 1 up_for_retry"
+    )
+    plain = run_cli("clean", "--dry-run", "-o", "plain", conn=airflow_sqlite.url)
+    assert plain.exit_code == 0, plain.output
+    assert plain.stderr.splitlines()[-1] == (
+        f"would keep 9 expired task keys of unfinished task instances ({states}): a retry may need them; "
+        "--include-unfinished deletes them too."
+    )
+    done = run_cli("clean", "-o", "plain", conn=airflow_sqlite.url)
+    assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines()[-1] == (
+        f"kept 9 expired task keys of unfinished task instances ({states}): a retry may need them; "
+        "--include-unfinished deletes them too."
+    )
+    fields = dict(line.split("\t") for line in done.stdout.splitlines()[1:])
+    by_state = (
+        "running=2, deferred=1, no_status=1, queued=1, restarting=1, scheduled=1, up_for_reschedule=1, up_for_retry=1"
+    )
+    assert (fields["spared_unfinished"], fields["spared_by_state"]) == ("9", by_state)

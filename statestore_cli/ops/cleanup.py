@@ -77,7 +77,7 @@ class CleanReport:
     older_than: timedelta = timedelta(0)  # the grace window: ``cutoff`` is this long before the clean started
     # rows deleted per store cleaned, in order: "task", then "dag_run" where the layout has it (0: not reached)
     deleted_by_store: dict[str, int] = field(default_factory=dict)
-    # expired task keys kept since their task instance has not finished, by its state ("none": not set yet);
+    # expired task keys kept since their task instance has not finished, by its state ("no_status": not set yet);
     # None where nothing was spared by rule: a standalone store, --include-unfinished, or a clean stopped early
     spared: dict[str, int] | None = None
 
@@ -137,7 +137,7 @@ def cleaned(conn: Connection, table: Table, now: datetime, spare: bool = True) -
 
 def count_spared(engine: Engine, now: datetime) -> dict[str, int] | None:
     """The expired task keys a clean at ``now`` keeps for their unfinished task instances, by the task
-    instance's state ("none" where it has none yet); None where the database has no task instances."""
+    instance's state ("no_status" where it has none yet); None where the database has no task instances."""
     with translate_errors(engine), engine.connect() as conn:
         return spared_by_state(conn, now)
 
@@ -154,7 +154,7 @@ def spared_by_state(conn: Connection, now: datetime) -> dict[str, int] | None:
         .where(expired(table, now), layout.unfinished_state())
         .group_by(ti.c.state)
     )
-    counts = {("none" if state is None else str(state)): int(n) for state, n in conn.execute(query)}
+    counts = {("no_status" if state is None else str(state)): int(n) for state, n in conn.execute(query)}
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
