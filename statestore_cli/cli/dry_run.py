@@ -49,7 +49,9 @@ def spared_sentence(spared: dict[str, int] | None, *, dry_run: bool) -> str | No
     total = sum((spared or {}).values())
     if not spared or not total:
         return None
-    states = ", ".join(f"{n:,} {safe_text(state)}" for state, n in spared.items())
+    from statestore_cli.ops.cleanup import by_count
+
+    states = ", ".join(f"{n:,} {safe_text(state)}" for state, n in by_count(spared).items())
     kept = "Would keep" if dry_run else "Kept"
     return (
         f"{kept} {_plural(total, 'expired task key')} of unfinished task instances ({states}): a retry may "

@@ -503,4 +503,6 @@ def _entry_cells(entry: Entry, zone: str) -> tuple[object, ...]:
 
 def _spared_fields(spared: dict[str, int]) -> dict[str, Any]:
     """The expired task keys kept for unfinished task instances, as JSON and plain records name them."""
-    return {"spared_unfinished": sum(spared.values()), "spared_by_state": spared}
+    from statestore_cli.ops.cleanup import by_count
+
+    return {"spared_unfinished": sum(spared.values()), "spared_by_state": by_count(spared)}

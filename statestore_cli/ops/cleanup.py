@@ -32,7 +32,7 @@ from sqlalchemy.sql import ColumnElement, Executable, Select
 
 from statestore_cli.db.database import describe_engine, retry_deadlocks, set_per_transaction, translate_errors
 from statestore_cli.db.dialects import in_rowid_order
-from statestore_cli.db.layout import layout_of
+from statestore_cli.db.layout import FINISHED_STATES, layout_of
 from statestore_cli.db.schema import qualified, store_schema
 from statestore_cli.errors import (
     EXIT_OK,
@@ -135,14 +135,20 @@ def cleaned(conn: Connection, table: Table, now: datetime, spare: bool = True) -
     return expired(table, now) if kept is None else and_(expired(table, now), ~kept)
 
 
-def count_spared(engine: Engine, now: datetime) -> dict[str, int] | None:
-    """The expired task keys a clean at ``now`` keeps for their unfinished task instances, by the task
-    instance's state ("no_status" where it has none yet); None where the database has no task instances."""
+def spares(engine: Engine) -> bool:
+    """Whether a clean of this database keeps the keys of unfinished task instances (it has task instances)."""
     with translate_errors(engine), engine.connect() as conn:
-        return spared_by_state(conn, now)
+        return layout_of(conn).task_instance is not None
+
+
+def by_count(spared: dict[str, int]) -> dict[str, int]:
+    """States by how many keys they kept, most first (then by name)."""
+    return dict(sorted(spared.items(), key=lambda item: (-item[1], item[0])))
 
 
 def spared_by_state(conn: Connection, now: datetime) -> dict[str, int] | None:
+    """The expired task keys a clean at ``now`` keeps for their unfinished task instances, by the task
+    instance's state ("no_status" where it has none yet); None where the database has no task instances."""
     layout = layout_of(conn)
     ti = layout.task_instance
     if ti is None:
@@ -154,8 +160,11 @@ def spared_by_state(conn: Connection, now: datetime) -> dict[str, int] | None:
         .where(expired(table, now), layout.unfinished_state())
         .group_by(ti.c.state)
     )
-    counts = {("no_status" if state is None else str(state)): int(n) for state, n in conn.execute(query)}
-    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+    return by_count({_state_name(state): int(n) for state, n in conn.execute(query)})
+
+
+def _state_name(state: str | None) -> str:
+    return "no_status" if state is None else str(state)
 
 
 def expiring_tables(conn: Connection) -> tuple[tuple[str, Table], ...]:
@@ -165,11 +174,18 @@ def expiring_tables(conn: Connection) -> tuple[tuple[str, Table], ...]:
     return (("task", layout.task), *runs)
 
 
-def iter_expired(engine: Engine, now: datetime, spare: bool = True) -> Iterator[ExpiredRow]:
+def iter_expired(
+    engine: Engine, now: datetime, spare: bool = True, spared: dict[str, int] | None = None
+) -> Iterator[ExpiredRow]:
     """What a clean at ``now`` deletes, ordered by dag, run, task, map index and key (task keys first,
-    then dag-run keys); streamed. ``spare``: as ``cleaned``."""
+    then dag-run keys); streamed. ``spare``: as ``cleaned``; with ``spared`` as well, what is kept is counted
+    there by task instance state as the rows go by (as ``spared_by_state``)."""
     with translate_errors(engine), engine.connect() as conn:
+        layout = layout_of(conn)
         for store, table in expiring_tables(conn):
+            if spared is not None and spare and layout.unfinished(table) is not None:
+                yield from _expired_or_spared(conn, table, now, spared)
+                continue
             task = store == "task"
             scope: list[Any] = [table.c.task_id, table.c.map_index.label("map_index")] if task else [null(), null()]
             cols = [table.c.dag_id, table.c.run_id, *scope, table.c.key]
@@ -184,6 +200,35 @@ def iter_expired(engine: Engine, now: datetime, spare: bool = True) -> Iterator[
                 for row in chunk:
                     where = str(row[6]) if regions and row[6].int else None
                     yield ExpiredRow(*row[:5], iso_utc(row[5]), store, where)
+
+
+def _expired_or_spared(conn: Connection, table: Table, now: datetime, spared: dict[str, int]) -> Iterator[ExpiredRow]:
+    """The task keys of ``iter_expired`` in one pass over the expired rows, each with its task instance (an
+    outer join: at most one, the task instance's key is unique); the keys ``cleaned`` keeps are counted in
+    ``spared`` instead of listed. One lookup of the task instance per row, where the count and the listing
+    apart took two."""
+    layout = layout_of(conn)
+    ti = layout.task_instance
+    assert ti is not None
+    regions = "region_id" in table.c
+    region = [table.c.region_id] if regions else []
+    cols = [table.c.dag_id, table.c.run_id, table.c.task_id, table.c.map_index.label("map_index"), table.c.key]
+    raw_expiry = type_coerce(table.c.expires_at, String)
+    query = (
+        select(*cols, raw_expiry, *region, ti.c.dag_id.label("ti_dag_id"), ti.c.state.label("ti_state"))
+        .select_from(table.outerjoin(ti, and_(*layout.task_instance_of(table))))
+        .where(expired(table, now))
+        .order_by(*cols[:3], *region, *cols[3:])
+    )
+    for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
+        for row in chunk:
+            state = row[-1]
+            if row[-2] is not None and (state is None or state not in FINISHED_STATES):
+                name = _state_name(state)
+                spared[name] = spared.get(name, 0) + 1
+                continue
+            where = str(row[6]) if regions and row[6].int else None
+            yield ExpiredRow(*row[:5], iso_utc(row[5]), "task", where)
 
 
 def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[Note, ...]:

@@ -438,7 +438,8 @@ class CleanPlan(NamedTuple):
     rows: Iterator[ExpiredRow]
     skipped_reason: str | None = None
     older_than: timedelta = timedelta(0)
-    spared: dict[str, int] | None = None  # expired task keys kept for unfinished task instances, by state
+    # expired task keys kept for unfinished task instances, by state: counted while ``rows`` are read
+    spared: dict[str, int] | None = None
 
 
 def _skip_reason(settings: Settings) -> str | None:
@@ -479,11 +480,13 @@ def plan_clean(
     reason = _skip_reason(settings)
     if reason:
         return CleanPlan(cutoff, iter(()), reason, grace)
-    from statestore_cli.ops.cleanup import count_spared, iter_expired
+    from statestore_cli.ops.cleanup import iter_expired, spares
 
     engine = open_metastore(settings).engine
-    spared = None if include_unfinished else count_spared(engine, cutoff)
-    return CleanPlan(cutoff, iter_expired(engine, cutoff, not include_unfinished), None, grace, spared)
+    # counted as the rows are listed: complete once they all were
+    spared: dict[str, int] | None = None if include_unfinished or not spares(engine) else {}
+    rows = iter_expired(engine, cutoff, not include_unfinished, spared)
+    return CleanPlan(cutoff, rows, None, grace, spared)
 
 
 def clean(
