@@ -51,7 +51,7 @@ def make_airflow(path: Path, unfinished_percent: int) -> tuple[int, int]:
         db.execute(
             "INSERT INTO task_instance (id, task_id, dag_id, run_id, map_index, state, try_number, pool, pool_slots) "
             "SELECT lower(hex(randomblob(16))), task_id, dag_id, run_id, map_index, "
-            f"CASE WHEN abs(h) % 100 < {unfinished_percent} THEN CASE abs(h) % {len(UNFINISHED)} {states} END "
+            f"CASE WHEN abs(h) % 100 < {unfinished_percent} THEN CASE (abs(h) / 100) % {len(UNFINISHED)} {states} END "
             "WHEN abs(h) % 7 = 0 THEN 'failed' ELSE 'success' END, 1, 'default_pool', 1 "
             "FROM (SELECT DISTINCT dag_id, run_id, task_id, map_index, "
             "(length(dag_id) * 31 + length(run_id) * 17 + unicode(substr(task_id, -1)) * 7 + map_index * 13 "
