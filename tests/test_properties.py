@@ -241,6 +241,7 @@ WORDS = [
     "orphans",
     "--all-unreferenced",
     "--older-than",
+    "--include-unfinished",
     "--metrics-file",
     "--metrics-label",
     "--backup",

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # loaded by `clean` only when it runs
         "clean --dry-run",
         "clean --batch-size 10000 --max-runtime 2h --exclusive",
         "clean --older-than 1d --backup /var/backups/statestore/clean-2026-11-30.jsonl",
+        "clean --dry-run --include-unfinished",
         "clean -o json",
     ),
 )
@@ -95,6 +96,14 @@ def clean(
             f"Default: {section('state_store')} state_cleanup_older_than (0 unless configured).",
         ),
     ] = None,
+    include_unfinished: Annotated[
+        bool,
+        typer.Option(
+            "--include-unfinished",
+            help="Delete the expired keys of task instances that have not finished too (running, up_for_retry, "
+            "deferred, queued, ...), as Airflow's own clean does; a retry then finds no job id.",
+        ),
+    ] = False,
     metrics_file: Annotated[
         Optional[Path],
         typer.Option(
@@ -126,6 +135,10 @@ def clean(
     Ctrl-C stops after the current batch (exit 130), SIGTERM too (exit 143). A custom backend is
     skipped with a message: exit 0, or 5 with --fail-on-skip; --backend-cleanup runs its own cleanup() instead.
 
+    On an Airflow database the expired keys of a task instance that has not finished (its state is not
+    success, failed, skipped, upstream_failed or removed) stay too: a task waiting for its retry finds the job
+    id its earlier try stored there. The dry run and the report count them; --include-unfinished deletes them.
+
     --backup FILE first writes every key it deletes to FILE (the export format, each batch synced to disk
     before it commits, so FILE holds them also after a stop or a failure); `statestore import FILE` puts
     them back. FILE must be new or empty, its folder writable (else exit 2, nothing deleted); left empty
@@ -147,7 +160,7 @@ def clean(
             raise InvalidInputError(
                 "--metrics-file records what a clean deleted and a --dry-run deletes nothing; drop one of them"
             )
-        skipped = _clean_dry_run(settings_of(ctx), out, grace, show_all)
+        skipped = _clean_dry_run(settings_of(ctx), out, grace, show_all, include_unfinished)
         return None if skipped is None else _skipped(skipped, fail_on_skip)
     timeouts = Timeouts(statement_seconds=None if statement_timeout is None else _statement_seconds(statement_timeout))
     runtime = None if max_runtime is None else seconds(max_runtime, "--max-runtime")
@@ -158,7 +171,9 @@ def clean(
     saved = open_backup(backup)  # likewise: a backup that cannot be written refuses the clean
     try:
         with run:
-            result = _clean_run(ctx, out, batch_size, grace, timeouts, runtime, exclusive, run, saved)
+            result = _clean_run(
+                ctx, out, batch_size, grace, timeouts, runtime, exclusive, run, saved, include_unfinished
+            )
     finally:
         close_backup(saved)
         for problem in run.problems:
@@ -223,16 +238,22 @@ def _backend_cleanup(
     out.backend_cleanup(commands.backend_cleanup(settings_of(ctx)))
 
 
-def _clean_dry_run(settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool) -> Optional[str]:
+def _clean_dry_run(
+    settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool, include_unfinished: bool
+) -> Optional[str]:
     """Show what a clean would delete; returns the reason when a custom backend makes it skip."""
     from statestore_cli.ops import commands
 
     now = utcnow()
-    plan = commands.plan_clean(settings, now, grace)
+    plan = commands.plan_clean(settings, now, grace, include_unfinished=include_unfinished)
     if plan.skipped_reason:
         out.clean_skipped(plan.skipped_reason, dry_run=True)
         return plan.skipped_reason
-    total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
+    total = (
+        commands.count_expired_keys(settings, now, grace, include_unfinished=include_unfinished)
+        if out.shows_progress
+        else None
+    )
     out.clean_plan(plan, limit=None if show_all else 100, total=total)
     return None
 
@@ -247,6 +268,7 @@ def _clean_run(
     exclusive: bool,
     run: "CleanRun",
     backup: Optional["BackupFile"],
+    include_unfinished: bool,
 ) -> "CleanReport | str":
     """The clean under a progress bar, stopping between batches on a signal."""
     from statestore_cli.ops import commands
@@ -256,8 +278,20 @@ def _clean_run(
     name_restore(backup, settings)
     now = utcnow()
     deadline = None if runtime is None else time.monotonic() + runtime
-    total = commands.count_expired_keys(settings, now, grace) if out.shows_progress else None
+    total = (
+        commands.count_expired_keys(settings, now, grace, include_unfinished=include_unfinished)
+        if out.shows_progress
+        else None
+    )
     with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
         # Until the clean is connected a signal stops it at once; from then on, after the current batch.
         control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance, on_connected=stop.defer)
-        return run.clean(settings, batch_size, now=now, control=control, older_than=grace, backup=backup)
+        return run.clean(
+            settings,
+            batch_size,
+            now=now,
+            control=control,
+            older_than=grace,
+            backup=backup,
+            include_unfinished=include_unfinished,
+        )

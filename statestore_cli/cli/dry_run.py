@@ -44,6 +44,21 @@ def expired_keys(total: int, dag_run: int = 0) -> str:
     return f"{_plural(total, 'expired key')} ({split})"
 
 
+def spared_sentence(spared: dict[str, int] | None, *, dry_run: bool) -> str | None:
+    """What a clean keeps for unfinished task instances, by their state; None where it spared nothing."""
+    total = sum((spared or {}).values())
+    if not spared or not total:
+        return None
+    from statestore_cli.ops.cleanup import by_count
+
+    states = ", ".join(f"{n:,} {safe_text(state)}" for state, n in by_count(spared).items())
+    kept = "Would keep" if dry_run else "Kept"
+    return (
+        f"{kept} {_plural(total, 'expired task key')} of unfinished task instances ({states}): a retry may "
+        "need them; --include-unfinished deletes them too."
+    )
+
+
 @dataclass
 class DagCount:
     dag_id: str
@@ -96,6 +111,9 @@ class DryRunView:
                 "deleted.",
             ]
         )
+        kept = spared_sentence(plan.spared, dry_run=True)
+        if kept:
+            self.out.message(kept.split())
         self.out.flush()
         return total
 

@@ -155,6 +155,7 @@ class Output(Writer):
                     f"dry run: {expired_keys(read[0], read[1])} would be deleted "
                     f"({expired_before(plan.cutoff, plan.older_than)})"
                 )
+                self._spared_line(plan.spared, dry_run=True)
                 return read[0]
             from statestore_cli.cli.dry_run import DryRunView
 
@@ -196,8 +197,16 @@ class Output(Writer):
                 lines.clear()
         if lines:
             write(("," if count > len(lines) else "") + "\n  " + ",\n  ".join(lines))
-        write(("\n" if count else "") + '], "would_delete": ' + str(count) + "}\n")
+        spared = "" if plan.spared is None else ", " + safe_json(_spared_fields(plan.spared))[1:-1]
+        write(("\n" if count else "") + '], "would_delete": ' + str(count) + spared + "}\n")
         return count
+
+    def _spared_line(self, spared: dict[str, int] | None, *, dry_run: bool) -> None:
+        from statestore_cli.cli.dry_run import spared_sentence
+
+        kept = spared_sentence(spared, dry_run=dry_run)
+        if kept:
+            self.line(kept[0].lower() + kept[1:] if self.mode == "plain" else kept)
 
     def clean_skipped(self, reason: str, dry_run: bool) -> None:
         if self.json:
@@ -220,6 +229,8 @@ class Output(Writer):
             "elapsed_seconds": round(report.elapsed, 3),
             "rows_per_second": round(report.rows_per_second, 1),
         }
+        if report.spared is not None:
+            doc.update(_spared_fields(report.spared))
         if backup is not None:
             from statestore_cli.cli.backup_option import backup_document
 
@@ -237,6 +248,7 @@ class Output(Writer):
             f"({expired_before(report.cutoff, report.older_than)}) in {report.elapsed:.1f}s, "
             f"{report.rows_per_second:,.0f} rows/s"
         )
+        self._spared_line(report.spared, dry_run=False)
         if report.stopped:
             self.line(
                 f"stopped early ({_STOPPED[report.stopped]}): every committed batch stays deleted; "
@@ -248,6 +260,8 @@ class Output(Writer):
             self.line(backup_sentence(backup))
             doc = {**{k: v for k, v in doc.items() if k != "backup"}, **backup_fields(backup)}
         if self.mode == "plain":  # the sentences above went to stderr; stdout gets the fields as records
+            if "spared_by_state" in doc:
+                doc["spared_by_state"] = [f"{state}={n}" for state, n in doc["spared_by_state"].items()]
             self.plain_fields(doc)
 
     # -- backends (cli.backend_views) ---------------------------------------------------------------
@@ -485,3 +499,10 @@ def _entry_cells(entry: Entry, zone: str) -> tuple[object, ...]:
         scope = ("asset", entry.asset_id, entry.name, entry.uri)
     times = (human(entry.updated_at, "-", zone), human(entry.expires_at, "never", zone))
     return (*scope, entry.key, *times)
+
+
+def _spared_fields(spared: dict[str, int]) -> dict[str, Any]:
+    """The expired task keys kept for unfinished task instances, as JSON and plain records name them."""
+    from statestore_cli.ops.cleanup import by_count
+
+    return {"spared_unfinished": sum(spared.values()), "spared_by_state": by_count(spared)}

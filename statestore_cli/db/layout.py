@@ -25,8 +25,9 @@ import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import LargeBinary, MetaData, String, Table, inspect
+from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table, exists, inspect, literal_column, or_
 from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.sql import ColumnElement
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from statestore_cli.db import schema
@@ -34,6 +35,11 @@ from statestore_cli.db.airflow_versions import airflow_version
 from statestore_cli.db.schema import store_schema
 
 LAYOUT_33, LAYOUT_BETWEEN, LAYOUT_34 = "3.3", "3.4-between", "3.4"
+
+# The task instance states Airflow never leaves on its own: a task instance in any other state (running,
+# up_for_retry, deferred, queued, scheduled, up_for_reschedule, restarting, or none yet, as one just cleared
+# is) may still run, and find the job id its earlier try stored in its task keys.
+FINISHED_STATES = ("success", "failed", "skipped", "upstream_failed", "removed")
 
 
 class RegionId(TypeDecorator[uuid.UUID]):
@@ -97,6 +103,7 @@ class Layout:
     asset_parent: Table
     asset_active: Table
     dag_run_store: Table | None = None
+    task_instance: Table | None = None  # Airflow's task_instance, where the database has it (see ``unfinished``)
     problems: tuple[tuple[str, str], ...] = ()  # (what it blocks: "read" | "write", what the tables lack)
     found: dict[str, Any] = field(default_factory=dict, compare=False)  # columns and keys as read
 
@@ -142,6 +149,46 @@ class Layout:
                 f"(revision {self.revision}{known}): {'; '.join(missing)}; `statestore db check` shows what was found"
             )
 
+    def task_instance_of(self, table: Table) -> list[ColumnElement[bool]]:
+        """The conditions that pair a row of the task table ``table`` with its task instance: the same dag,
+        run, task and map index (``region_index`` on 3.4), and region where both tables have one."""
+        ti = self.task_instance
+        assert ti is not None
+        pairs = ["dag_id", "run_id", "task_id", "map_index", *(["region_id"] if "region_id" in ti.c else [])]
+        return [ti.c[name] == table.c[name] for name in pairs if name in table.c]
+
+    def unfinished_state(self) -> ColumnElement[bool]:
+        """A task instance that may still run: its state is none of ``FINISHED_STATES`` (or not set)."""
+        ti = self.task_instance
+        assert ti is not None
+        # The states as literals, not parameters: statements compiled once and run per batch (a backed-up
+        # delete's COPY) take no expanding parameter.
+        finished = [literal_column(f"'{state}'", String) for state in FINISHED_STATES]
+        return or_(ti.c.state.is_(None), ti.c.state.not_in(finished))
+
+    def unfinished(self, table: Table) -> ColumnElement[bool] | None:
+        """Where the row of ``table`` (the task table) has a task instance that has not finished; None where
+        there is nothing to ask (no ``task_instance`` table: a standalone store; or a dag-run table)."""
+        if self.task_instance is None or table is not self.task:
+            return None
+        return exists().where(*self.task_instance_of(table), self.unfinished_state())
+
+    def unfinished_sql(self, conn: Connection, table: Table, outer: str) -> str | None:
+        """``unfinished(table)`` as raw SQL, for a statement SQLAlchemy cannot build (MySQL's multi-table
+        ``DELETE`` with an index hint), the task table named ``outer`` in it; None as ``unfinished``."""
+        ti = self.task_instance
+        if ti is None or table is not self.task:
+            return None
+        quote = conn.dialect.identifier_preparer
+        from statestore_cli.db.schema import qualified
+
+        name = qualified(conn, ti.name)
+        pairs = ["dag_id", "run_id", "task_id", "map_index", *(["region_id"] if "region_id" in ti.c else [])]
+        on = " AND ".join(f"{name}.{quote.quote(ti.c[c].name)} = {outer}.{quote.quote(table.c[c].name)}" for c in pairs)
+        state = f"{name}.{quote.quote(ti.c.state.name)}"
+        finished = ", ".join(f"'{s}'" for s in FINISHED_STATES)
+        return f"EXISTS (SELECT 1 FROM {name} WHERE {on} AND ({state} IS NULL OR {state} NOT IN ({finished})))"
+
     def region_where(self, region: uuid.UUID) -> list[Any]:
         """The condition on ``region_id`` that keeps a region's keys apart (none where there is no column)."""
         return [self.task.c.region_id == region] if self.has_region else []
@@ -163,6 +210,7 @@ def _build(
     index_column: str = "map_index",
     region_form: str | None = None,
     dag_run_store: bool = False,
+    task_instance: tuple[str, bool] | None = None,
     problems: tuple[tuple[str, str], ...] = (),
     found: dict[str, Any] | None = None,
 ) -> Layout:
@@ -173,9 +221,34 @@ def _build(
     asset = schema.asset_state_store.to_metadata(target)
     runs = schema.dag_run_state_table(target) if dag_run_store else None
     dag_run, asset_parent, asset_active = parents
+    ti = None if task_instance is None else _task_instance_table(target, *task_instance, region)
     return Layout(
-        name, revision, task, asset, dag_run, asset_parent, asset_active, runs, problems=problems, found=found or {}
+        name,
+        revision,
+        task,
+        asset,
+        dag_run,
+        asset_parent,
+        asset_active,
+        runs,
+        ti,
+        problems=problems,
+        found=found or {},
     )
+
+
+def _task_instance_table(target: MetaData, index_column: str, region: bool, region_type: Any) -> Table:
+    """The columns of Airflow's ``task_instance`` a clean reads: which task instance a task key belongs to
+    (keyed as the task table's columns are), and its state."""
+    columns: list[Column[Any]] = [
+        Column("dag_id", String(250)),
+        Column("run_id", String(250)),
+        Column("task_id", String(250)),
+        Column(index_column, Integer, key="map_index"),
+        *([Column("region_id", region_type or String(36))] if region else []),
+        Column("state", String(20)),
+    ]
+    return Table("task_instance", target, *columns)
 
 
 # Airflow 3.3's layout, and every standalone store's: the module-level tables of ``schema``.
@@ -213,8 +286,26 @@ def read_layout(conn: Connection) -> Layout:
         return AIRFLOW_33  # a standalone store: what `db init` makes
     revision = conn.exec_driver_sql(f"SELECT version_num FROM {version_table}").scalar()
     if revision is None or _at_most_33(revision):
-        return AIRFLOW_33 if revision is None else _with_revision(AIRFLOW_33, revision)
+        layout = AIRFLOW_33 if revision is None else _with_revision(AIRFLOW_33, revision)
+        task_instance = _task_instance_columns(conn)
+        if task_instance is None:
+            return layout
+        return replace(layout, task_instance=_task_instance_table(MetaData(), *task_instance, None))
     return _read_tables(conn, str(revision))
+
+
+def _task_instance_columns(conn: Connection) -> tuple[str, bool] | None:
+    """How Airflow's ``task_instance`` names its map index, and whether it has ``region_id``; None where the
+    database has no such table, or one without the columns that pair it with a task key."""
+    inspector = inspect(conn)
+    where = store_schema(conn)
+    if not inspector.has_table("task_instance", schema=where):
+        return None
+    columns = {c["name"] for c in inspector.get_columns("task_instance", schema=where)}
+    index_column = next((n for n in schema.MAP_INDEX_COLUMNS if n in columns), None)
+    if index_column is None or not {"dag_id", "run_id", "task_id", "state"} <= columns:
+        return None
+    return index_column, "region_id" in columns
 
 
 def _at_most_33(revision: str | None) -> bool:
@@ -263,6 +354,9 @@ def _read_tables(conn: Connection, revision: str) -> Layout:
     if missing:
         problems.append(("read", f"task_state_store lacks the column(s) {', '.join(missing)}"))
     runs = "dag_run_state_store" in tables
+    task_instance = _task_instance_columns(conn) if "task_instance" in tables else None
+    if task_instance is not None and region_form is None:
+        task_instance = (task_instance[0], False)  # a region joins the pair only where both tables have one
     if index_column == "region_index":
         name = LAYOUT_34
     elif region_form:
@@ -275,6 +369,7 @@ def _read_tables(conn: Connection, revision: str) -> Layout:
         index_column=index_column,
         region_form=region_form,
         dag_run_store=runs,
+        task_instance=task_instance,
         problems=tuple(problems),
         found=found,
     )

@@ -76,9 +76,11 @@ class CleanRun:
         control: CleanControl,
         older_than: timedelta | None,
         backup: BackupFile | None = None,
+        include_unfinished: bool = False,
     ) -> CleanReport | str:
         """The clean (the report, or why it was skipped), recorded when it ended without an error; with
-        ``backup`` every row it deletes is written there first."""
+        ``backup`` every row it deletes is written there first; ``include_unfinished``: the keys of unfinished
+        task instances too."""
         from statestore_cli.ops import commands
 
         if self.recorder is not None:
@@ -87,22 +89,35 @@ class CleanRun:
                 on_progress=_both(control.on_progress, self.recorder.on_progress),
                 on_store=self.recorder.on_store,
             )
-        result = commands.clean(settings, batch_size, now=now, control=control, older_than=older_than, backup=backup)
+        result = commands.clean(
+            settings,
+            batch_size,
+            now=now,
+            control=control,
+            older_than=older_than,
+            backup=backup,
+            include_unfinished=include_unfinished,
+        )
         if self.recorder is not None:
-            self._record(result, self._remaining(settings, result, now, older_than))
+            self._record(result, self._remaining(settings, result, now, older_than, include_unfinished))
         return result
 
     def _remaining(
-        self, settings: Settings, result: CleanReport | str, now: datetime, older_than: timedelta | None
+        self,
+        settings: Settings,
+        result: CleanReport | str,
+        now: datetime,
+        older_than: timedelta | None,
+        include_unfinished: bool,
     ) -> int | None:
-        """The expired keys the clean left, for the metrics: not counted after a skip, or after a signal,
-        which asks for a quick exit."""
+        """The expired keys the clean left that it would delete (not those it spares), for the metrics: not
+        counted after a skip, or after a signal, which asks for a quick exit."""
         if isinstance(result, str) or result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):
             return None
         from statestore_cli.ops import commands
 
         try:
-            return commands.count_expired_keys(settings, now, older_than)
+            return commands.count_expired_keys(settings, now, older_than, include_unfinished=include_unfinished)
         except StateStoreError as exc:
             self.problems.append(Problem("the expired keys left were not counted", exc))
             return None
@@ -120,6 +135,7 @@ class CleanRun:
                     batches=result.batches,
                     remaining=remaining,
                     deleted_by_store=result.deleted_by_store,
+                    spared=result.spared,
                 )
         except StateStoreError as exc:
             self.unwritten = exc

@@ -4,7 +4,10 @@
 Asset rows and rows without an expiry (``NEVER_EXPIRE``, or written with
 ``default_retention_days = 0``) are never touched.
 
-The dry run and the real run share ``expired()``, evaluated against one cutoff fixed when the run
+The task keys of a task instance that has not finished (a retry waiting for its ``retry_delay`` finds
+its earlier try's job id in them) are kept by default, on an Airflow database: ``cleaned()``.
+
+The dry run and the real run share ``cleaned()``, evaluated against one cutoff fixed when the run
 starts (its start, or ``--older-than`` before it), so what a dry run lists is exactly what a real run
 at the same instant deletes. Each
 delete re-checks the condition on the rows it removes: a key a writer refreshed after it was
@@ -29,7 +32,7 @@ from sqlalchemy.sql import ColumnElement, Executable, Select
 
 from statestore_cli.db.database import describe_engine, retry_deadlocks, set_per_transaction, translate_errors
 from statestore_cli.db.dialects import in_rowid_order
-from statestore_cli.db.layout import layout_of
+from statestore_cli.db.layout import FINISHED_STATES, layout_of
 from statestore_cli.db.schema import qualified, store_schema
 from statestore_cli.errors import (
     EXIT_OK,
@@ -74,6 +77,13 @@ class CleanReport:
     older_than: timedelta = timedelta(0)  # the grace window: ``cutoff`` is this long before the clean started
     # rows deleted per store cleaned, in order: "task", then "dag_run" where the layout has it (0: not reached)
     deleted_by_store: dict[str, int] = field(default_factory=dict)
+    # expired task keys kept since their task instance has not finished, by its state ("no_status": not set yet);
+    # None where nothing was spared by rule: a standalone store, --include-unfinished, or a clean stopped early
+    spared: dict[str, int] | None = None
+
+    @property
+    def spared_unfinished(self) -> int:
+        return sum((self.spared or {}).values())
 
     @property
     def rows_per_second(self) -> float:
@@ -116,6 +126,47 @@ def expired(table: Table, now: datetime) -> ColumnElement[bool]:
     return and_(table.c.expires_at.is_not(None), table.c.expires_at < now)
 
 
+def cleaned(conn: Connection, table: Table, now: datetime, spare: bool = True) -> ColumnElement[bool]:
+    """What a clean at ``now`` deletes from ``table``: its expired rows, except (with ``spare``) the task keys
+    whose task instance has not finished. A task waiting for its retry (a ``retry_delay`` longer than the
+    keys' retention) finds the job id its earlier try stored in them; a task key with no task instance row,
+    and every key of a standalone store (no ``task_instance`` table), is deleted as expired."""
+    kept = layout_of(conn).unfinished(table) if spare else None
+    return expired(table, now) if kept is None else and_(expired(table, now), ~kept)
+
+
+def spares(engine: Engine) -> bool:
+    """Whether a clean of this database keeps the keys of unfinished task instances (it has task instances)."""
+    with translate_errors(engine), engine.connect() as conn:
+        return layout_of(conn).task_instance is not None
+
+
+def by_count(spared: dict[str, int]) -> dict[str, int]:
+    """States by how many keys they kept, most first (then by name)."""
+    return dict(sorted(spared.items(), key=lambda item: (-item[1], item[0])))
+
+
+def spared_by_state(conn: Connection, now: datetime) -> dict[str, int] | None:
+    """The expired task keys a clean at ``now`` keeps for their unfinished task instances, by the task
+    instance's state ("no_status" where it has none yet); None where the database has no task instances."""
+    layout = layout_of(conn)
+    ti = layout.task_instance
+    if ti is None:
+        return None
+    table = layout.task
+    query = (
+        select(ti.c.state, func.count())
+        .select_from(table.join(ti, and_(*layout.task_instance_of(table))))
+        .where(expired(table, now), layout.unfinished_state())
+        .group_by(ti.c.state)
+    )
+    return by_count({_state_name(state): int(n) for state, n in conn.execute(query)})
+
+
+def _state_name(state: str | None) -> str:
+    return "no_status" if state is None else str(state)
+
+
 def expiring_tables(conn: Connection) -> tuple[tuple[str, Table], ...]:
     """The stores a clean cleans, as (store, table): task keys, and dag-run keys where the layout has them."""
     layout = layout_of(conn)
@@ -123,11 +174,18 @@ def expiring_tables(conn: Connection) -> tuple[tuple[str, Table], ...]:
     return (("task", layout.task), *runs)
 
 
-def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
+def iter_expired(
+    engine: Engine, now: datetime, spare: bool = True, spared: dict[str, int] | None = None
+) -> Iterator[ExpiredRow]:
     """What a clean at ``now`` deletes, ordered by dag, run, task, map index and key (task keys first,
-    then dag-run keys); streamed."""
+    then dag-run keys); streamed. ``spare``: as ``cleaned``; with ``spared`` as well, what is kept is counted
+    there by task instance state as the rows go by (as ``spared_by_state``)."""
     with translate_errors(engine), engine.connect() as conn:
+        layout = layout_of(conn)
         for store, table in expiring_tables(conn):
+            if spared is not None and spare and layout.unfinished(table) is not None:
+                yield from _expired_or_spared(conn, table, now, spared)
+                continue
             task = store == "task"
             scope: list[Any] = [table.c.task_id, table.c.map_index.label("map_index")] if task else [null(), null()]
             cols = [table.c.dag_id, table.c.run_id, *scope, table.c.key]
@@ -136,12 +194,41 @@ def iter_expired(engine: Engine, now: datetime) -> Iterator[ExpiredRow]:
             regions = task and "region_id" in table.c
             region = [table.c.region_id] if regions else []
             order = [*cols[:3], *region, *cols[3:]] if task else [table.c.dag_id, table.c.run_id, table.c.key]
-            query = select(*cols, raw_expiry, *region).where(expired(table, now)).order_by(*order)
+            query = select(*cols, raw_expiry, *region).where(cleaned(conn, table, now, spare)).order_by(*order)
             # 1000 rows a fetch: as fast as 5000 on a million-row dry run, with 4 MB less held at its peak.
             for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
                 for row in chunk:
                     where = str(row[6]) if regions and row[6].int else None
                     yield ExpiredRow(*row[:5], iso_utc(row[5]), store, where)
+
+
+def _expired_or_spared(conn: Connection, table: Table, now: datetime, spared: dict[str, int]) -> Iterator[ExpiredRow]:
+    """The task keys of ``iter_expired`` in one pass over the expired rows, each with its task instance (an
+    outer join: at most one, the task instance's key is unique); the keys ``cleaned`` keeps are counted in
+    ``spared`` instead of listed. One lookup of the task instance per row, where the count and the listing
+    apart took two."""
+    layout = layout_of(conn)
+    ti = layout.task_instance
+    assert ti is not None
+    regions = "region_id" in table.c
+    region = [table.c.region_id] if regions else []
+    cols = [table.c.dag_id, table.c.run_id, table.c.task_id, table.c.map_index.label("map_index"), table.c.key]
+    raw_expiry = type_coerce(table.c.expires_at, String)
+    query = (
+        select(*cols, raw_expiry, *region, ti.c.dag_id.label("ti_dag_id"), ti.c.state.label("ti_state"))
+        .select_from(table.outerjoin(ti, and_(*layout.task_instance_of(table))))
+        .where(expired(table, now))
+        .order_by(*cols[:3], *region, *cols[3:])
+    )
+    for chunk in conn.execution_options(yield_per=1000).execute(query).partitions():
+        for row in chunk:
+            state = row[-1]
+            if row[-2] is not None and (state is None or state not in FINISHED_STATES):
+                name = _state_name(state)
+                spared[name] = spared.get(name, 0) + 1
+                continue
+            where = str(row[6]) if regions and row[6].int else None
+            yield ExpiredRow(*row[:5], iso_utc(row[5]), "task", where)
 
 
 def prepare_session(conn: Connection, timeouts: Timeouts) -> tuple[Note, ...]:
@@ -191,23 +278,23 @@ def _checked_rowcount(count: int | None) -> int:
     return int(count)
 
 
-def _keyset_statement(dialect: str, table: Table, now: datetime, batch_size: int) -> Executable:
+def _keyset_statement(dialect: str, table: Table, where: ColumnElement[bool], batch_size: int) -> Executable:
     """One batch on SQLite or PostgreSQL, walking the primary key (``id > :after``; ``RETURNING id``
     says where the next batch starts): each batch reads the next stretch of the table, instead of
     re-scanning the expiry index past everything the earlier batches deleted, and the ids of one
     batch at most are ever held."""
     after = bindparam("after", type_=Integer)
-    ids = select(table.c.id).where(table.c.id > after, expired(table, now)).order_by(table.c.id).limit(batch_size)
+    ids = select(table.c.id).where(table.c.id > after, where).order_by(table.c.id).limit(batch_size)
     if dialect == "postgresql":
         # Rows another cleaner holds are skipped, not waited for: two cleans share the work. The ids
         # go in as an array so the delete looks them up by primary key instead of joining, and only
         # the count and the last id come back, not every deleted id.
         ids = ids.with_for_update(skip_locked=True)
         chosen = table.c.id == any_(func.array(ids.scalar_subquery()))
-        gone = delete(table).where(chosen, expired(table, now)).returning(table.c.id).cte("gone")
+        gone = delete(table).where(chosen, where).returning(table.c.id).cte("gone")
         return select(func.count(), func.max(gone.c.id))
     chosen = table.c.id.in_(ids.scalar_subquery())
-    return delete(table).where(chosen, expired(table, now)).returning(table.c.id)
+    return delete(table).where(chosen, where).returning(table.c.id)
 
 
 def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
@@ -229,37 +316,40 @@ def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
 # any long read transaction, so each batch got slower than the one before. FORCE INDEX keeps both
 # statements on the primary key even where the optimizer's estimate for the expiry index is low;
 # MySQL accepts an index hint in a DELETE only in its multi-table form.
-def _mysql_range_delete(conn: Connection, table: Table, upper: bool) -> str:
+def _mysql_range_delete(conn: Connection, table: Table, upper: bool, spare: bool) -> str:
     """``DELETE t FROM t FORCE INDEX (PRIMARY) WHERE`` the expired rows after ``:after`` (up to
     ``:upper``): the same condition as ``expired()``, written out, since SQLAlchemy renders no
     multi-table DELETE with a hint. Names come from ``table``, as the layout has them, the table's
-    qualified with ``[database] sql_alchemy_schema`` when that is set."""
+    qualified with ``[database] sql_alchemy_schema`` when that is set. ``spare``: as ``cleaned``."""
     quote = conn.dialect.identifier_preparer
     name = qualified(conn, table.name)
     pk, expiry = (f"{name}.{quote.quote(table.c[c].name)}" for c in ("id", "expires_at"))
     bound = f"AND {pk} <= :upper " if upper else ""
+    kept = layout_of(conn).unfinished_sql(conn, table, name) if spare else None
     return (
         f"DELETE {name} FROM {name} FORCE INDEX (PRIMARY) "
         f"WHERE {pk} > :after {bound}AND {expiry} IS NOT NULL AND {expiry} < :now"
+        + ("" if kept is None else f" AND NOT {kept}")
     )
 
 
 def _mysql_statements(
-    conn: Connection, table: Table, now: datetime, batch_size: int
+    conn: Connection, table: Table, now: datetime, batch_size: int, spare: bool
 ) -> tuple[Executable, Executable, Executable]:
     """The batch end, the bounded delete, and the delete of the rest (when fewer than a batch remain)."""
     after = bindparam("after", type_=Integer)
     end = (
         select(table.c.id)
         .with_hint(table, "FORCE INDEX (PRIMARY)")
-        .where(table.c.id > after, expired(table, now))
+        .where(table.c.id > after, cleaned(conn, table, now, spare))
         .order_by(table.c.id)
         .limit(1)
         .offset(batch_size - 1)
     )
     now_param = bindparam("now", now, type_=table.c.expires_at.type)
-    upto = text(_mysql_range_delete(conn, table, upper=True)).bindparams(now_param, bindparam("upper", type_=Integer))
-    rest = text(_mysql_range_delete(conn, table, upper=False)).bindparams(now_param)
+    upper = bindparam("upper", type_=Integer)
+    upto = text(_mysql_range_delete(conn, table, upper=True, spare=spare)).bindparams(now_param, upper)
+    rest = text(_mysql_range_delete(conn, table, upper=False, spare=spare)).bindparams(now_param)
     return end, upto, rest
 
 
@@ -273,21 +363,29 @@ def _mysql_batch(conn: Connection, statements: tuple[Executable, Executable, Exe
     return _Batch(_checked_rowcount(conn.execute(upto, {"after": after, "upper": upper}).rowcount), upper)
 
 
-def count_expired(engine: Engine, now: datetime) -> int:
-    """How many rows a clean at ``now`` deletes, every store it cleans together."""
+def count_expired(engine: Engine, now: datetime, spare: bool = True) -> int:
+    """How many rows a clean at ``now`` deletes, every store it cleans together (``spare``: as ``cleaned``)."""
     with translate_errors(engine), engine.connect() as conn:
-        counts = [select(func.count()).select_from(t).where(expired(t, now)) for _, t in expiring_tables(conn)]
+        tables = expiring_tables(conn)
+        counts = [select(func.count()).select_from(t).where(cleaned(conn, t, now, spare)) for _, t in tables]
         return sum(int(conn.execute(count).scalar_one()) for count in counts)
 
 
 def _batch_runner(
-    conn: Connection, table: Table, now: datetime, batch_size: int, backup: BackupFile | None = None, store: str = ""
+    conn: Connection,
+    table: Table,
+    now: datetime,
+    batch_size: int,
+    backup: BackupFile | None = None,
+    store: str = "",
+    spare: bool = True,
 ) -> Callable[[int], _Batch]:
     """The function that runs one batch (its own transaction) of ``table`` starting after a given id."""
     dialect = conn.dialect.name
+    where = cleaned(conn, table, now, spare)
     if backup is not None:
         rows = task_rows if store == "task" else dag_run_rows
-        selection = rows(table, expired(table, now))
+        selection = rows(table, where)
 
         def backed_up(after: int) -> _Batch:
             done = backed_up_batch(conn, selection, backup, batch_size, after or None, read_beside=True)
@@ -295,12 +393,12 @@ def _batch_runner(
 
         return backed_up
     if batch_size == 0:
-        everything = delete(table).where(in_rowid_order(dialect, table, expired(table, now)))
+        everything = delete(table).where(in_rowid_order(dialect, table, where))
         return lambda _after: _Batch(_checked_rowcount(conn.execute(everything).rowcount), None)
     if dialect in ("mysql", "mariadb"):
-        statements = _mysql_statements(conn, table, now, batch_size)
+        statements = _mysql_statements(conn, table, now, batch_size, spare)
         return lambda after: _mysql_batch(conn, statements, after)
-    stmt = _keyset_statement(dialect, table, now, batch_size)
+    stmt = _keyset_statement(dialect, table, where, batch_size)
     return lambda after: _keyset_batch(conn, stmt, after)
 
 
@@ -310,10 +408,11 @@ def delete_expired(
     batch_size: int,
     control: CleanControl | None = None,
     backup: BackupFile | None = None,
+    spare: bool = True,
 ) -> CleanReport:
-    """Delete what ``iter_expired(now)`` lists: in one statement, or ``batch_size`` rows per commit.
+    """Delete what ``iter_expired(now, spare)`` lists: in one statement, or ``batch_size`` rows per commit.
     With ``backup`` every row deleted is first written to it (see ``statestore_cli.ops.backup``): each batch's
-    lines are on disk before the batch commits."""
+    lines are on disk before the batch commits. A clean that ran to its end counts what it spared."""
     if batch_size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {batch_size}")
     control = control or CleanControl()
@@ -330,7 +429,7 @@ def delete_expired(
             if control.on_store:
                 control.on_store(store)
             store_started = deleted
-            run = _batch_runner(conn, table, now, batch_size, backup, store)
+            run = _batch_runner(conn, table, now, batch_size, backup, store, spare)
             after: int | None = 0  # the id the next batch starts after; None once the walk is done
 
             def one_batch(start: int, run: Callable[[int], _Batch] = run) -> _Batch:
@@ -364,8 +463,12 @@ def delete_expired(
                     time.sleep(min(0.1, (time.monotonic() - batch_started) / 4))
             if stopped:
                 break
+        spared = spared_by_state(conn, now) if spare and stopped is None else None
+        conn.rollback()  # the count's transaction, if it began one
     elapsed = time.monotonic() - started
-    return CleanReport(deleted, batches, batch_size, now, notes, elapsed, stopped, deleted_by_store=by_store)
+    return CleanReport(
+        deleted, batches, batch_size, now, notes, elapsed, stopped, deleted_by_store=by_store, spared=spared
+    )
 
 
 @contextmanager

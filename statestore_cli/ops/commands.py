@@ -445,6 +445,8 @@ class CleanPlan(NamedTuple):
     rows: Iterator[ExpiredRow]
     skipped_reason: str | None = None
     older_than: timedelta = timedelta(0)
+    # expired task keys kept for unfinished task instances, by state: counted while ``rows`` are read
+    spared: dict[str, int] | None = None
 
 
 def _skip_reason(settings: Settings) -> str | None:
@@ -472,15 +474,26 @@ def clean_window(
     return clean_cutoff(now or utcnow(), grace), grace
 
 
-def plan_clean(settings: Settings, now: datetime | None = None, older_than: timedelta | None = None) -> CleanPlan:
-    """What a clean at ``now`` would delete (streamed), without deleting anything."""
+def plan_clean(
+    settings: Settings,
+    now: datetime | None = None,
+    older_than: timedelta | None = None,
+    *,
+    include_unfinished: bool = False,
+) -> CleanPlan:
+    """What a clean at ``now`` would delete (streamed), without deleting anything, and what it would keep
+    for unfinished task instances (none with ``include_unfinished``)."""
     cutoff, grace = clean_window(settings, now, older_than)
     reason = _skip_reason(settings)
     if reason:
         return CleanPlan(cutoff, iter(()), reason, grace)
-    from statestore_cli.ops.cleanup import iter_expired
+    from statestore_cli.ops.cleanup import iter_expired, spares
 
-    return CleanPlan(cutoff, iter_expired(open_metastore(settings).engine, cutoff), None, grace)
+    engine = open_metastore(settings).engine
+    # counted as the rows are listed: complete once they all were
+    spared: dict[str, int] | None = None if include_unfinished or not spares(engine) else {}
+    rows = iter_expired(engine, cutoff, not include_unfinished, spared)
+    return CleanPlan(cutoff, rows, None, grace, spared)
 
 
 def clean(
@@ -490,10 +503,13 @@ def clean(
     control: CleanControl | None = None,
     older_than: timedelta | None = None,
     backup: BackupFile | None = None,
+    *,
+    include_unfinished: bool = False,
 ) -> CleanReport | str:
     """Delete expired task keys (those ``older_than`` past their expiry, when given); returns the
     report, or the reason the clean was skipped (then ``backup`` is not created). With ``backup`` every
-    deleted row is written to it, each batch synced to disk before it commits."""
+    deleted row is written to it, each batch synced to disk before it commits. The keys of unfinished task
+    instances are kept unless ``include_unfinished`` (see ``cleanup.cleaned``)."""
     cutoff, grace = clean_window(settings, now, older_than)
     reason = _skip_reason(settings)
     if reason:
@@ -501,18 +517,25 @@ def clean(
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
     from statestore_cli.ops.cleanup import delete_expired
 
-    report = delete_expired(open_metastore(settings).engine, cutoff, size, control, backup)
+    engine = open_metastore(settings).engine
+    report = delete_expired(engine, cutoff, size, control, backup, spare=not include_unfinished)
     return replace(report, older_than=grace)
 
 
-def count_expired_keys(settings: Settings, now: datetime | None = None, older_than: timedelta | None = None) -> int:
+def count_expired_keys(
+    settings: Settings,
+    now: datetime | None = None,
+    older_than: timedelta | None = None,
+    *,
+    include_unfinished: bool = False,
+) -> int:
     """How many task keys a clean at ``now`` deletes (0 with a custom backend)."""
     cutoff, _ = clean_window(settings, now, older_than)
     if _skip_reason(settings):
         return 0
     from statestore_cli.ops.cleanup import count_expired
 
-    return count_expired(open_metastore(settings).engine, cutoff)
+    return count_expired(open_metastore(settings).engine, cutoff, not include_unfinished)
 
 
 class CleanSkipped(NamedTuple):

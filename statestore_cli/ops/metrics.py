@@ -64,6 +64,11 @@ _FAMILIES = (
     ),
     ("last_run_timestamp_seconds", "When the last clean ended, in seconds since the Unix epoch."),
     ("last_success_timestamp_seconds", "When a clean last ended with exit status 0, in seconds since the Unix epoch."),
+    (
+        "spared_unfinished",
+        "Expired task keys the last clean kept since their task instance has not finished (a retry may need "
+        "them); only on an Airflow database, when the clean ran to its end without --include-unfinished.",
+    ),
 )
 
 
@@ -80,6 +85,7 @@ class CleanMetrics:
     last_success_timestamp_seconds: float | None = None
     # store -> rows deleted; None where the clean is not known to clean a dag-run store (the family is left out)
     rows_deleted_by_store: dict[str, int] | None = None
+    spared_unfinished: int | None = None  # None: nothing was spared by rule, or it was not counted
     labels: Mapping[str, str] = field(default_factory=dict)  # on every sample: database, the operator's own
 
     def render(self) -> str:
@@ -92,6 +98,7 @@ class CleanMetrics:
             "exit_status": self.exit_status,
             "last_run_timestamp_seconds": self.finished_at,
             "last_success_timestamp_seconds": self.last_success_timestamp_seconds,
+            "spared_unfinished": self.spared_unfinished,
         }
         by_store = self.rows_deleted_by_store
         families: list[Family] = []
@@ -101,6 +108,8 @@ class CleanMetrics:
                 if by_store is None:
                     continue  # a database without a dag-run store: the family is not written
                 samples = [({"store": store}, n) for store, n in by_store.items()]
+            elif name == "spared_unfinished" and self.spared_unfinished is None:
+                continue  # no task instances to ask (a standalone store), or not counted: the family is not written
             else:
                 samples = [({}, values[name])]
             families.append(Family(f"{PREFIX}{name}", help_text, samples))
@@ -372,6 +381,7 @@ class CleanRecorder:
         batches: int | None = None,
         remaining: int | None = None,
         deleted_by_store: dict[str, int] | None = None,
+        spared: dict[str, int] | None = None,
     ) -> CleanMetrics:
         """Write the file for a run that ended with ``exit_status``; the counts default to what
         ``on_progress`` and ``on_store`` saw."""
@@ -386,6 +396,7 @@ class CleanRecorder:
             batches=self.batches if batches is None else batches,
             expired_rows_remaining=remaining,
             rows_deleted_by_store=by_store if "dag_run" in by_store else None,
+            spared_unfinished=None if spared is None else sum(spared.values()),
             last_success_timestamp_seconds=finished_at if succeeded else read_last_success(self.path),
             labels=self.labels,
         )
