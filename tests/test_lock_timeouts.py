@@ -393,6 +393,7 @@ def test_every_command_that_writes_takes_lock_timeout_and_none_that_only_reads()
         "assets delete",
         "assets sweep",
         "clean",
+        "copy",
     }
 
 
