@@ -93,7 +93,12 @@ def test_updated_at_and_the_formatting_of_a_value_are_no_difference(db_url, tmp_
         "UPDATE task_state_store SET value = :value WHERE task_id = 'extract' AND {key} = 'cursor'",
         value='{"of":9,  "page":1}',
     )
-    sql(db_url, "UPDATE asset_state_store SET value = :new WHERE value = :old", new='"2026\\u002d11-29"', old='"2026-11-29"')
+    sql(
+        db_url,
+        "UPDATE asset_state_store SET value = :new WHERE value = :old",
+        new='"2026\\u002d11-29"',
+        old='"2026-11-29"',
+    )
     moment = "2027-01-01 00:00:00.000000" if db_url.startswith("sqlite") else datetime(2027, 1, 1, tzinfo=UTC)
     sql(db_url, "UPDATE task_state_store SET updated_at = :moment", moment=moment)
     sql(db_url, "UPDATE asset_state_store SET updated_at = :moment, last_updated_by_kind = 'api'", moment=moment)
@@ -260,7 +265,10 @@ def test_a_clean_backup_is_what_the_clean_deleted(db_url, tmp_path):
     ("line", "problem"),
     [
         ("{not json", "line 3: not valid JSON (Expecting property name enclosed in double quotes)"),
-        ('{"store": "task"}', "line 3: a task key needs dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value: missing"),
+        (
+            '{"store": "task"}',
+            "line 3: a task key needs dag_id, run_id, task_id, map_index, key, updated_at, expires_at, value: missing",
+        ),
         ('{"value": ' + "[" * 600 + "]" * 600 + "}", "line 3: its value nests arrays or objects more than 512"),
     ],
     ids=["not-json", "fields-missing", "too-deep"],
@@ -325,6 +333,12 @@ def test_dag_run_and_region_keys_on_airflow_34(engine, tmp_path):
         runs = run_cli("diff", "--store", "dag_run", "--dag-id", "etl", str(export), "-o", "json", conn=url)
         assert runs.exit_code == 1, runs.output
         assert json.loads(runs.stdout) == [
-            {"change": "changed", "store": "dag_run", "dag_id": "etl", "run_id": RUN, "key": "watermark",
-             "differs": ["expires_at"]}
+            {
+                "change": "changed",
+                "store": "dag_run",
+                "dag_id": "etl",
+                "run_id": RUN,
+                "key": "watermark",
+                "differs": ["expires_at"],
+            }
         ]

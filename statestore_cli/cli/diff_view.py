@@ -102,4 +102,6 @@ class DiffTable:
 def summary_line(summary: DiffSummary) -> str:
     if not summary.differences:
         return f"no differences ({summary.same:,} key{'s' if summary.same != 1 else ''} the same)"
-    return f"{summary.added:,} added, {summary.removed:,} removed, {summary.changed:,} changed, {summary.same:,} the same"
+    return (
+        f"{summary.added:,} added, {summary.removed:,} removed, {summary.changed:,} changed, {summary.same:,} the same"
+    )

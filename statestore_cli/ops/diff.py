@@ -32,9 +32,15 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from sqlalchemy import String, select, type_coerce
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
-from statestore_cli.backends.metastore import MetastoreBackend, dag_run_store, run_filters, stores_selected, task_filters
+from statestore_cli.backends.metastore import (
+    MetastoreBackend,
+    dag_run_store,
+    run_filters,
+    stores_selected,
+    task_filters,
+)
 from statestore_cli.backends.stores import open_backend
 from statestore_cli.config import Settings
 from statestore_cli.db.database import translate_errors
@@ -143,7 +149,7 @@ class DiffRun:
         """The file, opened for reading twice: standard input is copied into ``folder`` first."""
         if self.source != "-":
             try:
-                return open(self.source, "rb")  # noqa: SIM115  (closed by the caller)
+                return open(self.source, "rb")
             except OSError as exc:
                 raise InvalidInputError(f"cannot read {self.source}: {exc.strerror or exc}") from None
         if self.stdin is None:
@@ -200,7 +206,9 @@ class DiffRun:
             if wanted(row):
                 yield number, _file_side(row)
 
-    def _numbered(self, stream: IO[bytes], wanted: Callable[[Any], bool]) -> Iterator[tuple[tuple[Any, ...], int, bytes]]:
+    def _numbered(
+        self, stream: IO[bytes], wanted: Callable[[Any], bool]
+    ) -> Iterator[tuple[tuple[Any, ...], int, bytes]]:
         for number, text, row in self._rows(stream):
             if wanted(row):
                 raw = text if isinstance(text, bytes) else text.encode("utf-8")
@@ -440,7 +448,7 @@ def _checked_order(sides: Iterator[Side]) -> Iterator[Side]:
 
 # -- comparing ----------------------------------------------------------------------------------------
 def _changed(stored: Side, filed: Side) -> tuple[str, ...]:
-    fields = () if _same_json(stored.value, filed.value) else ("value",)
+    fields: tuple[str, ...] = () if _same_json(stored.value, filed.value) else ("value",)
     if stored.expires_at != filed.expires_at:
         fields += ("expires_at",)
     return fields
