@@ -7,14 +7,15 @@ logs and tickets, and ``get`` shows a key's value to whoever may read it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.grid import Column, Out, TableStream
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.safe_text import safe_json, safe_text
 
 if TYPE_CHECKING:
-    from statestore_cli.cli.render import Output
+    from statestore_cli.cli.writer import Writer
     from statestore_cli.ops.diff import Difference, DiffSummary
 
 MARK = {"added": "+", "removed": "-", "changed": "~"}
@@ -39,16 +40,27 @@ def difference_document(difference: Difference) -> dict[str, Any]:
     return document
 
 
-def show(out: Output, differences: Iterable[Difference]) -> int:
+def show(out: Writer, differences: Iterable[Difference]) -> int:
     """Write the differences in ``out``'s mode; how many there were."""
     if out.json:
-        return out.stream_json_array(difference_document(d) for d in differences)
+        return _json_array(difference_document(d) for d in differences)
     if out.mode == "plain":
         return _plain(out, differences)
     return DiffTable(out).render(differences)
 
 
-def _plain(out: Output, differences: Iterable[Difference]) -> int:
+def _json_array(documents: Iterable[dict[str, Any]]) -> int:
+    """A JSON array written an element at a time, as ``list -o json`` writes its keys."""
+    count = 0
+    sys.stdout.write("[")
+    for document in documents:
+        sys.stdout.write(("," if count else "") + "\n  " + safe_json(document))
+        count += 1
+    sys.stdout.write("\n]\n" if count else "]\n")
+    return count
+
+
+def _plain(out: Writer, differences: Iterable[Difference]) -> int:
     count = 0
     store = None
     for difference in differences:
@@ -65,7 +77,7 @@ def _plain(out: Output, differences: Iterable[Difference]) -> int:
 class DiffTable:
     """One table per store, a group line per task instance, dag run or asset, a row per key."""
 
-    def __init__(self, out: Output) -> None:
+    def __init__(self, out: Writer) -> None:
         self.out = Out(out.console)
         self.store: str | None = None
         self.table: TableStream | None = None

@@ -135,9 +135,6 @@ class Output(Writer):
 
             self.line(summary_line(summary))
 
-    def stream_json_array(self, documents: Iterator[dict[str, Any]]) -> int:
-        return self._stream_json_array(documents)
-
     def _stream_json_array(self, documents: Iterator[dict[str, Any]]) -> int:
         count = 0
         sys.stdout.write("[")
