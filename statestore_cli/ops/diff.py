@@ -181,6 +181,11 @@ class DiffRun:
                 yield number, text, row
 
     def _parse(self, number: int, text: bytes | str) -> TaskRow | DagRunRow | AssetRow | None:
+        if isinstance(text, bytes):
+            try:  # text is parsed with a decoder made once; bytes would make one per line
+                text = text.decode("utf-8")
+            except UnicodeDecodeError:
+                pass  # parse_line says what is wrong with it
         try:
             return parse_line(number, text, self.max_value_bytes)
         except BadRecord as exc:
