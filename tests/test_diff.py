@@ -286,6 +286,24 @@ def test_a_bad_line_is_named_by_its_number_and_nothing_is_compared(db_url, tmp_p
     assert result.stderr.rstrip().endswith("; nothing was compared")
 
 
+@pytest.mark.parametrize("held", [10_000, 2])  # differences held in memory, or in a file
+def test_differences_are_shown_only_once_the_whole_file_is_read(db_url, tmp_path, monkeypatch, held):
+    monkeypatch.setattr(diff_module, "HELD", held)
+    seed(db_url)
+    export = export_to(db_url, tmp_path / "export.jsonl")
+    change_store(db_url)
+    assert run_cli("diff", str(export), conn=db_url).stdout == CHANGED_PLAIN
+    bad = tmp_path / "bad.jsonl"
+    lines = export.read_text().splitlines(keepends=True)
+    bad.write_text("".join(lines) + "{}\n")
+    result = run_cli("diff", str(bad), conn=db_url)
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    assert result.stderr == (
+        f'statestore: error: {bad} line {len(lines) + 1}: a key needs store ("task", "dag_run" or "asset"): missing; '
+        "nothing was compared\n"
+    )
+
+
 def test_an_unreadable_file_is_usage_error(db_url, tmp_path):
     result = run_cli("diff", str(tmp_path / "missing.jsonl"), conn=db_url)
     assert result.exit_code == 2

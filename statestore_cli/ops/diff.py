@@ -8,19 +8,21 @@ rows hold: with a worker-side backend that is the reference the row keeps, not t
 
 The order: a key's identity as Python sorts it (``sort_key``: the store as ``export`` orders them, then
 the scope and key, text by code point). The store is read in that order (``db.dialects.code_point_order``),
-a thousand rows per fetch from a server-side cursor. The file is read twice: a first pass parses and checks
-every line (a bad line is an error before anything is compared) and sees whether the file is in that
-order; an export is on SQLite, not on PostgreSQL or MySQL whose collations order text by language (and
-``clean --backup`` writes its rows in batches, not by key). A file in order is then merged with the store
-as it is read again; one out of order is sorted first, outside memory: runs of at most ``RUN_LINES`` lines
-sorted and written to a private temporary folder, then merged. Memory stays flat either way; standard
-input is copied to that folder first, since it cannot be read twice.
+a thousand rows per fetch from a server-side cursor, and merged with the file as it is read, each line
+parsed and checked. The differences are held (``_Held``: in memory, then in a file) until the whole file
+has been read: a bad line is an error with nothing shown, and so is a file that turns out not to be in
+that order. An export is in it on SQLite, not on PostgreSQL or MySQL, whose collations order text by
+language (and ``clean --backup`` writes its rows in batches, not by key): such a file is sorted outside
+memory and merged again, from the start: runs of at most ``RUN_LINES`` lines sorted and written to a
+private temporary folder, then merged. Memory stays flat either way; standard input is copied to that
+folder first, since it may have to be read twice.
 
 A key given twice in the file counts as its later line says, as ``import`` would leave it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import json
 import os
@@ -57,6 +59,7 @@ from statestore_cli.ops.records import AssetRow, BadRecord, DagRunRow, TaskRow, 
 FETCH = 1000  # rows per fetch from the store, as export reads them
 RUN_LINES = 20_000  # lines of an unsorted file sorted in memory at a time
 RUN_BYTES = 32 << 20  # ... or fewer, when their text is larger than this
+HELD = 10_000  # differences held in memory until the file has been read whole; more go to a file
 STORE_RANK = {"task": 0, "dag_run": 1, "asset": 2}  # the stores in export's order
 _NIL = str(NIL_REGION)
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
@@ -126,23 +129,36 @@ class DiffRun:
         return DiffSummary(c.added, c.removed, c.changed, c.same, c.sorted_file, time.monotonic() - self.start)
 
     def differences(self) -> Iterator[Difference]:
-        with tempfile.TemporaryDirectory(prefix="statestore-diff-") as folder, translate_errors(self.engine):
-            stream = self._open(Path(folder))
+        with tempfile.TemporaryDirectory(prefix="statestore-diff-") as name, translate_errors(self.engine):
+            folder = Path(name)
+            stream = self._open(folder)
             try:
-                filt = self._file_filter()
-                wanted = _file_wanted(filt)
-                self.counts.sorted_file = self._in_order(stream, wanted)
+                wanted = _file_wanted(self._file_filter())
+                held = _Held(folder)
+                try:
+                    with self._connect() as conn:
+                        stored = _checked_order(_store_sides(conn, self.filt))
+                        for difference in self._merge(stored, _last_of_each(self._in_order(stream, wanted))):
+                            held.add(difference)
+                except _OutOfOrder:
+                    held.close()
+                else:  # every line read and checked: nothing was shown before that
+                    yield from held.replay()
+                    return
+                self.counts = _Counts()
+                self.counts.sorted_file = False
                 stream.seek(0)
-                if self.counts.sorted_file:
-                    filed = _last_of_each(side for _line, side in self._sides(stream, wanted))
-                else:
-                    filed = _last_of_each(_external_sort(self._numbered(stream, wanted), Path(folder), self._reread))
-                with self.engine.connect() as conn:
-                    if self.engine.dialect.name != "sqlite":  # every store from one snapshot
-                        conn.execution_options(isolation_level="REPEATABLE READ")
+                filed = _last_of_each(_external_sort(self._numbered(stream, wanted), folder, self._reread))
+                with self._connect() as conn:
                     yield from self._merge(_checked_order(_store_sides(conn, self.filt)), filed)
             finally:
                 stream.close()
+
+    def _connect(self) -> Any:
+        conn = self.engine.connect()
+        if self.engine.dialect.name != "sqlite":  # every store from one snapshot
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        return conn
 
     # -- the file ---------------------------------------------------------------------------------------
     def _open(self, folder: Path) -> IO[bytes]:
@@ -157,6 +173,7 @@ class DiffRun:
         fd = os.open(folder / "stdin.jsonl", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         copy = open(fd, "w+b")  # noqa: SIM115  (closed by the caller)
         shutil.copyfileobj(self.stdin, copy, 1 << 20)
+        copy.seek(0)
         return copy
 
     def _file_filter(self) -> KeyFilter:
@@ -182,10 +199,9 @@ class DiffRun:
 
     def _parse(self, number: int, text: bytes | str) -> TaskRow | DagRunRow | AssetRow | None:
         if isinstance(text, bytes):
-            try:  # text is parsed with a decoder made once; bytes would make one per line
+            # Text is parsed with a decoder made once, bytes with one per line; bad UTF-8: parse_line says so.
+            with contextlib.suppress(UnicodeDecodeError):
                 text = text.decode("utf-8")
-            except UnicodeDecodeError:
-                pass  # parse_line says what is wrong with it
         try:
             return parse_line(number, text, self.max_value_bytes)
         except BadRecord as exc:
@@ -194,22 +210,17 @@ class DiffRun:
     def _name(self) -> str:
         return "standard input" if self.source == "-" else self.source
 
-    def _in_order(self, stream: IO[bytes], wanted: Callable[[Any], bool]) -> bool:
-        """Check every line; whether the lines the filter selects are in key order."""
+    def _in_order(self, stream: IO[bytes], wanted: Callable[[Any], bool]) -> Iterator[Side]:
+        """The lines the filter selects, as long as they are in key order (``_OutOfOrder`` at the first
+        that is not)."""
         last: tuple[Any, ...] | None = None
-        in_order = True
         for _number, _text, row in self._rows(stream):
             if wanted(row):
-                mine = sort_key(row)
-                if last is not None and mine < last:
-                    in_order = False
-                last = mine
-        return in_order
-
-    def _sides(self, stream: IO[bytes], wanted: Callable[[Any], bool]) -> Iterator[tuple[int, Side]]:
-        for number, _text, row in self._rows(stream):
-            if wanted(row):
-                yield number, _file_side(row)
+                side = _file_side(row)
+                if last is not None and side.sort < last:
+                    raise _OutOfOrder
+                last = side.sort
+                yield side
 
     def _numbered(
         self, stream: IO[bytes], wanted: Callable[[Any], bool]
@@ -246,6 +257,48 @@ class DiffRun:
                 else:
                     counts.same += 1
                 s, f = next(stored, None), next(filed, None)
+
+
+class _OutOfOrder(Exception):
+    """The file is not in key order: it is sorted before it is merged."""
+
+
+class _Held:
+    """Differences kept until the whole file has been read and checked (a bad line or a file out of order
+    shows none): the first ``HELD`` in memory, the rest in a file in the private folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "differences.jsonl"
+        self.items: list[Difference] = []
+        self.file: IO[str] | None = None
+
+    def add(self, difference: Difference) -> None:
+        self.items.append(difference)
+        if len(self.items) >= HELD:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self.file is None:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            self.file = open(fd, "w+", encoding="utf-8")  # noqa: SIM115  (closed by replay or close)
+        for d in self.items:
+            self.file.write(json.dumps([d.change, d.identity, d.fields]) + "\n")
+        self.items.clear()
+
+    def replay(self) -> Iterator[Difference]:
+        if self.file is not None:
+            self.file.seek(0)
+            for line in self.file:
+                change, identity, fields = json.loads(line)
+                yield Difference(change, identity, tuple(fields))
+            self.close()
+        yield from self.items
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+        self.items.clear()
 
 
 def sort_key(row: TaskRow | DagRunRow | AssetRow) -> tuple[Any, ...]:
