@@ -662,7 +662,7 @@ CASES = [
         "a `diff` FILE line that is not an export line (`diff backup.jsonl`)",
         ("diff", "{cfg}"),
         2,
-        "{cfg} line 1: not valid JSON (Expecting value); nothing was compared",
+        "{cfg} line 1: not valid JSON (Expecting value); no difference is shown for a file with a bad line",
         cfg="[state_store]\n",
     ),
     Case(

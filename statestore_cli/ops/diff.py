@@ -10,12 +10,12 @@ The order: a key's identity as Python sorts it (``sort_key``: the store as ``exp
 the scope and key, text by code point). The store is read in that order (``db.dialects.code_point_order``),
 a thousand rows per fetch from a server-side cursor, and merged with the file as it is read, each line
 parsed and checked. The differences are held (``_Held``: in memory, then in a file) until the whole file
-has been read: a bad line is an error with nothing shown, and so is a file that turns out not to be in
-that order. An export is in it on SQLite, not on PostgreSQL or MySQL, whose collations order text by
-language (and ``clean --backup`` writes its rows in batches, not by key): such a file is sorted outside
-memory and merged again, from the start: runs of at most ``RUN_LINES`` lines sorted and written to a
-private temporary folder, then merged. Memory stays flat either way; standard input is copied to that
-folder first, since it may have to be read twice.
+has been read: a bad line is an error with nothing shown, and a file that turns out not to be in that
+order has shown nothing before it is sorted. An export is in that order on SQLite, not on PostgreSQL or
+MySQL, whose collations order text by language (and ``clean --backup`` writes its rows in batches, not by
+key): such a file is sorted outside memory and merged again, from the start: runs of at most
+``RUN_LINES`` lines sorted and written to a private temporary folder, then merged. Memory stays flat
+either way; standard input is copied to that folder first, since it may have to be read twice.
 
 A key given twice in the file counts as its later line says, as ``import`` would leave it.
 """
@@ -205,7 +205,9 @@ class DiffRun:
         try:
             return parse_line(number, text, self.max_value_bytes)
         except BadRecord as exc:
-            raise InvalidInputError(f"{self._name()} {exc}; nothing was compared") from None
+            raise InvalidInputError(
+                f"{self._name()} {exc}; no difference is shown for a file with a bad line"
+            ) from None
 
     def _name(self) -> str:
         return "standard input" if self.source == "-" else self.source
