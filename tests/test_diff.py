@@ -13,6 +13,7 @@ import pytest
 from helpers import ENGINES, HEAD_34, airflow_database, run_cli, seed_realistic, sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
+from statestore_cli.backends.base import REF_MARKER
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
 from statestore_cli.model.entries import KeyFilter
@@ -381,3 +382,20 @@ def test_keys_the_collations_order_otherwise_are_compared_in_one_order(db_url, t
     sql(db_url, "DELETE FROM task_state_store WHERE {key} = :key", key="key É")
     result = run_cli("diff", str(export), conn=db_url)
     assert (result.exit_code, result.stdout) == (1, f"-\ttask\tdag\t{RUN}\tt\t-1\tkey É\n"), result.output
+
+
+def test_a_worker_side_value_is_compared_by_the_reference_its_row_holds(cli, monkeypatch, sample_objects, tmp_path):
+    """As export writes it: a row holding a worker-side reference is compared by that reference, not by the
+    object it points to (which the worker-side backend may change under the same reference)."""
+    monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", "sample_backends.DictWorkerBackend")
+    task = ("--dag-id", "etl", "--run-id", RUN, "--task-id", "submit")
+    assert cli("set", *task, "job_id", '{"id": "j-1"}').exit_code == 0
+    export = tmp_path / "export.jsonl"
+    assert cli("export", "--file", str(export)).exit_code == 0
+    assert json.loads(export.read_text())["value"] == {REF_MARKER: f"objects/task/etl/{RUN}/submit/-1/job_id"}
+    assert cli("set", *task, "job_id", '{"id": "j-2"}', "--keep-expiry").exit_code == 0  # the same reference
+    result = cli("diff", str(export))
+    assert (result.exit_code, result.stdout) == (0, ""), result.output
+    assert cli("delete", *task, "job_id").exit_code == 0
+    result = cli("diff", str(export))
+    assert (result.exit_code, result.stdout) == (1, f"-\ttask\tetl\t{RUN}\tsubmit\t-1\tjob_id\n"), result.output
