@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import ENGINES, HEAD_34, airflow_database, run_cli, seed_realistic, sql
+from helpers import ENGINES, HEAD_34, HEAD_332, airflow_database, run_cli, seed_realistic, sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.backends.base import REF_MARKER
@@ -399,3 +399,30 @@ def test_a_worker_side_value_is_compared_by_the_reference_its_row_holds(cli, mon
     assert cli("delete", *task, "job_id").exit_code == 0
     result = cli("diff", str(export))
     assert (result.exit_code, result.stdout) == (1, f"-\ttask\tetl\t{RUN}\tsubmit\t-1\tjob_id\n"), result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_dag_run_line_against_airflow_33_is_removed_and_the_store_cannot_be_asked_for(engine, tmp_path):
+    with airflow_database(engine, HEAD_332, tmp_path) as url:
+        sql(
+            url,
+            "INSERT INTO dag_run (dag_id, run_id, run_type, run_after, clear_number, span_status) "
+            "VALUES ('etl', :run_id, 'manual', '2026-11-01 00:00:00.000000', 0, 'not_started')",
+            run_id=RUN,
+        )
+        backend = MetastoreBackend(make_engine(url))
+        try:
+            backend.set(TaskScope("etl", RUN, "extract"), "cursor", '{"page": 1}', expires_at=EXPIRES)
+        finally:
+            backend.engine.dispose()
+        export = export_to(url, tmp_path / "export.jsonl")
+        line = {"store": "dag_run", "dag_id": "etl", "run_id": RUN, "key": "lock", "value": True}
+        line |= {"updated_at": "2026-11-29T10:15:30+00:00", "expires_at": None}
+        with export.open("a") as out:
+            out.write(json.dumps(line) + "\n")
+        result = run_cli("diff", str(export), conn=url)
+        assert (result.exit_code, result.stdout) == (1, f"-\tdag_run\tetl\t{RUN}\tlock\n"), result.output
+        asked = run_cli("diff", "--store", "dag_run", str(export), conn=url)
+        assert (asked.exit_code, asked.stdout) == (2, ""), asked.output
+        assert "this database has no dag-run state store (Airflow 3.3 layout)" in asked.stderr
