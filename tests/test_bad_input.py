@@ -721,6 +721,21 @@ CASES = [
         "--backup - would be stdout, which cannot be synced to disk before each commit; give a file path",
     ),
     Case(
+        "diff-bad-line",
+        "a `diff` FILE line that is not an export line (`diff backup.jsonl`)",
+        ("diff", "{cfg}"),
+        2,
+        "{cfg} line 1: not valid JSON (Expecting value); no difference is shown for a file with a bad line",
+        cfg="[state_store]\n",
+    ),
+    Case(
+        "diff-directory",
+        "a `diff` FILE that is a directory",
+        ("diff", "{home}"),
+        2,
+        "cannot read {home}: Is a directory",
+    ),
+    Case(
         "backup-dry-run",
         "`--backup` with `--dry-run` (`clean`, `assets sweep`)",
         ("clean", "--dry-run", "--backup", "clean.jsonl"),

@@ -67,7 +67,14 @@ def test_quick_benchmark_measures_everything(tmp_path: Path) -> None:
     assert "Targets" in done.stdout
 
 
-TRANSFER = ("bare export script (floor)", "export --file", "bare import script (floor)", "import")
+TRANSFER = (
+    "bare export script (floor)",
+    "export --file",
+    "bare import script (floor)",
+    "import",
+    "diff FILE",
+    "diff FILE (shuffled)",
+)
 
 
 @pytest.mark.slow

@@ -44,8 +44,9 @@ EXIT_CODES = (
         "`get` or `set --keep-expiry` did not find the key (or, for an asset scope, the asset: `no such asset`); "
         "`runs delete` / `assets delete` did not find the run or asset; `clear` was answered no (likewise "
         "`runs delete`, `assets delete`, `assets sweep`, `orphans --delete`), or got no answer (end of input): "
-        "nothing deleted, said as an answer, not an error (`statestore: nothing deleted (answered no)`)",
-        ("get", "set", "clear", "assets sweep", "assets delete", "runs delete", "orphans"),
+        "nothing deleted, said as an answer, not an error (`statestore: nothing deleted (answered no)`); `diff` "
+        "found the store and the file differ (as diff(1))",
+        ("get", "set", "clear", "assets sweep", "assets delete", "runs delete", "orphans", "diff"),
     ),
     ExitCode(
         errors.EXIT_USAGE,
@@ -58,7 +59,7 @@ EXIT_CODES = (
         "without `--yes` when stdin is not a terminal, `orphans --delete` where the database references none of "
         "the backend's objects (without `--all-unreferenced`), a `--backup FILE` that exists and is not empty (or "
         "is a directory, `-`, or in a folder missing or not writable), `--backup` with `--dry-run`, a bad line in "
-        "an `import` (or a dag run or "
+        "an `import` or a `diff` FILE (or a dag run or "
         "asset missing from an Airflow "
         "database); on MySQL/MariaDB a key, dag run or asset differing from a stored one (or another line's) only "
         "in trailing spaces, and an asset name or uri outside latin1, to write or to filter by; `runs delete` / "

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.cleanup import CleanReport, ExpiredRow
     from statestore_cli.ops.commands import BackendCleanup, CleanPlan, ConfigRow, DbReport
+    from statestore_cli.ops.diff import Difference, DiffSummary
     from statestore_cli.ops.lifecycle import SweepReport, SweptAsset
     from statestore_cli.ops.orphans import OrphanReport
     from statestore_cli.ops.stats import StoreStats
@@ -120,6 +121,19 @@ class Output(Writer):
             only_assets = filt.store == "asset" or (filt.store is None and filt.has_asset_fields)
             self.plain_header(ASSET_KEY_COLUMNS if only_assets else TASK_KEY_COLUMNS)
         return count
+
+    def diff(self, differences: Iterable[Difference]) -> int:
+        """``diff``'s differences as they come; how many (the summary is ``diff_summary``)."""
+        from statestore_cli.cli.diff_view import show
+
+        return show(self, differences)
+
+    def diff_summary(self, summary: DiffSummary) -> None:
+        """Beside a table only: plain and JSON output are the differences alone, as diff(1) prints them."""
+        if self.mode == "table":
+            from statestore_cli.cli.diff_view import summary_line
+
+            self.line(summary_line(summary))
 
     def _stream_json_array(self, documents: Iterator[dict[str, Any]]) -> int:
         count = 0

@@ -10,11 +10,12 @@ from statestore_cli.cli.apps import app
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.modes import OutputMode
-from statestore_cli.cli.options import KeyOpt, LockTimeoutOpt, OutputOpt, StoreOpt, choose_output
+from statestore_cli.cli.options import HeaderOpt, KeyOpt, LockTimeoutOpt, OutputOpt, StoreOpt, choose_output
 from statestore_cli.cli.render import Output
 from statestore_cli.cli.scope_options import as_filter, with_scope_options
 from statestore_cli.errors import (
     InvalidInputError,
+    Outcome,
 )
 from statestore_cli.model.entries import KeyFilter
 
@@ -115,3 +116,40 @@ def _lines(stream: BinaryIO) -> int | None:
         count, last = count + chunk.count(b"\n"), chunk
     stream.seek(0)
     return count + (not last.endswith(b"\n"))  # a last line without its line feed
+
+
+@app.command(
+    "diff",
+    epilog=examples(
+        "diff /backup/statestore-2026-11-30.jsonl",
+        "diff --dag-id etl etl.jsonl -o json",
+        "--conn postgresql+psycopg://airflow@db/airflow export | statestore diff -",
+    ),
+)
+@with_scope_options
+def diff(
+    ctx: typer.Context,
+    scope_args: KeyFilter,
+    source: Annotated[
+        str, typer.Argument(metavar="FILE", help="JSON Lines from `statestore export` or a backup; - reads stdin.")
+    ],
+    key: KeyOpt = None,
+    store: StoreOpt = None,
+    output: OutputOpt = OutputMode.auto,
+    header: HeaderOpt = False,
+) -> Outcome:
+    """Compare the store with an export file: keys added, removed or changed.
+
+    Added: in the store, not in the file; removed: in the file, not in the store; changed: in both with
+    another value (compared as JSON) or expires_at. updated_at and updated_by are not compared.
+    Takes the filters of export, applied to both sides. Values are never shown.
+    Exit 0 when the two are the same, 1 when they differ (as diff), 2 for a bad file line."""
+    from statestore_cli.ops.diff import DiffRun
+
+    out = choose_output(output, header)
+    filt = as_filter(scope_args, store, key)
+    run = DiffRun(settings_of(ctx), filt, source, sys.stdin.buffer if source == "-" else None)
+    out.diff(run.differences())
+    summary = run.summary()
+    out.diff_summary(summary)
+    return summary

@@ -80,3 +80,37 @@ def _insert(dialect: str, table: Table) -> Any:
     from sqlalchemy.dialects import sqlite
 
     return sqlite.insert(table)
+
+
+def code_point_order(dialect: str, column: Any) -> Any:
+    """``column`` (text) as an ``ORDER BY`` term that sorts as Python sorts ``str``: by code point, whatever
+    the column's collation. SQLite compares text with ``memcmp`` of UTF-8, which is that order already;
+    PostgreSQL does under the ``C`` collation; MySQL and MariaDB do on the bytes of the text converted to
+    UTF-8 (``CAST ... AS BINARY`` of a latin1 column would order its 0x80-0x9F characters as bytes, not as
+    the characters MySQL's latin1 maps them to)."""
+    if dialect == "postgresql":
+        return column.collate("C")
+    if dialect in ("mysql", "mariadb"):
+        return _MySQLBytes(column)
+    return column
+
+
+def _utf8_bytes_sql(element: Any, compiler: Any, **kw: Any) -> str:
+    return f"CAST(CONVERT({compiler.process(element.clauses.clauses[0], **kw)} USING utf8mb4) AS BINARY)"
+
+
+def _mysql_bytes_class() -> Any:
+    from sqlalchemy.ext.compiler import compiles
+    from sqlalchemy.sql.functions import FunctionElement
+
+    class MySQLBytes(FunctionElement[Any]):
+        """A MySQL text as the bytes of its UTF-8 form (``CONVERT ... USING`` has no function syntax)."""
+
+        name = "mysql_utf8_bytes"
+        inherit_cache = True
+
+    compiles(MySQLBytes)(_utf8_bytes_sql)
+    return MySQLBytes
+
+
+_MySQLBytes = _mysql_bytes_class()
