@@ -25,9 +25,21 @@ import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table, exists, inspect, literal_column, or_
+from sqlalchemy import (
+    Column,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    exists,
+    inspect,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.engine import Connection, Dialect, Engine
-from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql import ColumnElement, FromClause
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from statestore_cli.db import schema
@@ -149,29 +161,45 @@ class Layout:
                 f"(revision {self.revision}{known}): {'; '.join(missing)}; `statestore db check` shows what was found"
             )
 
-    def task_instance_of(self, table: Table) -> list[ColumnElement[bool]]:
-        """The conditions that pair a row of the task table ``table`` with its task instance: the same dag,
-        run, task and map index (``region_index`` on 3.4), and region where both tables have one."""
-        ti = self.task_instance
+    def task_instance_of(self, table: Table, ti: FromClause | None = None) -> list[ColumnElement[bool]]:
+        """The conditions that pair a row of the task table ``table`` with its task instance in ``ti`` (the
+        ``task_instance`` table, or ``task_instances``): the same dag, run, task and map index
+        (``region_index`` on 3.4), and region where both tables have one."""
+        ti = self.task_instance if ti is None else ti
         assert ti is not None
         pairs = ["dag_id", "run_id", "task_id", "map_index", *(["region_id"] if "region_id" in ti.c else [])]
         return [ti.c[name] == table.c[name] for name in pairs if name in table.c]
 
-    def unfinished_state(self) -> ColumnElement[bool]:
+    def unfinished_state(self, ti: FromClause | None = None) -> ColumnElement[bool]:
         """A task instance that may still run: its state is none of ``FINISHED_STATES`` (or not set)."""
-        ti = self.task_instance
+        ti = self.task_instance if ti is None else ti
         assert ti is not None
         # The states as literals, not parameters: statements compiled once and run per batch (a backed-up
         # delete's COPY) take no expanding parameter.
         finished = [literal_column(f"'{state}'", String) for state in FINISHED_STATES]
         return or_(ti.c.state.is_(None), ti.c.state.not_in(finished))
 
-    def unfinished(self, table: Table) -> ColumnElement[bool] | None:
+    def task_instances(self, dialect: str) -> FromClause:
+        """Where a clean looks up the task instances of the keys it may keep (rows of it that pass
+        ``unfinished_state`` are the unfinished ones). SQLite looks each expired key's task instance up
+        in ``task_instance`` itself (its unique key, then the row for the state); from a subquery of the
+        unfinished task instances alone, which a ``LIMIT`` keeps it from flattening into the statement,
+        it reads that small set once into an automatic index and probes that instead. PostgreSQL and
+        MySQL plan the table itself as an anti-join or an index lookup."""
+        ti = self.task_instance
+        assert ti is not None
+        if dialect != "sqlite":
+            return ti
+        columns = [column.label(column.key) for column in ti.c]
+        return select(*columns).where(self.unfinished_state()).limit(-1).subquery("unfinished_ti")
+
+    def unfinished(self, table: Table, dialect: str) -> ColumnElement[bool] | None:
         """Where the row of ``table`` (the task table) has a task instance that has not finished; None where
         there is nothing to ask (no ``task_instance`` table: a standalone store; or a dag-run table)."""
         if self.task_instance is None or table is not self.task:
             return None
-        return exists().where(*self.task_instance_of(table), self.unfinished_state())
+        ti = self.task_instances(dialect)
+        return exists().where(*self.task_instance_of(table, ti), self.unfinished_state(ti))
 
     def unfinished_sql(self, conn: Connection, table: Table, outer: str) -> str | None:
         """``unfinished(table)`` as raw SQL, for a statement SQLAlchemy cannot build (MySQL's multi-table

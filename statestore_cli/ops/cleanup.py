@@ -131,7 +131,7 @@ def cleaned(conn: Connection, table: Table, now: datetime, spare: bool = True) -
     whose task instance has not finished. A task waiting for its retry (a ``retry_delay`` longer than the
     keys' retention) finds the job id its earlier try stored in them; a task key with no task instance row,
     and every key of a standalone store (no ``task_instance`` table), is deleted as expired."""
-    kept = layout_of(conn).unfinished(table) if spare else None
+    kept = layout_of(conn).unfinished(table, conn.dialect.name) if spare else None
     return expired(table, now) if kept is None else and_(expired(table, now), ~kept)
 
 
@@ -150,14 +150,14 @@ def spared_by_state(conn: Connection, now: datetime) -> dict[str, int] | None:
     """The expired task keys a clean at ``now`` keeps for their unfinished task instances, by the task
     instance's state ("no_status" where it has none yet); None where the database has no task instances."""
     layout = layout_of(conn)
-    ti = layout.task_instance
-    if ti is None:
+    if layout.task_instance is None:
         return None
     table = layout.task
+    ti = layout.task_instances(conn.dialect.name)
     query = (
         select(ti.c.state, func.count())
-        .select_from(table.join(ti, and_(*layout.task_instance_of(table))))
-        .where(expired(table, now), layout.unfinished_state())
+        .select_from(table.join(ti, and_(*layout.task_instance_of(table, ti))))
+        .where(expired(table, now), layout.unfinished_state(ti))
         .group_by(ti.c.state)
     )
     return by_count({_state_name(state): int(n) for state, n in conn.execute(query)})
@@ -183,7 +183,7 @@ def iter_expired(
     with translate_errors(engine), engine.connect() as conn:
         layout = layout_of(conn)
         for store, table in expiring_tables(conn):
-            if spared is not None and spare and layout.unfinished(table) is not None:
+            if spared is not None and spare and layout.unfinished(table, conn.dialect.name) is not None:
                 yield from _expired_or_spared(conn, table, now, spared)
                 continue
             task = store == "task"
@@ -208,15 +208,15 @@ def _expired_or_spared(conn: Connection, table: Table, now: datetime, spared: di
     ``spared`` instead of listed. One lookup of the task instance per row, where the count and the listing
     apart took two."""
     layout = layout_of(conn)
-    ti = layout.task_instance
-    assert ti is not None
+    assert layout.task_instance is not None
+    ti = layout.task_instances(conn.dialect.name)
     regions = "region_id" in table.c
     region = [table.c.region_id] if regions else []
     cols = [table.c.dag_id, table.c.run_id, table.c.task_id, table.c.map_index.label("map_index"), table.c.key]
     raw_expiry = type_coerce(table.c.expires_at, String)
     query = (
         select(*cols, raw_expiry, *region, ti.c.dag_id.label("ti_dag_id"), ti.c.state.label("ti_state"))
-        .select_from(table.outerjoin(ti, and_(*layout.task_instance_of(table))))
+        .select_from(table.outerjoin(ti, and_(*layout.task_instance_of(table, ti))))
         .where(expired(table, now))
         .order_by(*cols[:3], *region, *cols[3:])
     )
