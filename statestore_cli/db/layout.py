@@ -23,6 +23,7 @@ from __future__ import annotations
 import uuid
 import weakref
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import (
@@ -32,6 +33,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    and_,
     exists,
     inspect,
     literal_column,
@@ -184,14 +186,27 @@ class Layout:
         ``unfinished_state`` are the unfinished ones). SQLite looks each expired key's task instance up
         in ``task_instance`` itself (its unique key, then the row for the state); from a subquery of the
         unfinished task instances alone, which a ``LIMIT`` keeps it from flattening into the statement,
-        it reads that small set once into an automatic index and probes that instead. PostgreSQL and
-        MySQL plan the table itself as an anti-join or an index lookup."""
+        it reads that small set once into an automatic index and probes that instead. The set is read
+        through Airflow's index on ``state`` (``unfinished_ranges``), so a batched clean, which reads it
+        once per batch, does not scan every task instance each time. PostgreSQL and MySQL plan the table
+        itself as an anti-join or an index lookup."""
         ti = self.task_instance
         assert ti is not None
         if dialect != "sqlite":
             return ti
         columns = [column.label(column.key) for column in ti.c]
-        return select(*columns).where(self.unfinished_state()).limit(-1).subquery("unfinished_ti")
+        return select(*columns).where(self.unfinished_ranges()).limit(-1).subquery("unfinished_ti")
+
+    def unfinished_ranges(self) -> ColumnElement[bool]:
+        """``unfinished_state`` as the ranges between the finished states (in SQLite's binary order of text):
+        SQLite answers each range from an index on ``state``, where a ``NOT IN`` reads every row."""
+        ti = self.task_instance
+        assert ti is not None
+        finished = sorted(FINISHED_STATES)
+        bound = [literal_column(f"'{state}'", String) for state in finished]
+        state = ti.c.state
+        gaps = [and_(state > low, state < high) for low, high in pairwise(bound)]
+        return or_(state.is_(None), state < bound[0], *gaps, state > bound[-1])
 
     def unfinished(self, table: Table, dialect: str) -> ColumnElement[bool] | None:
         """Where the row of ``table`` (the task table) has a task instance that has not finished; None where
