@@ -10,7 +10,7 @@ the keys belong to, and ``alembic_version`` at 3.3.2's head. ``--unfinished`` pe
 queued, scheduled and none), the others succeeded or failed.
 
 The floor is ``clean --include-unfinished``: today's selection, every expired key; against it, the clean
-that keeps them (a NOT EXISTS on task_instance per expired row), batched and in one statement, and both
+that keeps them (a NOT EXISTS on the unfinished task instances), batched and in one statement, and both
 dry runs (``-o json`` to /dev/null). Each command runs on its own copy of the store (not timed), they take
 turns, and the median of --repeat runs counts. Wall-clock seconds of the whole process.
 """
