@@ -294,24 +294,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def describe(self, scope: StoreScope, key: str, *, session: Any = None) -> Entry | None:
         """The stored entry (value still JSON-encoded) with its timestamps, or None."""
         with self.connection(session) as conn:
-            if isinstance(scope, TaskScope):
-                filt = KeyFilter(
-                    store="task",
-                    dag_id=scope.dag_id,
-                    run_id=scope.run_id,
-                    task_id=scope.task_id,
-                    map_index=scope.map_index,
-                    key=key,
-                    region_id=scope.region_id,
-                )
-            elif isinstance(scope, DagRunScope):
-                dag_run_store(conn)  # a database without the store says so, rather than "no key"
-                filt = KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id, key=key)
-            else:
-                asset_id = self.find_asset_id(conn, scope, create=False)
-                if asset_id is None:
-                    return None
-                filt = KeyFilter(store="asset", asset_id=asset_id, key=key)
+            filt = self._scope_filter(conn, scope, key)
+            if filt is None:
+                return None
             rows = self._entries(conn, filt, with_values=True)
             try:
                 return next(rows, None)
@@ -321,24 +306,26 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     def scope_entries(self, conn: Connection, scope: StoreScope) -> list[Entry]:
         """Every key of ``scope`` with its stored value and timestamps, read on the caller's ``conn`` (a copy
         reads its source and its target inside the transaction that writes); [] for an asset not there."""
+        filt = self._scope_filter(conn, scope)
+        return [] if filt is None else list(self._entries(conn, filt, with_values=True))
+
+    def _scope_filter(self, conn: Connection, scope: StoreScope, key: str | None = None) -> KeyFilter | None:
+        """The filter that selects ``scope``'s keys (only ``key``, when given); None for an asset not there."""
         if isinstance(scope, TaskScope):
-            filt = KeyFilter(
+            return KeyFilter(
                 store="task",
                 dag_id=scope.dag_id,
                 run_id=scope.run_id,
                 task_id=scope.task_id,
                 map_index=scope.map_index,
+                key=key,
                 region_id=scope.region_id,
             )
-        elif isinstance(scope, DagRunScope):
-            dag_run_store(conn)  # a database without the store says so, rather than "no keys"
-            filt = KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id)
-        else:
-            asset_id = self.find_asset_id(conn, scope, create=False)
-            if asset_id is None:
-                return []
-            filt = KeyFilter(store="asset", asset_id=asset_id)
-        return list(self._entries(conn, filt, with_values=True))
+        if isinstance(scope, DagRunScope):
+            dag_run_store(conn)  # a database without the store says so, rather than "no key"
+            return KeyFilter(store="dag_run", dag_id=scope.dag_id, run_id=scope.run_id, key=key)
+        asset_id = self.find_asset_id(conn, scope, create=False)
+        return None if asset_id is None else KeyFilter(store="asset", asset_id=asset_id, key=key)
 
     def missing_target(self, conn: Connection, scope: StoreScope) -> str | None:
         """On an Airflow database, what a write to ``scope`` needs that Airflow has not created (its dag run,
