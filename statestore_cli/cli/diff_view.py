@@ -7,12 +7,12 @@ logs and tickets, and ``get`` shows a key's value to whoever may read it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.grid import Column, Out, TableStream
-from statestore_cli.cli.safe_text import safe_json, safe_text
+from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.writer import write_json_array
 
 if TYPE_CHECKING:
     from statestore_cli.cli.writer import Writer
@@ -43,21 +43,10 @@ def difference_document(difference: Difference) -> dict[str, Any]:
 def show(out: Writer, differences: Iterable[Difference]) -> int:
     """Write the differences in ``out``'s mode; how many there were."""
     if out.json:
-        return _json_array(difference_document(d) for d in differences)
+        return write_json_array(difference_document(d) for d in differences)
     if out.mode == "plain":
         return _plain(out, differences)
     return DiffTable(out).render(differences)
-
-
-def _json_array(documents: Iterable[dict[str, Any]]) -> int:
-    """A JSON array written an element at a time, as ``list -o json`` writes its keys."""
-    count = 0
-    sys.stdout.write("[")
-    for document in documents:
-        sys.stdout.write(("," if count else "") + "\n  " + safe_json(document))
-        count += 1
-    sys.stdout.write("\n]\n" if count else "]\n")
-    return count
 
 
 def _plain(out: Writer, differences: Iterable[Difference]) -> int:

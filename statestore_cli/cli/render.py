@@ -24,7 +24,7 @@ from statestore_cli.cli.dry_run import expired_keys
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.grid import wrap
 from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
-from statestore_cli.cli.writer import Writer, cell
+from statestore_cli.cli.writer import Writer, cell, write_json_array
 from statestore_cli.errors import InterruptedByUser, StopReason
 from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.timestamps import expired_before, human, human_iso
@@ -97,7 +97,7 @@ class Output(Writer):
 
     def entries(self, entries: Iterable[Entry], filt: KeyFilter | None = None) -> int:
         if self.json:
-            return self._stream_json_array(entry_json(e) for e in entries)
+            return write_json_array(entry_json(e) for e in entries)
         if self.mode == "plain":
             return self._plain_entries(entries, filt or KeyFilter())
         from statestore_cli.cli.list_view import ListView
@@ -134,15 +134,6 @@ class Output(Writer):
             from statestore_cli.cli.diff_view import summary_line
 
             self.line(summary_line(summary))
-
-    def _stream_json_array(self, documents: Iterator[dict[str, Any]]) -> int:
-        count = 0
-        sys.stdout.write("[")
-        for doc in documents:
-            sys.stdout.write(("," if count else "") + "\n  " + safe_json(doc))
-            count += 1
-        sys.stdout.write("\n]\n" if count else "]\n")
-        return count
 
     def stats(self, stats: StoreStats) -> None:
         from statestore_cli.cli.stats_view import show  # its own module: tables, plain lines, JSON

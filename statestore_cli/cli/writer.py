@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,17 @@ def cell(value: object) -> Text:
     from rich.text import Text
 
     return Text("" if value is None else safe_text(value))
+
+
+def write_json_array(documents: Iterable[dict[str, Any]]) -> int:
+    """A JSON array on stdout written an element at a time (a million keys need no list of them); how many."""
+    count = 0
+    sys.stdout.write("[")
+    for document in documents:
+        sys.stdout.write(("," if count else "") + "\n  " + safe_json(document))
+        count += 1
+    sys.stdout.write("\n]\n" if count else "]\n")
+    return count
 
 
 class Writer:
