@@ -126,12 +126,15 @@ def expired(table: Table, now: datetime) -> ColumnElement[bool]:
     return and_(table.c.expires_at.is_not(None), table.c.expires_at < now)
 
 
-def cleaned(conn: Connection, table: Table, now: datetime, spare: bool = True) -> ColumnElement[bool]:
+def cleaned(
+    conn: Connection, table: Table, now: datetime, spare: bool = True, per_batch: bool = False
+) -> ColumnElement[bool]:
     """What a clean at ``now`` deletes from ``table``: its expired rows, except (with ``spare``) the task keys
     whose task instance has not finished. A task waiting for its retry (a ``retry_delay`` longer than the
     keys' retention) finds the job id its earlier try stored in them; a task key with no task instance row,
-    and every key of a standalone store (no ``task_instance`` table), is deleted as expired."""
-    kept = layout_of(conn).unfinished(table, conn.dialect.name) if spare else None
+    and every key of a standalone store (no ``task_instance`` table), is deleted as expired. ``per_batch``:
+    the condition goes into a statement run once per batch (``Layout.unfinished`` words it for that)."""
+    kept = layout_of(conn).unfinished(table, conn.dialect.name, per_batch) if spare else None
     return expired(table, now) if kept is None else and_(expired(table, now), ~kept)
 
 
@@ -293,8 +296,10 @@ def _keyset_statement(dialect: str, table: Table, where: ColumnElement[bool], ba
         chosen = table.c.id == any_(func.array(ids.scalar_subquery()))
         gone = delete(table).where(chosen, where).returning(table.c.id).cte("gone")
         return select(func.count(), func.max(gone.c.id))
+    # One SQLite statement reads one snapshot and no other writer runs until it ends, so the ids the
+    # subquery chose are still the rows ``where`` selects: asking it again would only repeat its work.
     chosen = table.c.id.in_(ids.scalar_subquery())
-    return delete(table).where(chosen, where).returning(table.c.id)
+    return delete(table).where(chosen).returning(table.c.id)
 
 
 def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
@@ -341,7 +346,7 @@ def _mysql_statements(
     end = (
         select(table.c.id)
         .with_hint(table, "FORCE INDEX (PRIMARY)")
-        .where(table.c.id > after, cleaned(conn, table, now, spare))
+        .where(table.c.id > after, cleaned(conn, table, now, spare, per_batch=True))
         .order_by(table.c.id)
         .limit(1)
         .offset(batch_size - 1)
@@ -382,7 +387,7 @@ def _batch_runner(
 ) -> Callable[[int], _Batch]:
     """The function that runs one batch (its own transaction) of ``table`` starting after a given id."""
     dialect = conn.dialect.name
-    where = cleaned(conn, table, now, spare)
+    where = cleaned(conn, table, now, spare, per_batch=batch_size > 0)
     if backup is not None:
         rows = task_rows if store == "task" else dag_run_rows
         selection = rows(table, where)
