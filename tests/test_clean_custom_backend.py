@@ -88,7 +88,8 @@ def test_backend_cleanup_that_fails_exits_3(cli, monkeypatch, sample_objects):
 
 
 def test_backend_cleanup_refuses_the_metastore_and_a_dry_run(cli, custom, monkeypatch):
-    for flag in (["--dry-run"], ["--older-than", "1d"], ["--metrics-file", "/tmp/m.prom"]):
+    flags = (["--dry-run"], ["--older-than", "1d"], ["--metrics-file", "/tmp/m.prom"], ["--include-unfinished"])
+    for flag in flags:
         result = cli("clean", "--backend-cleanup", *flag)
         assert (result.exit_code, result.stderr) == (
             2,

@@ -152,7 +152,7 @@ def clean(
     if metrics_label and metrics_file is None:
         raise InvalidInputError("--metrics-label labels the samples of --metrics-file; give --metrics-file PATH too")
     if backend_cleanup:
-        _backend_cleanup(ctx, out, dry_run, older_than, metrics_file, backup)
+        _backend_cleanup(ctx, out, dry_run, older_than, metrics_file, backup, include_unfinished)
         return None
     refuse_with_dry_run(backup, dry_run, "a clean")
     if dry_run:
@@ -222,6 +222,7 @@ def _backend_cleanup(
     older_than: Optional[str],
     metrics_file: Optional[Path],
     backup: Optional[Path],
+    include_unfinished: bool,
 ) -> None:
     from statestore_cli.ops import commands
 
@@ -230,6 +231,7 @@ def _backend_cleanup(
         (older_than is not None, "--older-than"),
         (metrics_file, "--metrics-file"),
         (backup, "--backup"),
+        (include_unfinished, "--include-unfinished"),  # the backend decides what its cleanup() keeps
     ):
         if given:
             raise InvalidInputError(
