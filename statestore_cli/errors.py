@@ -107,6 +107,10 @@ class DatabaseError(BackendError):
     """The database is unreachable, refused a statement, or lacks the schema."""
 
 
+class IntegrityConflictError(DatabaseError):
+    """The database refused a write for a key or reference another writer holds (a unique or foreign key)."""
+
+
 class CleanRunningError(BackendError):
     """An exclusive clean found another exclusive clean running on the same database."""
 

@@ -379,14 +379,17 @@ def test_a_move_not_confirmed_says_nothing_was_copied(cli, db_url, keys, code, a
 @pytest.mark.parametrize("db_url", ["postgresql", "mariadb"], indirect=True)
 def test_a_key_written_to_the_target_after_the_check_is_never_replaced(cli, db_url, monkeypatch, sample_objects):
     """Without --overwrite a copy inserts: a key another writer put at the target since the copy looked is the
-    database's unique-key error (exit 3), and both scopes stay as they were. (SQLite locks the whole file: no
-    other writer gets in.)"""
+    database's unique-key error, worded as what happened (exit 3), and both scopes stay as they were. (SQLite
+    locks the whole file: no other writer gets in.)"""
     monkeypatch.setenv(WORKER, "sample_backends.RacingWorker")
     monkeypatch.setenv("SS_TEST_RACE_URL", db_url)
     assert cli("set", *OLD, "raced", '"ours"').exit_code == 0
     result = cli("copy", *OLD, "--to-task-id", "submit_v2")
     assert result.exit_code == 3, result.output
-    assert result.stderr.startswith("statestore: error: database error on "), result.output
+    assert result.stderr == (
+        f"statestore: error: another writer changed {NEW_SCOPE} while this copy ran; nothing copied: "
+        "run the copy again (it names the keys the target now holds)\n"
+    ), result.output
     new = ["--dag-id", "etl", "--run-id", RUN, "--task-id", "submit_v2"]
     assert _value(cli, *new, "raced") == "theirs"
     assert _value(cli, *OLD, "raced") == "ours"

@@ -18,7 +18,14 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 
 from statestore_cli.config.settings import LOCK_TIMEOUT_OVERRIDE
-from statestore_cli.errors import PARAMETER, ConfigError, DatabaseError, SchemaMissingError, first_line
+from statestore_cli.errors import (
+    PARAMETER,
+    ConfigError,
+    DatabaseError,
+    IntegrityConflictError,
+    SchemaMissingError,
+    first_line,
+)
 from statestore_cli.masking import mask_text
 
 T = TypeVar("T")
@@ -359,7 +366,8 @@ def translate_errors(engine: Engine) -> Iterator[None]:
         if _is_lock_timeout(exc, message):
             raise _lock_timeout(engine, exc, where, message) from None
         hint = next((h for text, h in _HINTS.items() if text in message.lower()), "")
-        raise DatabaseError(f"database error on {where}: {message}{hint}") from None
+        error = IntegrityConflictError if isinstance(exc, sa_exc.IntegrityError) else DatabaseError
+        raise error(f"database error on {where}: {message}{hint}") from None
     except sa_exc.SQLAlchemyError as exc:
         raise DatabaseError(f"database error on {describe_engine(engine)}: {first_line(exc)}") from None
 

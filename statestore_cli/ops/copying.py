@@ -20,7 +20,15 @@ from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.backends.stores import accessor, open_backend
 from statestore_cli.config import Settings
 from statestore_cli.db.database import retry_deadlocks, translate_errors
-from statestore_cli.errors import BackendError, InvalidInputError, NotFoundError, StateStoreError, first_line
+from statestore_cli.errors import (
+    BackendError,
+    DatabaseError,
+    IntegrityConflictError,
+    InvalidInputError,
+    NotFoundError,
+    StateStoreError,
+    first_line,
+)
 from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key
 
@@ -122,7 +130,15 @@ def copy_keys(
             return plan, carried
 
     with translate_errors(store.engine):
-        plan, carried = retry_deadlocks(transaction)
+        try:
+            plan, carried = retry_deadlocks(transaction)
+        except IntegrityConflictError:
+            # Without --overwrite the copy inserts: a key another writer put at the target since the copy
+            # read it is the unique key's error, and the transaction (the move's delete too) rolled back.
+            raise DatabaseError(
+                f"another writer changed {target.describe()} while this copy ran; nothing copied",
+                hint="run the copy again (it names the keys the target now holds)",
+            ) from None
     if move:
         hooks.delete_objects(source, [key for key, _ in carried])
     return CopyReport(source, target, len(plan.keys), len(plan.clashes), move)
