@@ -18,7 +18,7 @@ from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.backends.stores import accessor, open_backend, open_metastore
 from statestore_cli.config import Settings, describe_source
-from statestore_cli.config.settings import CONN_OVERRIDE
+from statestore_cli.config.sources import CONN_OVERRIDE
 from statestore_cli.db.database import (
     StoreOrigin,
     describe_engine,
