@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def airflow_home(environ: Mapping[str, str]) -> Path:
+    """``$AIRFLOW_HOME``, or ``~/airflow`` as Airflow defaults it."""
     return Path(environ.get("AIRFLOW_HOME") or "~/airflow").expanduser()
 
 
@@ -55,6 +56,7 @@ def describe_search(config_path: str | os.PathLike[str] | None, environ: Mapping
 
 
 def read_config_file(path: Path) -> configparser.RawConfigParser:
+    """The file's options, or a ``ConfigError`` naming the line that is neither a header nor an option."""
     import configparser  # only when there is a file to read: a cron job with AIRFLOW__ variables has none
 
     # Raw: SQLAlchemy URLs carry percent-encoded passwords that interpolation would mangle.
@@ -87,6 +89,7 @@ def read_config_file(path: Path) -> configparser.RawConfigParser:
 
 
 def missing_config_warning(config_path: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> list[Note]:
+    """A warning when ``$AIRFLOW_CONFIG`` names no file: it usually means another database than the one meant."""
     named = environ.get("AIRFLOW_CONFIG")
     if config_path is not None or not named or Path(named).expanduser().is_file():
         return []

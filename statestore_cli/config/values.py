@@ -40,6 +40,7 @@ _UNDECODABLE = re.compile("[\udc80-\udcff]")
 
 
 def convert_value(spec: OptionSpec, raw: str, source: str) -> Any:
+    """``raw``, from ``source``, as ``spec``'s type keeps it (a duration, a timeout, a JSON object as written)."""
     text = raw.strip()
     hidden = is_indirect(source)  # a command's output or a secret is never echoed, even when invalid
     if _UNDECODABLE.search(raw):  # bytes of a flag or variable that were not UTF-8: they fail wherever shown or sent
