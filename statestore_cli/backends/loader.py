@@ -10,7 +10,7 @@ from pathlib import Path
 
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.config import Setting, describe_source
-from statestore_cli.config.settings import import_named
+from statestore_cli.config.dotted_paths import import_named
 from statestore_cli.errors import ConfigError
 
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from statestore_cli import errors
 from statestore_cli.config import settings as config_settings
-from statestore_cli.config.settings import OptionSpec, env_var_name, expected_value, load_option_specs
+from statestore_cli.config.options import OptionSpec, env_var_name, expected_value, load_option_specs
 
 COMMANDS_PAGE = "reference/commands.md"
 CONFIGURATION_PAGE = "reference/configuration.md"

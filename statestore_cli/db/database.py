@@ -17,7 +17,7 @@ from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 
-from statestore_cli.config.settings import LOCK_TIMEOUT_OVERRIDE
+from statestore_cli.config.sources import LOCK_TIMEOUT_OVERRIDE
 from statestore_cli.errors import (
     PARAMETER,
     ConfigError,

@@ -18,7 +18,7 @@ from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.backends.stores import accessor, open_backend, open_metastore
 from statestore_cli.config import Settings, describe_source
-from statestore_cli.config.settings import CONN_OVERRIDE
+from statestore_cli.config.sources import CONN_OVERRIDE
 from statestore_cli.db.database import (
     StoreOrigin,
     describe_engine,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # each imported where it is used: only `clean` and `stats` ne
 
 
 # -- db ------------------------------------------------------------------------------------------------
-class StoreCounts(NamedTuple):
+class StoreSizes(NamedTuple):
     """How many rows each store holds, and how many task rows a clean at ``now`` would delete."""
 
     task_keys: int
@@ -71,7 +71,7 @@ class DbReport(NamedTuple):
     created: tuple[str, ...] = ()
     error: str | None = None
     airflow_version: str | None = None  # an Airflow database: the release its alembic revision belongs to
-    counts: StoreCounts | None = None  # an Airflow database with the state store: its rows
+    counts: StoreSizes | None = None  # an Airflow database with the state store: its rows
     layout: Layout | None = None  # an Airflow database with the state store: the layout of its tables
     origin: StoreOrigin | None = None  # why the URL is this one, for the message of a store not there
     created_file: str | None = None  # db init on SQLite: the file it created (None: the file was there)
@@ -143,7 +143,7 @@ def db_check(settings: Settings) -> DbReport:
     return report._replace(airflow_version=version, counts=counts, layout=layout)
 
 
-def _store_counts(store: MetastoreBackend, now: datetime) -> StoreCounts:
+def _store_counts(store: MetastoreBackend, now: datetime) -> StoreSizes:
     from sqlalchemy import func, select
 
     from statestore_cli.db.layout import layout_of
@@ -156,7 +156,7 @@ def _store_counts(store: MetastoreBackend, now: datetime) -> StoreCounts:
         tasks = int(conn.execute(count).scalar_one())
         stale = int(conn.execute(count.where(expired(task, now))).scalar_one())
         assets = int(conn.execute(select(func.count()).select_from(asset_state_store)).scalar_one())
-    return StoreCounts(tasks, stale, assets, now)
+    return StoreSizes(tasks, stale, assets, now)
 
 
 # -- keys ----------------------------------------------------------------------------------------------

@@ -527,7 +527,9 @@ def count_run_keys(settings: Settings, dag_id: str, run_id: str) -> int | None:
         )
 
 
-class AssetRow(NamedTuple):
+class FoundAsset(NamedTuple):
+    """The one asset a scope names, as ``find_asset`` finds it: with its key count, active or not."""
+
     asset_id: int
     name: str
     uri: str
@@ -535,7 +537,7 @@ class AssetRow(NamedTuple):
     active: bool
 
 
-def find_asset(settings: Settings, scope: AssetScope) -> AssetRow:
+def find_asset(settings: Settings, scope: AssetScope) -> FoundAsset:
     """The one asset (active or not) ``scope`` names, with its key count; ``NotFoundError`` when none."""
     store = _metastore_only(settings, "deleting an asset")
     check_asset_text(store.engine.dialect.name, scope.name, scope.uri)
@@ -554,10 +556,10 @@ def find_asset(settings: Settings, scope: AssetScope) -> AssetRow:
     if len(rows) > 1:
         raise InvalidInputError(f"several assets match {scope.describe()}; give both name and uri, or asset_id")
     asset_id, name, uri, count, active = rows[0]
-    return AssetRow(int(asset_id), name, uri, int(count), bool(active))
+    return FoundAsset(int(asset_id), name, uri, int(count), bool(active))
 
 
-def delete_asset(settings: Settings, scope: AssetScope) -> AssetRow:
+def delete_asset(settings: Settings, scope: AssetScope) -> FoundAsset:
     """Delete an asset of a standalone store (active or not); the cascade removes its keys and its
     ``asset_active`` row. Returns the asset as it was, with the number of keys that went."""
     store = _metastore_only(settings, "deleting an asset")
