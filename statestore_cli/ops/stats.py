@@ -183,7 +183,7 @@ def store_stats(
         runs = _dag_run_stats(conn, runs_table, filt, now, limit, vlen) if runs_table is not None else None
         assets = _asset_stats(conn, filt, limit, top, vlen) if wants_asset else None
     # After the figures, not beside them on a connection of its own: SQLite's split pass keeps every core busy
-    # already, and on the servers the overlap gained nothing steady (bench/README.md).
+    # already, and on the servers the overlap gained nothing steady (bench/results/stats.md).
     biggest = None if largest is None else largest_values(engine, filt, largest)
     return StoreStats(now, limit, filt, task, assets, runs, layout.dag_run_store is not None, biggest)
 
@@ -208,7 +208,7 @@ _NO_DAG_RUN_STORE = (
 def _default_parts(dialect: str) -> int:
     """Parts of the per-dag pass read at once: one per core, but two per core on MySQL/MariaDB, whose parts
     also wait on InnoDB page reads (a million keys on two cores and a 128 MB buffer pool: `stats` took
-    1.33 s with four parts, 1.39 s with two; bench/README.md)."""
+    1.33 s with four parts, 1.39 s with two; bench/results/stats.md)."""
     per_core = 2 if dialect in _MYSQL else 1
     return min((os.cpu_count() or 1) * per_core, _MAX_PARTS)
 
