@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 _EXPORTS = {
     "NEVER_EXPIRE": "statestore_cli.model.retention",

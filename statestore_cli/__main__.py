@@ -15,8 +15,8 @@ def main() -> None:
         if code is not None:
             sys.exit(finish(code))
         # Start-up creates a few hundred thousand objects (SQLAlchemy, typer, the command tree) that all
-        # live until exit; collecting garbage every 700 new objects cost a command ~8% of its run time
-        # in full collections that free nothing. Garbage is still collected, just in larger rounds.
+        # live until exit; collecting garbage every 700 new objects would run full collections over them
+        # that free nothing. Garbage is still collected, just in larger rounds.
         gc.set_threshold(50_000)
         from statestore_cli.cli.app import app
 

@@ -15,7 +15,7 @@ def in_rowid_order(dialect: str, table: Table, where: ColumnElement[bool]) -> Co
     """The rows of ``table`` (which has an ``id`` primary key) that ``where`` selects, for one ``DELETE`` of many
     of them. SQLite deletes what an index finds in the index's order, so a ``DELETE ... WHERE expires_at < ?``
     visits the table's pages at random, one per row; with the ids collected first (the expiry index covers them)
-    it deletes in rowid order: 500,000 of 1,000,000 rows in 5.2-5.5 s against 10.1-11.5 s, and no slower where
+    it deletes in rowid order, page after page, which is much faster when many rows go and no slower where
     few rows are selected. Elsewhere the server plans a plain ``WHERE`` well (MySQL and MariaDB refuse a
     subquery on the table being deleted from)."""
     if dialect != "sqlite":

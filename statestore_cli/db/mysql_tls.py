@@ -1,9 +1,9 @@
-"""PyMySQL connections without the 50 ms its default TLS mode spends on each one.
+"""PyMySQL connections without the CA store load its default TLS mode pays on each one.
 
 Given no TLS option, PyMySQL (1.2 and later) connects in a "preferred" mode: TLS when the server offers
 it, plain when not, and the server's certificate never checked. For that it builds a default SSL context
-for every connection, which loads the system's CA store: about 50 ms of CPU each time, for certificates
-it then does not verify. A command pays it once, ``stats`` once per connection it reads on, one after
+for every connection, which loads the system's CA store, a noticeable share of a command's start-up,
+for certificates it then does not verify. A command pays it once, ``stats`` once per connection it reads on, one after
 the other. Connections made here share one context with the same settings (a TLS client, no hostname
 check, no verification) built without the CA store. Any TLS option in the URL (``ssl_ca``,
 ``ssl_verify_cert``, ``ssl_disabled`` ...) leaves everything to PyMySQL, as before.

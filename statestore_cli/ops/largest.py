@@ -87,7 +87,7 @@ def _largest_of(conn: Connection, layout: Layout, store: str, filt: KeyFilter, c
 def _top(conn: Connection, table: Table, columns: list[Any], where: list[Any], count: int) -> list[Any]:
     """The ``count`` rows of ``table`` (which has an ``id`` primary key) with the largest values: ``columns`` and
     the size (``nbytes``) of each. Of values of the same size at the cut, those of the lowest ids: MariaDB sorts
-    by an integer in a fraction of what the scope's long text costs it (bench/README.md), and the rows kept are
+    by an integer in a fraction of what the scope's long text costs it (bench/results/stats.md), and the rows kept are
     shown in scope order anyway (``_shown_order``)."""
     size = value_bytes(conn.dialect.name, table.c.value).label("nbytes")
     query = select(*columns, size).where(*where).order_by(size.desc(), table.c.id).limit(count)

@@ -183,7 +183,7 @@ def store_stats(
         runs = _dag_run_stats(conn, runs_table, filt, now, limit, vlen) if runs_table is not None else None
         assets = _asset_stats(conn, filt, limit, top, vlen) if wants_asset else None
     # After the figures, not beside them on a connection of its own: SQLite's split pass keeps every core busy
-    # already, and on the servers the overlap gained nothing steady (bench/README.md).
+    # already, and on the servers the overlap gained nothing steady (bench/results/stats.md).
     biggest = None if largest is None else largest_values(engine, filt, largest)
     return StoreStats(now, limit, filt, task, assets, runs, layout.dag_run_store is not None, biggest)
 
@@ -207,8 +207,8 @@ _NO_DAG_RUN_STORE = (
 
 def _default_parts(dialect: str) -> int:
     """Parts of the per-dag pass read at once: one per core, but two per core on MySQL/MariaDB, whose parts
-    also wait on InnoDB page reads (a million keys on two cores and a 128 MB buffer pool: `stats` took
-    1.33 s with four parts, 1.39 s with two; bench/README.md)."""
+    also wait on InnoDB page reads: when the table does not fit the buffer pool, one part's reads overlap
+    another's computing (bench/results/stats.md)."""
     per_core = 2 if dialect in _MYSQL else 1
     return min((os.cpu_count() or 1) * per_core, _MAX_PARTS)
 
@@ -236,8 +236,8 @@ def _task_stats(
 ) -> TaskStats:
     # One pass over the rows for what needs every value: the figures per dag, summed here (one row per
     # dag and part reaches Python). The expiry buckets are counted in that pass on PostgreSQL; SQLite and
-    # MariaDB count them faster apart, as ranges of the expires_at index (measured at a million rows: a
-    # CASE per row comparing timestamps costs MariaDB seconds, SQLite half a second). On a split MySQL pass
+    # MariaDB count them faster apart, as ranges of the expires_at index (a CASE per row comparing
+    # timestamps costs them far more than the index ranges on a large store). On a split MySQL pass
     # one of those buckets is derived instead (_likely_largest_bucket).
     dialect = conn.dialect.name
     in_pass = dialect == "postgresql"
@@ -296,9 +296,9 @@ def _dag_pass(
 
 def _mysql_store_pass(task: Table, per_dag: Select[Any], dialect: str) -> Select[Any]:
     """The per-dag pass over a whole MySQL/MariaDB store (or a range of its primary key), read as the table
-    lies: by the (dag_id, ...) index it would fetch every row through that index, twice as slow. It groups
-    by the integer dag_run_id, and the few groups are then added up per dag through dag_run's primary key:
-    a temporary table keyed by a 250-character id costs MariaDB a fifth of the pass more."""
+    lies: by the (dag_id, ...) index it would fetch every row through that index, a random read each. It
+    groups by the integer dag_run_id, and the few groups are then added up per dag through dag_run's primary
+    key: a temporary table keyed by a 250-character id costs MariaDB more than one keyed by an integer."""
     per_run = per_dag.with_only_columns(task.c.dag_run_id, *list(per_dag.selected_columns)[1:])
     # ORDER BY NULL: MariaDB would sort the groups, which nothing needs.
     per_run = per_run.group_by(None).group_by(task.c.dag_run_id).order_by(null())
@@ -435,8 +435,8 @@ _SAMPLES = 64  # rows sampled to place SQLite's dag_id bounds, or to guess MySQL
 
 
 def _sample_sql(task: Table) -> str:
-    """Written out for SQLite's driver (qmark parameters): SQLAlchemy takes 20 ms to compile 64 subqueries,
-    and the parts wait for the bounds. Names from ``task``, as the layout has them."""
+    """Written out for SQLite's driver (qmark parameters): SQLAlchemy compiling 64 subqueries costs more than
+    running them, and the parts wait for the bounds. Names from ``task``, as the layout has them."""
     dag_id, pk = task.c.dag_id.name, task.c.id.name
     one = f"(SELECT {dag_id} FROM {task.name} WHERE {pk} >= ? ORDER BY {pk} LIMIT 1)"
     return "SELECT " + ", ".join([one] * _SAMPLES)
@@ -445,7 +445,7 @@ def _sample_sql(task: Table) -> str:
 def _dag_quantiles(conn: Any, task: Table, low: int, span: int, workers: int) -> list[str]:
     """dag_ids that split the rows into ``workers`` parts of about equal size, from the dag_ids of rows
     sampled at evenly spaced ids: each sample is one seek of the primary key, where an exact quantile
-    (``ORDER BY dag_id OFFSET n``) would walk half the index, a third of what the split saves."""
+    (``ORDER BY dag_id OFFSET n``) would walk half the index, giving back much of what the split saves."""
     at = tuple(low + span * i // _SAMPLES for i in range(_SAMPLES))
     sample = sorted(d for d in conn.exec_driver_sql(_sample_sql(task), at).one() if d is not None)
     return sorted({sample[len(sample) * i // workers] for i in range(1, workers)}) if sample else []
