@@ -126,7 +126,7 @@ def db_check(settings: Settings) -> DbReport:
     except DatabaseError as exc:
         url = parse_url(settings.sql_alchemy_conn)
         unknown = SchemaState(mode="unknown", present=(), missing=(), alembic_revision=None)
-        return DbReport(mask_url(url), url.get_backend_name(), unknown, settings.backend, error=str(exc))
+        return DbReport(mask_url(url), impl_of(url).name, unknown, settings.backend, error=str(exc))
     if not settings.uses_builtin_backend:
         open_backend(settings, writes=False)  # a custom backend that cannot load makes the store unusable
     origin = StoreOrigin(*settings.conn_origin(), settings.init_command())
