@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, delete, func, literal_column, or_, select, update
 from sqlalchemy import column as named_column
 from sqlalchemy import table as named_table
 from sqlalchemy.engine import Connection, CursorResult, Engine
-from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, ThreadOffloadMixin, stored_ref
+from statestore_cli.backends.entry_listing import stored_entries
+from statestore_cli.backends.key_conditions import (
+    dag_run_store,
+    dag_run_where,
+    run_filters,
+    stores_selected,
+    task_filters,
+    task_where,
+)
 from statestore_cli.db.database import retry_deadlocks, translate_errors
-from statestore_cli.db.dialects import insert_if_missing, insert_new, upsert
+from statestore_cli.db.engines import impl_of
 from statestore_cli.db.layout import Layout, layout_of
-from statestore_cli.db.mysql_text import MYSQL_ENGINES, check_asset_text, index_equal, twin_problem, twins
+from statestore_cli.db.mysql_text import index_equal
 from statestore_cli.db.schema import asset, asset_active, asset_state_store, dag_run, writer_columns
 from statestore_cli.db.schema_state import alembic_version_table
 from statestore_cli.errors import BackendError, InvalidInputError
@@ -26,7 +34,17 @@ from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.retention import utcnow
 from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
-MYSQL_TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)
+# The key conditions lived here first: callers may still import them from this module.
+__all__ = [
+    "MetastoreBackend",
+    "UpdatedBy",
+    "dag_run_store",
+    "dag_run_where",
+    "run_filters",
+    "stores_selected",
+    "task_filters",
+    "task_where",
+]
 
 _asset_kv = asset_state_store  # the same in every layout (3.4's extra writer columns are nullable)
 
@@ -80,8 +98,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                     "task keys can only be written for runs Airflow created"
                 )
             what = f"dag run dag_id={scope.dag_id!r} run_id={scope.run_id!r}"
-            _refuse_twin_row(conn, what, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
-            insert_if_missing(conn, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
+            impl_of(conn).refuse_twin_row(conn, what, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
+            impl_of(conn).insert_if_missing(conn, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
             found = conn.execute(query).scalar_one()
         return int(found)
 
@@ -91,7 +109,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             if exists is None and create:
                 raise InvalidInputError(f"no asset with asset_id={scope.asset_id}; give an existing asset")
             return scope.asset_id
-        check_asset_text(conn.dialect.name, scope.name, scope.uri)
+        impl_of(conn).check_asset_text(scope.name, scope.uri)
         conds = [asset.c.name == scope.name] if scope.name else []
         conds += [asset.c.uri == scope.uri] if scope.uri else []
         # As Airflow's execution API does: a name or uri names an active asset (unique by each).
@@ -110,7 +128,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 f"no active asset {scope.describe()} in this Airflow database; assets are created by Airflow"
             )
         name, uri = scope.name or scope.uri, scope.uri or scope.name
-        _refuse_twin_row(conn, f"asset name={name!r} uri={uri!r}", asset, {"name": name, "uri": uri})
+        impl_of(conn).refuse_twin_row(conn, f"asset name={name!r} uri={uri!r}", asset, {"name": name, "uri": uri})
         # As the unique indexes compare (on MySQL without trailing spaces), since those are what refuse a row.
         clash = conn.execute(
             select(asset_active.c.name, asset_active.c.uri).where(
@@ -122,8 +140,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 f"asset name={name} uri={uri} clashes with the active asset name={clash.name} uri={clash.uri}: "
                 "an active asset's name and uri are each unique"
             )
-        insert_if_missing(conn, asset, {"name": name, "uri": uri})
-        insert_if_missing(conn, asset_active, {"name": name, "uri": uri})
+        impl_of(conn).insert_if_missing(conn, asset, {"name": name, "uri": uri})
+        impl_of(conn).insert_if_missing(conn, asset_active, {"name": name, "uri": uri})
         return int(conn.execute(select(asset.c.id).where(asset.c.name == name, asset.c.uri == uri)).scalar_one())
 
     # -- BaseStoreBackend -------------------------------------------------------------------------
@@ -181,12 +199,12 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         expires_at: datetime | None,
         overwrite: bool = True,
     ) -> CursorResult[Any]:
-        _check_mysql_expiry(conn, expires_at)
+        impl_of(conn).check_expiry(expires_at)
         layout = self.layout(conn, "write")
         run_pk = self._dag_run_id(conn, scope)
         within = {"dag_run_id": run_pk, "map_index": scope.map_index, **layout.region_values(scope.region_id)}
         what = f"key {key!r} for {scope.describe()}"
-        _refuse_twin_row(conn, what, layout.task, {"task_id": scope.task_id, "key": key}, within)
+        impl_of(conn).refuse_twin_row(conn, what, layout.task, {"task_id": scope.task_id, "key": key}, within)
         row = {
             "dag_run_id": run_pk,
             "task_id": scope.task_id,
@@ -211,10 +229,12 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         expires_at: datetime | None,
         overwrite: bool = True,
     ) -> CursorResult[Any]:
-        _check_mysql_expiry(conn, expires_at)
+        impl_of(conn).check_expiry(expires_at)
         table = dag_run_store(conn)
         run_pk = self._dag_run_id(conn, scope)
-        _refuse_twin_row(conn, f"key {key!r} for {scope.describe()}", table, {"key": key}, {"dag_run_id": run_pk})
+        impl_of(conn).refuse_twin_row(
+            conn, f"key {key!r} for {scope.describe()}", table, {"key": key}, {"dag_run_id": run_pk}
+        )
         row = {
             "dag_run_id": run_pk,
             "key": key,
@@ -238,7 +258,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     ) -> CursorResult[Any]:
         task = writer.task
         asset_id = self.find_asset_id(conn, scope, create=True)
-        _refuse_twin_row(conn, f"key {key!r} for {scope.describe()}", _asset_kv, {"key": key}, {"asset_id": asset_id})
+        impl_of(conn).refuse_twin_row(
+            conn, f"key {key!r} for {scope.describe()}", _asset_kv, {"key": key}, {"asset_id": asset_id}
+        )
         by: dict[str, object] = {"kind": writer.kind}
         if task is not None:
             by.update(dag_id=task.dag_id, run_id=task.run_id, task_id=task.task_id, map_index=task.map_index)
@@ -297,7 +319,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
             filt = self._scope_filter(conn, scope, key)
             if filt is None:
                 return None
-            rows = self._entries(conn, filt, with_values=True)
+            rows = stored_entries(conn, filt, with_values=True)
             try:
                 return next(rows, None)
             finally:
@@ -307,7 +329,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         """Every key of ``scope`` with its stored value and timestamps, read on the caller's ``conn`` (a copy
         reads its source and its target inside the transaction that writes); [] for an asset not there."""
         filt = self._scope_filter(conn, scope)
-        return [] if filt is None else list(self._entries(conn, filt, with_values=True))
+        return [] if filt is None else list(stored_entries(conn, filt, with_values=True))
 
     def _scope_filter(self, conn: Connection, scope: StoreScope, key: str | None = None) -> KeyFilter | None:
         """The filter that selects ``scope``'s keys (only ``key``, when given); None for an asset not there."""
@@ -448,120 +470,12 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         """
         if (limit is not None and limit < 0) or offset < 0:
             raise InvalidInputError(f"limit and offset must be 0 or more, got limit={limit} offset={offset}")
-        check_asset_text(self.engine.dialect.name, filt.name, filt.uri)
+        impl_of(self.engine).check_asset_text(filt.name, filt.uri)
         return self._stream(filt, limit, offset)
 
     def _stream(self, filt: KeyFilter, limit: int | None, offset: int) -> Iterator[Entry]:
         with self.connection() as conn:
-            yield from self._entries(conn, filt, with_values=False, limit=limit, offset=offset)
-
-    def _entries(
-        self, conn: Connection, filt: KeyFilter, *, with_values: bool, limit: int | None = None, offset: int = 0
-    ) -> Generator[Entry, None, None]:
-        """The keys of each store ``filt`` selects, task keys first, then dag-run keys, then asset keys."""
-        for store in stores_selected(layout_of(conn), filt):
-            if limit == 0:
-                return
-            shown = 0
-            for entry in self._store_entries(store, conn, filt, with_values, limit, offset):
-                shown += 1
-                yield entry
-            if limit is not None:
-                limit -= shown
-            if shown:
-                offset = 0  # the offset ended in this store
-            elif offset and store != "asset":  # it skipped every key here: the next store starts after the rest
-                offset = max(0, offset - self._store_count(store, conn, filt))
-
-    def _store_entries(
-        self, store: str, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
-    ) -> Iterator[Entry]:
-        if store == "task":
-            return self._task_entries(conn, filt, with_values, limit, offset)
-        if store == "dag_run":
-            return self._dag_run_entries(conn, filt, with_values, limit, offset)
-        return self._asset_entries(conn, filt, with_values, limit, offset)
-
-    def _store_count(self, store: str, conn: Connection, filt: KeyFilter) -> int:
-        layout = layout_of(conn)
-        if store == "task":
-            table, where = layout.task, task_filters(layout, filt)
-        else:
-            table = dag_run_store(conn)
-            where = run_filters(table, filt)
-        return int(conn.execute(select(func.count()).select_from(table).where(*where)).scalar_one())
-
-    # Each streams by a statement option, not the connection's: a connection's options last, and a write
-    # after a read on the same connection (a copy's) would be sent as a server-side cursor too.
-    def _dag_run_entries(
-        self, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
-    ) -> Iterator[Entry]:
-        table = dag_run_store(conn)
-        cols = [table.c.dag_id, table.c.run_id, table.c.key]
-        query = select(*cols, table.c.updated_at, table.c.expires_at, *([table.c.value] if with_values else []))
-        query = query.where(*run_filters(table, filt)).order_by(*cols).limit(limit).offset(offset or None)
-        for row in conn.execute(query.execution_options(yield_per=1000)):
-            yield Entry(
-                store="dag_run",
-                key=row.key,
-                updated_at=row.updated_at,
-                expires_at=row.expires_at,
-                dag_id=row.dag_id,
-                run_id=row.run_id,
-                value=row.value if with_values else None,
-            )
-
-    @classmethod
-    def _task_entries(
-        cls, conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
-    ) -> Iterator[Entry]:
-        layout = layout_of(conn)
-        task = layout.task
-        region = [task.c.region_id] if layout.has_region else []
-        cols = [task.c.dag_id, task.c.run_id, task.c.task_id, *region, task.c.map_index, task.c.key]
-        shown = [c.label(c.key) for c in cols]  # by the key: the map index may be region_index in the database
-        query = select(*shown, task.c.updated_at, task.c.expires_at, *([task.c.value] if with_values else []))
-        query = query.where(*task_filters(layout, filt)).order_by(*cols).limit(limit).offset(offset or None)
-        for row in conn.execute(query.execution_options(yield_per=1000)):
-            region_id = row.region_id if layout.has_region and row.region_id.int else None
-            yield Entry(
-                store="task",
-                key=row.key,
-                updated_at=row.updated_at,
-                expires_at=row.expires_at,
-                dag_id=row.dag_id,
-                run_id=row.run_id,
-                task_id=row.task_id,
-                map_index=row.map_index,
-                value=row.value if with_values else None,
-                region_id=region_id,
-            )
-
-    @staticmethod
-    def _asset_entries(
-        conn: Connection, filt: KeyFilter, with_values: bool, limit: int | None, offset: int
-    ) -> Iterator[Entry]:
-        cols = [asset.c.id, asset.c.name, asset.c.uri, _asset_kv.c.key, _asset_kv.c.updated_at]
-        query = select(*cols, *([_asset_kv.c.value] if with_values else [])).join(
-            asset, asset.c.id == _asset_kv.c.asset_id
-        )
-        for column, wanted in ((asset.c.id, filt.asset_id), (asset.c.name, filt.name), (asset.c.uri, filt.uri)):
-            if wanted is not None:
-                query = query.where(column == wanted)
-        if filt.key is not None:
-            query = query.where(_asset_kv.c.key == filt.key)
-        query = query.order_by(asset.c.name, asset.c.uri, _asset_kv.c.key).limit(limit).offset(offset or None)
-        for row in conn.execute(query.execution_options(yield_per=1000)):
-            yield Entry(
-                store="asset",
-                key=row.key,
-                updated_at=row.updated_at,
-                expires_at=None,
-                asset_id=row.id,
-                name=row.name,
-                uri=row.uri,
-                value=row.value if with_values else None,
-            )
+            yield from stored_entries(conn, filt, with_values=False, limit=limit, offset=offset)
 
 
 def _write(
@@ -569,107 +483,5 @@ def _write(
 ) -> CursorResult[Any]:
     """An upsert of ``row``, or with ``overwrite=False`` an insert that a row already there refuses."""
     if overwrite:
-        return upsert(conn, table, row, conflict, update)
-    return insert_new(conn, table, row)
-
-
-def _refuse_twin_row(
-    conn: Connection, what: str, table: Any, texts: dict[str, Any], within: dict[str, Any] | None = None
-) -> None:
-    """On MySQL/MariaDB, refuse a write of ``texts`` (and ``within``, compared as they are) that the
-    table's unique index would land on a stored row that differs from it: in trailing spaces (every
-    collation there ignores them), or in what a column's own collation ignores besides (letter case,
-    accents: Airflow 3.4's ``dag_run_state_store.key`` takes the database's default collation)."""
-    if conn.dialect.name not in MYSQL_ENGINES:
-        return
-    columns = [table.c[name] for name in texts]
-    conds = [index_equal(table.c[name], value) for name, value in texts.items()]
-    conds += [table.c[name] == value for name, value in (within or {}).items()]
-    given = tuple(texts.values())
-    for stored in conn.execute(select(*columns).where(*conds).limit(2)):
-        if twins(given, tuple(stored)):
-            raise InvalidInputError(twin_problem(what, tuple(texts), given, tuple(stored)))
-        if tuple(stored) != given:  # the index holds them for one: its collation ignores more than spaces
-            pairs = [f"{n} {g!r} and the stored {o!r}" for n, g, o in zip(texts, given, stored, strict=True) if g != o]
-            raise InvalidInputError(
-                f"cannot write {what}: {', '.join(pairs)} are one in the database's unique index (its "
-                "collation ignores letter case or accents), so they cannot be stored apart"
-            )
-
-
-def task_where(
-    layout: Layout, scope: TaskScope, key: str | None = None, all_map_indices: bool = False
-) -> ColumnElement[bool]:
-    """The rows of one task's key (``key`` None: all its keys; ``all_map_indices``: at every map index)."""
-    task = layout.task
-    parts = [task.c.dag_id == scope.dag_id, task.c.run_id == scope.run_id, task.c.task_id == scope.task_id]
-    parts += _region_where(layout, scope)
-    if not all_map_indices:
-        parts.append(task.c.map_index == scope.map_index)
-    if key is not None:
-        parts.append(task.c.key == key)
-    return and_(*parts)
-
-
-def dag_run_where(conn: Connection, scope: DagRunScope, key: str | None = None) -> tuple[Any, Any]:
-    """The dag-run state store table and the rows of one run's keys (``key`` None: all of them)."""
-    table = dag_run_store(conn)
-    parts = [table.c.dag_id == scope.dag_id, table.c.run_id == scope.run_id]
-    return table, and_(*parts, *([table.c.key == key] if key is not None else []))
-
-
-def dag_run_store(conn: Connection) -> Any:
-    """The dag-run state store table, or an ``InvalidInputError`` where the database has none."""
-    layout = layout_of(conn, needs=None)  # the task table's problems are not the dag-run store's
-    if layout.dag_run_store is None:
-        raise InvalidInputError(
-            f"this database has no dag-run state store (Airflow {layout.name} layout): dag-run keys need "
-            "Airflow 3.4's dag_run_state_store; give --task-id for a task key"
-        )
-    return layout.dag_run_store
-
-
-def task_filters(layout: Layout, filt: KeyFilter) -> list[ColumnElement[bool]]:
-    """The conditions of ``filt``'s task fields (and region, where the table has one) on the task table."""
-    names = ("dag_id", "run_id", "task_id", "map_index", "key")
-    task = layout.task
-    found = [task.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
-    if filt.region_id is not None and layout.has_region:
-        found.append(task.c.region_id == filt.region_id)
-    return found
-
-
-def stores_selected(layout: Layout, filt: KeyFilter) -> list[str]:
-    """The stores whose keys ``filt`` can select, in the order they are listed."""
-    stores = []
-    if filt.store in (None, "task") and not filt.has_asset_fields:
-        stores.append("task")
-    task_only = filt.task_id is not None or filt.map_index is not None or bool(filt.region_id and filt.region_id.int)
-    # Asked for by name (--store dag_run), a database without the store says so instead of listing nothing.
-    present = layout.dag_run_store is not None or filt.store == "dag_run"
-    if filt.store in (None, "dag_run") and not filt.has_asset_fields and not task_only and present:
-        stores.append("dag_run")
-    if filt.store in (None, "asset") and not filt.has_task_fields:
-        stores.append("asset")
-    return stores
-
-
-def run_filters(table: Any, filt: KeyFilter) -> list[ColumnElement[bool]]:
-    """The conditions of ``filt``'s dag id, run id and key on a table that has those columns."""
-    names = ("dag_id", "run_id", "key")
-    return [table.c[name] == getattr(filt, name) for name in names if getattr(filt, name) is not None]
-
-
-def _region_where(layout: Layout, scope: TaskScope) -> list[ColumnElement[bool]]:
-    """The scope's region as a condition where the table has regions: a region's keys are never merged
-    with the keys outside it. Airflow 3.3's table has no region column; there, as before, a region is
-    not stored (each region keeps its own metadata database)."""
-    return layout.region_where(scope.region_id) if layout.has_region else []
-
-
-def _check_mysql_expiry(conn: Connection, expires_at: datetime | None) -> None:
-    if expires_at is not None and conn.dialect.name in MYSQL_ENGINES and expires_at > MYSQL_TIMESTAMP_MAX:
-        raise InvalidInputError(
-            f"expires_at {expires_at:%Y-%m-%d %H:%M:%S} UTC is past 2038-01-19 03:14:07, the last instant a MySQL "
-            "TIMESTAMP holds; use a shorter retention or never"
-        )
+        return impl_of(conn).upsert(conn, table, row, conflict, update)
+    return impl_of(conn).insert_new(conn, table, row)

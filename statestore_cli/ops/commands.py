@@ -25,9 +25,9 @@ from statestore_cli.db.database import (
     mask_url,
     missing_store_guide,
     parse_url,
-    sqlite_path,
     translate_errors,
 )
+from statestore_cli.db.engines import impl_of
 from statestore_cli.db.layout import Layout, layout_of
 from statestore_cli.db.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.errors import (
@@ -108,11 +108,12 @@ class DbReport(NamedTuple):
 
 def db_init(settings: Settings) -> DbReport:
     """Create the schema; on SQLite, the file too when it is not there (``created_file`` says which)."""
-    path = sqlite_path(parse_url(settings.sql_alchemy_conn))
+    url = parse_url(settings.sql_alchemy_conn)
+    path = impl_of(url).database_file(url)
     new_file = path is not None and not path.exists()
     store = open_metastore(settings, create_file=True)
     state, created = init_schema(store.engine)
-    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, created)
+    report = DbReport(describe_engine(store.engine), impl_of(store.engine).name, state, settings.backend, created)
     return report._replace(created_file=str(path.resolve()) if new_file and path is not None else None)
 
 
@@ -125,11 +126,11 @@ def db_check(settings: Settings) -> DbReport:
     except DatabaseError as exc:
         url = parse_url(settings.sql_alchemy_conn)
         unknown = SchemaState(mode="unknown", present=(), missing=(), alembic_revision=None)
-        return DbReport(mask_url(url), url.get_backend_name(), unknown, settings.backend, error=str(exc))
+        return DbReport(mask_url(url), impl_of(url).name, unknown, settings.backend, error=str(exc))
     if not settings.uses_builtin_backend:
         open_backend(settings, writes=False)  # a custom backend that cannot load makes the store unusable
     origin = StoreOrigin(*settings.conn_origin(), settings.init_command())
-    report = DbReport(describe_engine(store.engine), store.engine.dialect.name, state, settings.backend, origin=origin)
+    report = DbReport(describe_engine(store.engine), impl_of(store.engine).name, state, settings.backend, origin=origin)
     if state.mode != "airflow":
         return report
     from statestore_cli.db.airflow_versions import airflow_version
@@ -309,7 +310,7 @@ def _clear_backed_up(
 
     from sqlalchemy import select
 
-    from statestore_cli.backends.metastore import dag_run_where, task_where
+    from statestore_cli.backends.key_conditions import dag_run_where, task_where
     from statestore_cli.db.database import retry_deadlocks, translate_errors
     from statestore_cli.db.layout import layout_of
     from statestore_cli.db.schema import asset, asset_state_store

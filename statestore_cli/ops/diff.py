@@ -7,7 +7,7 @@ a key was written, not what it holds, and are not compared. Like ``export``, the
 rows hold: with a worker-side backend that is the reference the row keeps, not the value it points to.
 
 The order: a key's identity as Python sorts it (``sort_key``: the store as ``export`` orders them, then
-the scope and key, text by code point). The store is read in that order (``db.dialects.code_point_order``),
+the scope and key, text by code point). The store is read in that order (``EngineImpl.code_point_order``),
 a thousand rows per fetch from a server-side cursor, and merged with the file as it is read, each line
 parsed and checked. The differences are held (``_Held``: in memory, then in a file) until the whole file
 has been read: a bad line is an error with nothing shown, and a file that turns out not to be in that
@@ -36,19 +36,13 @@ from typing import IO, Any, NamedTuple
 from sqlalchemy import String, select, type_coerce
 from sqlalchemy.engine import Connection
 
-from statestore_cli.backends.metastore import (
-    MetastoreBackend,
-    dag_run_store,
-    run_filters,
-    stores_selected,
-    task_filters,
-)
+from statestore_cli.backends.key_conditions import dag_run_store, run_filters, stores_selected, task_filters
+from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.backends.stores import open_backend
 from statestore_cli.config import Settings
 from statestore_cli.db.database import translate_errors
-from statestore_cli.db.dialects import code_point_order
+from statestore_cli.db.engines import impl_of
 from statestore_cli.db.layout import Layout, layout_of
-from statestore_cli.db.mysql_text import check_asset_text
 from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.model.entries import KeyFilter
@@ -116,7 +110,7 @@ class DiffRun:
         if not isinstance(backend, MetastoreBackend):
             raise BackendError(f"`diff` needs the metastore backend; [state_store] backend is {settings.backend}")
         self.engine = backend.engine
-        check_asset_text(self.engine.dialect.name, filt.name, filt.uri)
+        impl_of(self.engine).check_asset_text(filt.name, filt.uri)
         self.filt = filt
         self.source = source
         self.stdin = stdin
@@ -156,9 +150,7 @@ class DiffRun:
 
     def _connect(self) -> Any:
         conn = self.engine.connect()
-        if self.engine.dialect.name != "sqlite":  # every store from one snapshot
-            conn.execution_options(isolation_level="REPEATABLE READ")
-        return conn
+        return impl_of(conn).read_one_snapshot(conn)  # every store from one snapshot
 
     # -- the file ---------------------------------------------------------------------------------------
     def _open(self, folder: Path) -> IO[bytes]:
@@ -431,25 +423,16 @@ def _store_sides(conn: Connection, filt: KeyFilter) -> Iterator[Side]:
             yield from _asset_sides(conn, filt)
 
 
-def _region_order(dialect: str, column: Any) -> Any:
-    """``region_id`` ordered as its UUID's text: bytes and PostgreSQL's ``uuid`` are in that order already;
-    text and MariaDB's ``UUID`` (which sorts its own way) are ordered as their text."""
-    form = getattr(column.type, "form", "text")
-    if form == "bytes" or (form == "native" and dialect == "postgresql"):
-        return column
-    return code_point_order(dialect, column)
-
-
 def _task_sides(conn: Connection, layout: Layout, filt: KeyFilter) -> Iterator[Side]:
     task = layout.task
-    dialect = conn.dialect.name
+    impl = impl_of(conn)
     text = [task.c.dag_id, task.c.run_id, task.c.task_id]
     region = [task.c.region_id] if layout.has_region else []
     order = [
-        *(code_point_order(dialect, c) for c in text),
-        *(_region_order(dialect, c) for c in region),
+        *(impl.code_point_order(c) for c in text),
+        *(impl.region_order(c) for c in region),
         task.c.map_index,
-        code_point_order(dialect, task.c.key),
+        impl.code_point_order(task.c.key),
     ]
     query = select(*text, task.c.map_index, task.c.key, _raw(task.c.expires_at), task.c.value, *region)
     query = query.where(*task_filters(layout, filt)).order_by(*order)
@@ -466,10 +449,10 @@ def _task_sides(conn: Connection, layout: Layout, filt: KeyFilter) -> Iterator[S
 
 def _dag_run_sides(conn: Connection, filt: KeyFilter) -> Iterator[Side]:
     table = dag_run_store(conn)
-    dialect = conn.dialect.name
+    impl = impl_of(conn)
     shown = (table.c.dag_id, table.c.run_id, table.c.key)
     query = select(*shown, _raw(table.c.expires_at), table.c.value).where(*run_filters(table, filt))
-    query = query.order_by(*(code_point_order(dialect, c) for c in shown))
+    query = query.order_by(*(impl.code_point_order(c) for c in shown))
     for chunk in conn.execution_options(yield_per=FETCH).execute(query).partitions():
         for dag_id, run_id, key, expires_at, value in chunk:
             identity = {"store": "dag_run", "dag_id": dag_id, "run_id": run_id, "key": key}
@@ -479,14 +462,14 @@ def _dag_run_sides(conn: Connection, filt: KeyFilter) -> Iterator[Side]:
 
 def _asset_sides(conn: Connection, filt: KeyFilter) -> Iterator[Side]:
     kv = asset_state_store
-    dialect = conn.dialect.name
+    impl = impl_of(conn)
     query = select(asset.c.name, asset.c.uri, kv.c.key, kv.c.value).join(asset, asset.c.id == kv.c.asset_id)
     for column, wanted in ((asset.c.id, filt.asset_id), (asset.c.name, filt.name), (asset.c.uri, filt.uri)):
         if wanted is not None:
             query = query.where(column == wanted)
     if filt.key is not None:
         query = query.where(kv.c.key == filt.key)
-    query = query.order_by(*(code_point_order(dialect, c) for c in (asset.c.name, asset.c.uri, kv.c.key)))
+    query = query.order_by(*(impl.code_point_order(c) for c in (asset.c.name, asset.c.uri, kv.c.key)))
     for chunk in conn.execution_options(yield_per=FETCH).execute(query).partitions():
         for name, uri, key, value in chunk:
             yield Side((2, name, uri, key), {"store": "asset", "name": name, "uri": uri, "key": key}, value, None)

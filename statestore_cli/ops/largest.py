@@ -4,7 +4,7 @@ Each store (task keys, Airflow 3.4's dag-run keys, asset keys) is asked for its 
 database (``ORDER BY size DESC ... LIMIT N``): one pass over the rows that reads each value's size, never the
 value itself into Python, and at most ``N`` rows per store reach Python, where they are merged. The size is the
 one ``stats`` sums and the writers hold against ``[state_store] max_value_storage_bytes``: bytes of the stored
-text (``db.dialects.value_bytes``).
+text (``EngineImpl.value_bytes``).
 
 The keys a filter selects are the ones ``list`` shows for it (``backends.metastore.stores_selected`` and its
 conditions). Where a worker-side backend keeps the values, the rows hold its references, so the sizes are those
@@ -19,11 +19,10 @@ from typing import Any, NamedTuple
 from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection, Engine
 
-from statestore_cli.backends.metastore import run_filters, stores_selected, task_filters
+from statestore_cli.backends.key_conditions import run_filters, stores_selected, task_filters
 from statestore_cli.db.database import translate_errors
-from statestore_cli.db.dialects import value_bytes
+from statestore_cli.db.engines import impl_of
 from statestore_cli.db.layout import Layout, layout_of
-from statestore_cli.db.mysql_text import check_asset_text
 from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import InvalidInputError
 from statestore_cli.model.entries import KeyFilter
@@ -59,7 +58,7 @@ def largest_values(engine: Engine, filt: KeyFilter, count: int) -> list[LargeVal
     the order of the stores (task, dag-run, asset keys), then of their scope and key. Where values of one size
     are cut, each store keeps those of its oldest rows (lowest id; an asset key: lowest asset id, then key)."""
     check_count(count)
-    check_asset_text(engine.dialect.name, filt.name, filt.uri)
+    impl_of(engine).check_asset_text(filt.name, filt.uri)
     found: list[LargeValue] = []
     with translate_errors(engine), engine.connect() as conn:
         layout = layout_of(conn)
@@ -89,7 +88,7 @@ def _top(conn: Connection, table: Table, columns: list[Any], where: list[Any], c
     the size (``nbytes``) of each. Of values of the same size at the cut, those of the lowest ids: MariaDB sorts
     by an integer in a fraction of what the scope's long text costs it (bench/results/stats.md), and the rows kept are
     shown in scope order anyway (``_shown_order``)."""
-    size = value_bytes(conn.dialect.name, table.c.value).label("nbytes")
+    size = impl_of(conn).value_bytes(table.c.value).label("nbytes")
     query = select(*columns, size).where(*where).order_by(size.desc(), table.c.id).limit(count)
     return list(conn.execute(query))
 
@@ -118,7 +117,7 @@ def _task_values(conn: Connection, layout: Layout, filt: KeyFilter, count: int) 
 def _dag_run_values(conn: Connection, layout: Layout, filt: KeyFilter, count: int) -> list[LargeValue]:
     table = layout.dag_run_store
     if table is None:  # --store dag_run on a database without the store
-        from statestore_cli.backends.metastore import dag_run_store
+        from statestore_cli.backends.key_conditions import dag_run_store
 
         table = dag_run_store(conn)  # raises the error that says so
     cols = [table.c.dag_id, table.c.run_id, table.c.key]
@@ -128,7 +127,7 @@ def _dag_run_values(conn: Connection, layout: Layout, filt: KeyFilter, count: in
 
 def _asset_values(conn: Connection, filt: KeyFilter, count: int) -> list[LargeValue]:
     kv = asset_state_store
-    size = value_bytes(conn.dialect.name, kv.c.value).label("nbytes")
+    size = impl_of(conn).value_bytes(kv.c.value).label("nbytes")
     cols = [asset.c.name, asset.c.uri, asset.c.id, kv.c.key]
     query = select(*cols, size).join(asset, asset.c.id == kv.c.asset_id)
     for column, wanted in ((asset.c.id, filt.asset_id), (asset.c.name, filt.name), (asset.c.uri, filt.uri)):

@@ -170,11 +170,13 @@ def database_label(url: str) -> str:
     from sqlalchemy.engine import make_url  # SQLAlchemy parses the URL only; nothing connects
     from sqlalchemy.exc import ArgumentError
 
+    from statestore_cli.db.engines import impl_of
+
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
         return "unknown"
-    if parsed.get_backend_name() == "sqlite":
+    if not impl_of(parsed).has_server:  # a file (or memory) of its own
         name = parsed.database or ""
         return _as_utf8(Path(name).name) if name not in ("", ":memory:") else "memory"
     host = parsed.host or "localhost"

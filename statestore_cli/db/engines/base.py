@@ -1,0 +1,146 @@
+"""``EngineImpl``: what every engine does alike, and the default each engine's module overrides where it
+differs (``sqlite.py``, ``postgresql.py``, ``mysql.py``). Nothing here keeps state: one instance per
+dialect name serves every connection (``impl_of``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Table, case, func, select
+from sqlalchemy.engine import Connection, CursorResult, Engine, Row
+from sqlalchemy.engine.url import URL
+from sqlalchemy.sql import ColumnElement, Select
+
+Narrow = Callable[[Select[Any]], Select[Any]]  # a query with the caller's WHERE added
+
+
+class EngineImpl:
+    """The default behaviour, the SQL standard's where there is one; a subclass per engine overrides it."""
+
+    # Whether the database is a server's (host, port, name), not a file (or memory) opened in process.
+    has_server = True
+    # Parts of `stats`' per-dag pass to read at once per core (``parts_per_core`` times the cores, at most 4).
+    parts_per_core = 1
+    # Whether `stats` counts the expiry buckets in its per-dag pass (a CASE per row) rather than as ranges
+    # of the expires_at index, one count each: whichever the engine does faster.
+    buckets_in_pass = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # SQLAlchemy's dialect name: "sqlite", "postgresql", "mysql", "mariadb", ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    # -- the database --------------------------------------------------------------------------------
+    def database_file(self, url: URL) -> Path | None:
+        """The file that holds the database, for an engine that keeps it in one; else None."""
+        return None
+
+    def read_one_snapshot(self, conn: Connection) -> Connection:
+        """``conn`` set to read every statement of its transaction from one snapshot of the database."""
+        return conn.execution_options(isolation_level="REPEATABLE READ")
+
+    # -- values and text -----------------------------------------------------------------------------
+    def value_bytes(self, column: Any) -> Any:
+        """The size of a stored value in bytes of its (UTF-8) text, the measure writers hold against
+        ``[state_store] max_value_storage_bytes``."""
+        return func.octet_length(column)
+
+    def code_point_order(self, column: Any) -> Any:
+        """``column`` (text) as an ``ORDER BY`` term that sorts as Python sorts ``str``: by code point,
+        whatever the column's collation."""
+        return column
+
+    def region_order(self, column: Any) -> Any:
+        """``region_id`` ordered as its UUID's text: stored as bytes it is in that order already; as text
+        it is ordered as text."""
+        if getattr(column.type, "form", "text") == "bytes":
+            return column
+        return self.code_point_order(column)
+
+    def check_asset_text(self, name: str | None, uri: str | None) -> None:
+        """Refuse an asset name or uri (to look up or write) that no asset on this engine can have."""
+
+    def check_expiry(self, expires_at: datetime | None) -> None:
+        """Refuse an expiry this engine's timestamp column cannot hold."""
+
+    def refuse_twin_row(
+        self, conn: Connection, what: str, table: Any, texts: dict[str, Any], within: dict[str, Any] | None = None
+    ) -> None:
+        """Refuse a write of ``texts`` that the table's unique index would land on a stored row differing
+        from it (only where the engine's collations compare texts loosely)."""
+
+    # -- writes of one row ---------------------------------------------------------------------------
+    def insert(self, table: Table) -> Any:
+        """The engine's ``INSERT`` construct, with its own conflict clauses."""
+        return table.insert()
+
+    def upsert(
+        self, conn: Connection, table: Table, values: Mapping[str, Any], conflict: Sequence[str], update: Sequence[str]
+    ) -> CursorResult[Any]:
+        """Insert ``values``, or update the ``update`` columns of the row that clashes on ``conflict``
+        (column keys, which may differ from the database's names: see ``layout``)."""
+        ins = self.insert(table).values(**values)
+        return conn.execute(
+            ins.on_conflict_do_update(
+                index_elements=[table.c[k] for k in conflict], set_={c: ins.excluded[c] for c in update}
+            )
+        )
+
+    def insert_new(self, conn: Connection, table: Table, values: Mapping[str, Any]) -> CursorResult[Any]:
+        """Insert a row that must be new: one clashing on a unique key fails with the database's error, in
+        every engine alike (the counterpart of ``upsert`` for a writer that must never replace a row)."""
+        return conn.execute(table.insert().values(**values))
+
+    def insert_if_missing(self, conn: Connection, table: Table, values: Mapping[str, Any]) -> None:
+        """Insert a row unless one with the same unique values exists already."""
+        conn.execute(self.insert(table).values(**values).on_conflict_do_nothing())
+
+    # -- deletes of many rows ------------------------------------------------------------------------
+    def in_rowid_order(self, table: Table, where: ColumnElement[bool]) -> ColumnElement[bool]:
+        """The rows of ``table`` (which has an ``id`` primary key) that ``where`` selects, for one
+        ``DELETE`` of many of them: the server plans a plain ``WHERE`` well."""
+        return where
+
+    # -- counting (`stats`) --------------------------------------------------------------------------
+    def count_true(self, condition: ColumnElement[bool]) -> Any:
+        """An aggregate: how many rows of the group ``condition`` holds for."""
+        return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+    def group_exactly(self, text: Any) -> list[Any]:
+        """``GROUP BY`` terms that keep texts apart that differ in trailing spaces."""
+        return [text]
+
+    def whole_store_pass(self, task: Table, per_dag: Select[Any]) -> Select[Any]:
+        """``per_dag`` (grouped by ``task.dag_id``) as this engine reads a whole task store fastest."""
+        return per_dag
+
+    def splits_pass(self, engine: Engine) -> bool:
+        """Whether a pass over a large store is split into parts read at once on connections of their own."""
+        return True
+
+    def part_bounds(self, conn: Connection, task: Table, low: int, span: int, parts: int) -> tuple[Any, list[Any]]:
+        """A column and the values that split ``task``'s rows (ids ``low`` to ``low + span - 1``) into
+        ``parts`` parts: ranges of the primary key, each read in the table's order."""
+        return task.c.id, [low + span * i // parts for i in range(1, parts)]
+
+    def fetch_part(self, conn: Connection, query: Select[Any]) -> list[Row[Any]]:
+        """The rows of one part of a split pass, on a connection of the part's own."""
+        return list(conn.execute(query))
+
+    def count_ranges(
+        self, conn: Connection, narrow: Narrow, column: Any, ranges: Sequence[tuple[Any, Any]]
+    ) -> list[int]:
+        """The rows ``narrow`` keeps (it adds a ``WHERE`` to the query it is given) in each half-open range
+        ``[low, high)`` of ``column``, the ranges back to back: one range count of its index each, in one
+        statement (a CASE per row comparing timestamps is several times slower where many rows are in range)."""
+        counts = [
+            narrow(select(func.count())).where(column >= low, column < high).scalar_subquery() for low, high in ranges
+        ]
+        return [int(n) for n in conn.execute(select(*counts)).one()]
+
+
+IMPL_CLASS = EngineImpl
