@@ -47,6 +47,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from statestore_cli.db import schema
 from statestore_cli.db.airflow_versions import airflow_version
+from statestore_cli.db.engines import impl_of
 from statestore_cli.db.schema import store_schema
 
 LAYOUT_33, LAYOUT_BETWEEN, LAYOUT_34 = "3.3", "3.4-between", "3.4"
@@ -184,19 +185,11 @@ class Layout:
 
     def task_instances(self, dialect: str) -> FromClause:
         """Where a clean looks up the task instances of the keys it may keep (rows of it that pass
-        ``unfinished_state`` are the unfinished ones). SQLite looks each expired key's task instance up
-        in ``task_instance`` itself (its unique key, then the row for the state); from a subquery of the
-        unfinished task instances alone, which a ``LIMIT`` keeps it from flattening into the statement,
-        it reads that small set once into an automatic index and probes that instead. The set is read
-        through Airflow's index on ``state`` (``unfinished_ranges``), so a batched clean, which reads it
-        once per batch, does not scan every task instance each time. PostgreSQL and MySQL plan the table
-        itself as an anti-join or an index lookup."""
+        ``unfinished_state`` are the unfinished ones): as the engine reads them best
+        (``EngineImpl.unfinished_instances``)."""
         ti = self.task_instance
         assert ti is not None
-        if dialect != "sqlite":
-            return ti
-        columns = [column.label(column.key) for column in ti.c]
-        return select(*columns).where(self.unfinished_ranges()).limit(-1).subquery("unfinished_ti")
+        return impl_of(dialect).unfinished_instances(ti, self.unfinished_ranges())
 
     def unfinished_ranges(self) -> ColumnElement[bool]:
         """``unfinished_state`` as the ranges between the finished states (in SQLite's binary order of text):
@@ -212,16 +205,13 @@ class Layout:
     def unfinished(self, table: Table, dialect: str, per_batch: bool = True) -> ColumnElement[bool] | None:
         """Where the row of ``table`` (the task table) has a task instance that has not finished; None where
         there is nothing to ask (no ``task_instance`` table: a standalone store; or a dag-run table).
-
-        ``per_batch``: the statement runs once per batch of a clean, not once over the whole table. SQLite
-        answers a statement over the whole table faster from the list of the unfinished task instances' key
-        ids (``unfinished_key_ids``: read once, then one integer lookup per expired key, where the
-        ``EXISTS`` compares four text columns per key); a batch, which would read that list again each time,
-        keeps the ``EXISTS``."""
+        ``per_batch``: the statement runs once per batch of a clean, not once over the whole table (see
+        ``EngineImpl.keeps_by_id_list``: the engine may then ask it by id, of ``unfinished_key_ids``)."""
         if self.task_instance is None or table is not self.task:
             return None
-        if dialect == "sqlite" and not per_batch:
-            return table.c.id.in_(self.unfinished_key_ids(table, dialect))
+        impl = impl_of(dialect)
+        if impl.keeps_by_id_list and not per_batch:
+            return table.c.id.in_(impl.kept_ids(self.unfinished_key_ids(table, dialect)))
         ti = self.task_instances(dialect)
         return exists().where(*self.task_instance_of(table, ti), self.unfinished_state(ti))
 

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Table, case, func, select
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row
 from sqlalchemy.engine.url import URL
-from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 Narrow = Callable[[Select[Any]], Select[Any]]  # a query with the caller's WHERE added
 
@@ -104,6 +104,23 @@ class EngineImpl:
         """The rows of ``table`` (which has an ``id`` primary key) that ``where`` selects, for one
         ``DELETE`` of many of them: the server plans a plain ``WHERE`` well."""
         return where
+
+    # -- the keys a clean keeps (those of unfinished task instances) ---------------------------------
+    # Whether a statement over the whole task table (a one-statement clean, a count) keeps them by id,
+    # against the ids of the unfinished task instances' keys read once (``kept_ids``), rather than by an
+    # EXISTS on each expired key's task instance. A batch always asks the EXISTS: it would read the list
+    # again for each batch.
+    keeps_by_id_list = False
+
+    def kept_ids(self, ids: Select[Any]) -> Select[Any]:
+        """``ids`` (one column) as the engine reads such a list once for a whole statement."""
+        return ids
+
+    def unfinished_instances(self, task_instance: Table, unfinished_ranges: ColumnElement[bool]) -> FromClause:
+        """Where a statement looks up the task instances of the keys it may keep: the table itself, which
+        the server plans as an anti-join or an index lookup. ``unfinished_ranges``: the unfinished states
+        as ranges between the finished ones, in binary order of text (an index on ``state`` serves it)."""
+        return task_instance
 
     # -- counting (`stats`) --------------------------------------------------------------------------
     def count_true(self, condition: ColumnElement[bool]) -> Any:

@@ -21,9 +21,23 @@ from statestore_cli.errors import InvalidInputError
 TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)  # the last instant a MySQL TIMESTAMP holds
 
 
+_NO_LIMIT = 2**64 - 1  # MySQL's way of a LIMIT that limits nothing
+
+
 class MySQLImpl(EngineImpl):
     # The parts of a split pass also wait on InnoDB page reads, so two per core keep the cores busy.
     parts_per_core = 2
+
+    # A lookup in a list read once, where an EXISTS per expired key costs InnoDB an index dive of three
+    # 250-character columns each: the keep rule cost a one-statement clean about half again its time.
+    keeps_by_id_list = True
+
+    def kept_ids(self, ids: Select[Any]) -> Select[Any]:
+        # A derived table with a LIMIT is materialized once, not merged into the statement: merged, MySQL
+        # would refuse a DELETE whose subquery reads the table it deletes from, and MariaDB would look
+        # the ids up row by row.
+        kept = ids.limit(_NO_LIMIT).subquery("kept")
+        return select(kept.c[0])
 
     def value_bytes(self, column: Any) -> Any:
         return func.length(column)  # bytes there; ``CHAR_LENGTH`` counts characters

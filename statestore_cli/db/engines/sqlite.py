@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import LargeBinary, Table, cast, func, select
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.engine.url import URL
-from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql import ColumnElement, FromClause, Select
 
 from statestore_cli.db.engines.base import EngineImpl
 
@@ -43,6 +43,17 @@ class SQLiteImpl(EngineImpl):
         # covers them) it deletes in rowid order, page after page: much faster where many rows go, and no
         # slower where few do.
         return table.c.id.in_(select(table.c.id).where(where))
+
+    keeps_by_id_list = True  # an integer lookup per expired key, where the EXISTS compares four text columns
+
+    def unfinished_instances(self, task_instance: Table, unfinished_ranges: ColumnElement[bool]) -> FromClause:
+        # SQLite would look each expired key's task instance up in ``task_instance`` itself (its unique
+        # key, then the row for the state). From a subquery of the unfinished ones alone, which the
+        # ``LIMIT`` keeps it from flattening into the statement, it reads that small set once into an
+        # automatic index and probes that; read through Airflow's index on ``state`` (the ranges), so a
+        # batched clean, which reads it once per batch, does not scan every task instance each time.
+        columns = [column.label(column.key) for column in task_instance.c]
+        return select(*columns).where(unfinished_ranges).limit(-1).subquery("unfinished_ti")
 
     def splits_pass(self, engine: Engine) -> bool:
         return self.database_file(engine.url) is not None  # an in-memory database is private to its connection
