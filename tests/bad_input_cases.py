@@ -733,6 +733,11 @@ CASES = [
 
 def seed(url: str) -> None:
     db_init(load_settings(conn_override=url))
+    seed_keys(url)
+
+
+def seed_keys(url: str) -> None:
+    """``seed``'s keys, in a store whose tables are made."""
     backend = MetastoreBackend(make_engine(url))
     past = datetime.now(UTC) - timedelta(days=1)
     backend.set(TaskScope("d", "r", "t"), "k", '"old"')

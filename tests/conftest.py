@@ -42,7 +42,7 @@ from cli_running import Result, run_cli
 from monitoring import Server, node_exporter
 from run_scope import once_per_run, start_run
 from servers import ENGINES, drop_worker_databases, finish_run
-from stores import isolated_database, postgresql_store
+from stores import isolated_database, mariadb_store, postgresql_store
 
 from statestore_cli.config import load_settings
 from statestore_cli.masking import forget_secrets
@@ -189,6 +189,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 _sqlite_template: list[Path] = []  # a SQLite store db_init made, once per worker
+_REUSED_STORES = {"postgresql": postgresql_store, "mariadb": mariadb_store}
 
 
 def _configured() -> bool:
@@ -202,11 +203,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pyt
     """A store with the schema created, as the CLI's --conn takes it (SQLite unless parametrised).
 
     On SQLite, a copy of the file ``db init`` made once for the worker (with nothing configured); on PostgreSQL
-    a store the worker's earlier test had and left as it was, emptied (``stores.postgresql_store``); unless
-    the test has configured something before asking for its store: then ``db init`` makes this one."""
+    and MariaDB a store the worker's earlier test had and left as it was, emptied (``stores.postgresql_store``,
+    ``stores.mariadb_store``); unless the test has configured something before asking for its store: then
+    ``db init`` makes this one."""
     name = getattr(request, "param", "sqlite")
-    if name == "postgresql" and not _configured():
-        with postgresql_store() as url:
+    if name in _REUSED_STORES and not _configured():
+        with _REUSED_STORES[name]() as url:
             yield url
         return
     with isolated_database(name, tmp_path) as url:

@@ -17,11 +17,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
-from bad_input_cases import CASES, TASK, Case, seed
+from bad_input_cases import CASES, TASK, Case, seed, seed_keys
 from cli_running import run_cli, run_statestore_process
 from paths import REPO
 from sqlalchemy import make_url
-from stores import isolated_database, sql
+from stores import isolated_database, mariadb_store, postgresql_store, sql
 
 from statestore_cli.db.database import mask_url
 
@@ -57,11 +57,24 @@ def bare_database(engine: str, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+@contextmanager
+def seeded_store(engine: str, tmp_path: Path) -> Iterator[str]:
+    """A store with ``seed``'s keys: on a server, the worker's store its earlier test left, emptied
+    (``postgresql_store``, ``mariadb_store``); on SQLite a new file."""
+    if engine == "sqlite":
+        with isolated_database(engine, tmp_path) as url:
+            seed(url)
+            yield url
+        return
+    with (postgresql_store if engine == "postgresql" else mariadb_store)() as url:
+        seed_keys(url)
+        yield url
+
+
 @pytest.mark.parametrize("case, engine", list(params()))
 def test_bad_input(case: Case, engine: str, tmp_path, monkeypatch, clean_environment):
     with ExitStack() as stack:
-        url = stack.enter_context(isolated_database(engine, tmp_path))
-        seed(url)
+        url = stack.enter_context(seeded_store(engine, tmp_path))
         before = snapshot(url)
         fill = {"url": url, "home": str(clean_environment), "cfg": str(tmp_path / "airflow.cfg"), "bare": ""}
         fill["bare_conn"] = ""
