@@ -55,7 +55,7 @@ def finish_run() -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _mark_database(engine_name: str, name: str) -> Path:
+def mark_database(engine_name: str, name: str) -> Path:
     """Note the run-wide or worker database ``name``, so that ``finish_run`` drops it if nothing else
     did (a worker that crashed): the note is made before the database."""
     markers = run_folder() / "databases"
@@ -77,7 +77,7 @@ def run_database(engine_name: str, what: str, build: Callable[[str], None]) -> s
     url = make_url(require_server(engine_name)).set(database=name).render_as_string(hide_password=False)
 
     def create(folder: Path) -> None:
-        _mark_database(engine_name, name)
+        mark_database(engine_name, name)
         _drop_database(engine_name, name)  # left by a build that failed
         server_statements(require_server(engine_name), f"CREATE DATABASE {name}")
         build(url)
@@ -109,7 +109,7 @@ def require_server(name: str) -> str:
     if name not in _worker_databases:
         label = f"sstest_{run_token()}_{worker_id()}"
         charset = "" if name == "postgresql" else " CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
-        _mark_database(name, label)
+        mark_database(name, label)
         server_statements(SERVER_URLS[name], f"CREATE DATABASE {label}{charset}")
         url = make_url(SERVER_URLS[name]).set(database=label).render_as_string(hide_password=False)
         _worker_databases[name] = url

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from servers import database_name, engine_of, kept_engine, require_server, server_statements
+from servers import database_name, engine_of, kept_engine, mark_database, require_server, server_statements
 from sqlalchemy import Connection, make_url, text
 
 
@@ -58,9 +58,13 @@ ORDER BY 1, 2, 3, 4
 """
 
 
-def _pg_shape(schema: str) -> list[tuple]:
-    with kept_engine(require_server("postgresql")).connect() as conn:
-        return [tuple(row) for row in conn.execute(text(_PG_SHAPE), {"s": schema})]
+def pg_shape(schema: str, conn: Connection | None = None) -> list[tuple]:
+    """What is in the PostgreSQL schema ``schema`` besides rows (of the database ``conn`` is in; by default
+    this worker's): its tables, columns, indexes, constraints..."""
+    if conn is None:
+        with kept_engine(require_server("postgresql")).connect() as own:
+            return pg_shape(schema, own)
+    return [tuple(row) for row in conn.execute(text(_PG_SHAPE), {"s": schema})]
 
 
 @contextmanager
@@ -82,7 +86,7 @@ def postgresql_store() -> Iterator[str]:
         url = make_url(worker_url).update_query_dict({"options": f"-csearch_path={label}"})
         url = url.render_as_string(hide_password=False)
         db_init(load_settings(conn_override=url, environ={"AIRFLOW_HOME": tempfile.gettempdir()}))
-        shape = _pg_shape(label)
+        shape = pg_shape(label)
     try:
         yield url
     finally:
@@ -155,6 +159,7 @@ def mariadb_store() -> Iterator[str]:
         from statestore_cli.ops.commands import db_init
 
         label = database_name("ss")
+        mark_database("mariadb", label)  # a database of the server's, not the worker's: dropped when the run ends
         server_statements(worker_url, f"CREATE DATABASE {label}")
         url = make_url(worker_url).set(database=label).render_as_string(hide_password=False)
         db_init(load_settings(conn_override=url, environ={"AIRFLOW_HOME": tempfile.gettempdir()}))
@@ -181,7 +186,10 @@ def sessions_left(conn: Connection, database: str) -> bool:
     command run in-process leaves its pooled connections to the collector, and a session left in the store would
     meet the next test (a test that kills "the command's session" finds it by the database's name; a lock it
     holds, GET_LOCK of clean --exclusive, is the session's). A new store would not see it: the store is dropped."""
-    others = "SELECT count(*) FROM information_schema.processlist WHERE db = :s AND id <> CONNECTION_ID()"
+    if conn.dialect.name == "postgresql":
+        others = "SELECT count(*) FROM pg_stat_activity WHERE datname = :s AND pid <> pg_backend_pid()"
+    else:
+        others = "SELECT count(*) FROM information_schema.processlist WHERE db = :s AND id <> CONNECTION_ID()"
     if not conn.execute(text(others), {"s": database}).scalar():
         return False
     gc.collect()
