@@ -153,10 +153,18 @@ def _make_airflow(engine_name: str, revision: str) -> _KeptAirflow:
                 found = [tuple(row) for row in result]
                 if found:
                     rows[table] = (list(result.keys()), found)
-            shape = pg_shape("public", conn) if engine_name == "postgresql" else mariadb_shape(name, conn)
+            shape = _shape(conn, name)
     finally:
         engine.dispose()
     return _KeptAirflow(engine_name, name, url, shape, state, rows)
+
+
+def _shape(conn: Connection, name: str) -> list[tuple]:
+    """What is in the database besides rows; on PostgreSQL, its schemas too (a test may add one)."""
+    if conn.dialect.name != "postgresql":
+        return mariadb_shape(name, conn)
+    schemas = [("schema", row[0]) for row in conn.exec_driver_sql("SELECT nspname FROM pg_namespace ORDER BY 1")]
+    return schemas + pg_shape("public", conn)
 
 
 def _quoted(conn: Connection, name: str) -> str:
@@ -201,8 +209,7 @@ def _put_back(made: _KeptAirflow) -> bool:
         engine = engine_of(made.url)
         try:
             with engine.connect() as conn:
-                shape = pg_shape("public", conn) if made.engine == "postgresql" else mariadb_shape(made.name, conn)
-                if shape != made.shape:
+                if _shape(conn, made.name) != made.shape:
                     return False
                 state = _table_state(conn)
                 if state == made.state:
