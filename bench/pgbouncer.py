@@ -6,7 +6,7 @@ straight to the PostgreSQL server; and what the pooler-safe defaults cost withou
     .venv/bin/python bench/pgbouncer.py --baseline-rev ef9df90          # also the code before the change
 
 PgBouncer is the system's (Debian: /usr/sbin/pgbouncer), started on a free loopback port by the test
-suite's own helper (``tests/helpers.py``: transaction mode, 2 server connections per database and
+suite's own helper (``tests/pgbouncer_proxy.py``: transaction mode, 2 server connections per database and
 user, the chart's ``ignore_startup_parameters``). While each clean runs, two other clients run short
 transactions (a ``SELECT`` of one key, every 5 ms each) on the same path as the clean: through the
 pool when the clean goes through it, straight to the server when it does not, so the pooler is the
@@ -47,7 +47,7 @@ from stores import SERVERS
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from helpers import pgbouncer  # noqa: E402 - the test suite's PgBouncer, so both run the same configuration
+from pgbouncer_proxy import pgbouncer  # noqa: E402 - the test suite's PgBouncer, so both run the same configuration
 
 # A statestore process running the package found at the path given first, whatever is installed.
 RUN = "import sys; sys.path.insert(0, sys.argv.pop(1)); from statestore_cli.__main__ import main; main()"

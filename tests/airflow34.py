@@ -1,7 +1,7 @@
 """Throwaway Airflow 3.4 metadata databases (tests/fixtures/README.md) for the tests of the dag-run store.
 
 SQLite: a copy of ``airflow-3.4.sqlite``; PostgreSQL and MariaDB: a new database with the 3.3.2 dump and
-both hand-written 3.4 DDL steps loaded (``helpers.airflow_database``).
+both hand-written 3.4 DDL steps loaded (``airflow_schema.airflow_database``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from helpers import HEAD_34, airflow_database, sql
+from airflow_schema import HEAD_34, airflow_database
+from stores import sql
 
 
 @contextmanager

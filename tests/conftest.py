@@ -1,21 +1,26 @@
 """Fixtures: a clean Airflow environment per test, real stores (SQLite, or a server where a module asks), the CLI.
 
-Helpers that are not fixtures (running the CLI, raw SQL, the servers) are in ``helpers.py``.
+Helpers that are not fixtures are in modules named for what they provide: ``cli_running`` (the CLI in-process
+or as a process), ``servers`` (the database servers, each worker's database on them, throwaway databases),
+``stores`` (a store of its own, raw SQL), ``run_scope`` (what a run's workers share), ``airflow_schema``,
+``seeded_stores``, ``terminals``, ``faults``, ``metrics_files``, ``pgbouncer_proxy``, ``expected_output``...;
+``sample_backends`` holds the custom backends, ``NullBackend`` the one stub the others build on. No test
+module imports another: what two of them share goes into such a module.
 
 Parallel workers. The suite runs on pytest-xdist's workers (``-n`` in pyproject's addopts), so no test may
 rely on another's rows, locks, files or settings, nor on running alone. How a test gets a database:
 
 - a store with the schema made: ``db_url`` (SQLite; ``@pytest.mark.parametrize("db_url", ENGINES,
   indirect=True)``, or ``ALL_ENGINES = True`` in the module, for PostgreSQL and MariaDB too); an empty one:
-  ``empty_db_url`` (the same parameters) or ``helpers.isolated_database(engine, tmp_path)``;
-- a whole server database (PgBouncer, an Airflow schema): ``helpers.throwaway_database`` /
-  ``throwaway_airflow_database``, named by ``helpers.database_name``, which names the worker.
+  ``empty_db_url`` (the same parameters) or ``stores.isolated_database(engine, tmp_path)``;
+- a whole server database (PgBouncer, an Airflow schema): ``servers.throwaway_database`` /
+  ``airflow_schema.throwaway_airflow_database``, named by ``servers.database_name``, which names the worker.
 
-Each worker has a database of its own on each server, ``sstest_<run>_<worker>`` (``helpers.require_server``
+Each worker has a database of its own on each server, ``sstest_<run>_<worker>`` (``servers.require_server``
 gives its URL: create databases and schemas from it, never tables in it); the PostgreSQL schemas above are
 made inside it. Never write the URL or name of a database a test uses into the test, nor change a server-wide
 setting (``SET GLOBAL``): set it for the test's own sessions (the URL's ``options`` or ``init_command``). What is
-costly and only read is built once per run for every worker (``helpers.once_per_run``, ``run_database``:
+costly and only read is built once per run for every worker (``run_scope.once_per_run``, ``servers.run_database``:
 Airflow's migrated databases, the wheel); servers a test starts listen on a free loopback port. A test on a
 server, or one that starts processes, terminals or servers or waits out a timeout, is ``slow``: the quick
 subset (``-m 'not slow'``) leaves it out.
@@ -27,24 +32,17 @@ import gc
 import os
 import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import (
-    BACKENDS_MODULE,
-    ENGINES,
-    Result,
-    drop_worker_databases,
-    finish_run,
-    isolated_database,
-    once_per_run,
-    postgresql_store,
-    run_cli,
-    start_run,
-)
+from cli_running import Result, run_cli
 from monitoring import Server, node_exporter
+from run_scope import once_per_run, start_run
+from servers import ENGINES, drop_worker_databases, finish_run
+from stores import isolated_database, mariadb_store, postgresql_store
 
 from statestore_cli.config import load_settings
 from statestore_cli.masking import forget_secrets
@@ -191,6 +189,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 _sqlite_template: list[Path] = []  # a SQLite store db_init made, once per worker
+_REUSED_STORES = {"postgresql": postgresql_store, "mariadb": mariadb_store}
 
 
 def _configured() -> bool:
@@ -204,11 +203,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pyt
     """A store with the schema created, as the CLI's --conn takes it (SQLite unless parametrised).
 
     On SQLite, a copy of the file ``db init`` made once for the worker (with nothing configured); on PostgreSQL
-    a store the worker's earlier test had and left as it was, emptied (``helpers.postgresql_store``); unless
-    the test has configured something before asking for its store: then ``db init`` makes this one."""
+    and MariaDB a store the worker's earlier test had and left as it was, emptied (``stores.postgresql_store``,
+    ``stores.mariadb_store``); unless the test has configured something before asking for its store: then
+    ``db init`` makes this one."""
     name = getattr(request, "param", "sqlite")
-    if name == "postgresql" and not _configured():
-        with postgresql_store() as url:
+    if name in _REUSED_STORES and not _configured():
+        with _REUSED_STORES[name]() as url:
             yield url
         return
     with isolated_database(name, tmp_path) as url:
@@ -243,6 +243,23 @@ def cli(db_url: str) -> Iterator[Callable[..., Result]]:
 
 
 # -- custom backends --------------------------------------------------------------------------------------
+# The module the ``backends`` fixture makes importable as ``ss_test_backends``.
+BACKENDS_MODULE = '''
+from sample_backends import NullBackend
+
+
+class DictBackend(NullBackend):
+    """A tiny valid backend: nothing is ever stored."""
+
+
+class NotABackend:
+    pass
+
+
+not_a_class = 42
+'''
+
+
 @pytest.fixture
 def backends(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """A module ``ss_test_backends`` importable from tmp_path, forgotten again after the test."""
@@ -297,3 +314,22 @@ def textfile_exporter(tmp_path: Path) -> Iterator[Server]:
     with node_exporter(directory, tmp_path / "node-exporter.log") as server:
         yield server
     assert server.proc.poll() is not None, "node-exporter is still running"
+
+
+# -- a full disk (test_faults, test_backup) ----------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs, where the machine lets the test mount one."""
+    where = tmp_path / "small"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root; a full disk cannot be set up here")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(
+            f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()}); a full disk cannot be set up"
+        )
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)

@@ -26,17 +26,10 @@ from typing import Any, NamedTuple
 
 import pytest
 from airflow34 import add_runs
-from helpers import (
-    FIXTURES,
-    HEAD_34,
-    REALISTIC_EXPIRED,
-    SQLITE_FIXTURES,
-    isolated_database,
-    realistic_keys,
-    run_statestore_process,
-    seed_realistic,
-    sql,
-)
+from airflow_schema import FIXTURES, HEAD_34, SQLITE_FIXTURES
+from cli_running import run_statestore_process
+from seeded_stores import REALISTIC_EXPIRED, realistic_keys, seed_realistic
+from stores import isolated_database, sql
 
 from statestore_cli.config import load_settings
 from statestore_cli.ops.commands import db_init

@@ -20,6 +20,35 @@ OBJECTS: dict[str, tuple[str, datetime | None, datetime]] = {}  # ref -> (JSON t
 _counter = itertools.count()
 
 
+class NullBackend(BaseStoreBackend):
+    """Stores nothing: every get finds nothing, every delete and clear removes nothing. A valid backend, and
+    the one stub the tests build theirs on (a worker's hooks, a backend that fails to load, a planted module)."""
+
+    def get(self, scope, key, *, session=None):
+        return None
+
+    def set(self, scope, key, value, *, expires_at=None, session=None):
+        pass
+
+    def delete(self, scope, key, *, session=None):
+        return 0
+
+    def clear(self, scope, *, all_map_indices=False, session=None):
+        return 0
+
+    async def aget(self, scope, key, *, session=None):
+        return None
+
+    async def aset(self, scope, key, value, *, expires_at=None, session=None):
+        pass
+
+    async def adelete(self, scope, key, *, session=None):
+        return 0
+
+    async def aclear(self, scope, *, all_map_indices=False, session=None):
+        return 0
+
+
 def _folder(scope, *, all_map_indices=False):
     if isinstance(scope, TaskScope):
         region = f"region={scope.region_id}/" if scope.region_id.int else ""
@@ -189,19 +218,9 @@ class NullAcceptingBackend(DictBackend):
 
 
 class IncompleteBackend(BaseStoreBackend):
-    """Implements the synchronous methods only: the async ones are still abstract."""
+    """Implements the synchronous methods only (``NullBackend``'s): the async ones are still abstract."""
 
-    def get(self, scope, key, *, session=None):
-        return None
-
-    def set(self, scope, key, value, *, expires_at=None, session=None):
-        pass
-
-    def delete(self, scope, key, *, session=None):
-        return 0
-
-    def clear(self, scope, *, all_map_indices=False, session=None):
-        return 0
+    get, set, delete, clear = NullBackend.get, NullBackend.set, NullBackend.delete, NullBackend.clear
 
 
 class FailingCleanupBackend(DictBackend):

@@ -21,19 +21,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from helpers import (
-    BETWEEN,
-    ENGINES,
-    FIXTURES,
-    HEAD_34,
-    Result,
-    as_utc,
-    engine_of,
-    load_airflow_schema,
-    run_cli,
-    sql,
-    throwaway_airflow_database,
-)
+from airflow_schema import BETWEEN, FIXTURES, HEAD_34, load_airflow_schema, throwaway_airflow_database
+from cli_running import Result, run_cli
+from servers import ENGINES, engine_of
+from stores import as_utc, sql
 
 LAYOUTS = {"3.4": HEAD_34, "3.4-between": BETWEEN}  # layout name -> its alembic revision
 SQLITE_FILES = {HEAD_34: "airflow-3.4.sqlite", BETWEEN: "airflow-3.4-between.sqlite"}

@@ -17,8 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, sql, throwaway_database
+from cli_running import run_cli
+from servers import throwaway_database
 from sqlalchemy import create_engine
+from stores import sql
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 AIRFLOW_332 = FIXTURES / "airflow-3.3.2.sqlite"

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import pytest
 from airflow_venv import AirflowOps, airflow, airflow_env
-from helpers import database_name, require_server, run_cli, run_database, run_folder, run_lock
+from cli_running import run_cli
+from run_scope import run_folder, run_lock
+from servers import database_name, require_server, run_database
 from sqlalchemy import create_engine, make_url, text
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO
+from paths import REPO
 
 from statestore_cli.ops.metrics import CleanMetrics, StatsMetrics
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run_cli
+from cli_running import run_cli
+from startup_probe import probe
 
 STORE_CHECKS = ["loads", "round_trip", "delete", "clear", "async_non_blocking", "refuses_null"]
 WORKER_CHECKS = [
@@ -195,8 +196,6 @@ def test_the_table_shows_one_table_per_backend(monkeypatch, sample_objects):
     "argv", [["backend", "check", "-o", "plain"], ["orphans"], ["backend", "check", "-o", "json"]], ids=" ".join
 )
 def test_plain_and_json_output_load_no_rich(argv, tmp_path, db_url):
-    from test_startup import probe
-
     env = {
         "AIRFLOW__WORKERS__STATE_STORE_BACKEND": "statestore_cli.backends.filesystem.FilesystemBackend",
         "AIRFLOW__STATE_STORE_FILESYSTEM__ROOT": str(tmp_path / "objects"),

@@ -15,11 +15,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, throwaway_database
-from helpers import server_statements as admin
+from backups import export, lines_of, long_key, records, restore
+from cli_running import ok, run_cli
+from schema_stores import SCHEMA_ENV, STATE_TABLES, SchemaStore, schema_store, tables_in
+from servers import server_statements as admin
+from servers import throwaway_database
 from sqlalchemy import delete
-from test_backup import export, lines_of, long_key, records, restore
-from test_db_schema import SCHEMA_ENV, STATE_TABLES, SchemaStore, ok, schema_store, tables_in
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

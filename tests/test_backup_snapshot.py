@@ -10,21 +10,11 @@ import json
 import time
 
 import pytest
-from helpers import engine_of, run_statestore_process
+from backups import export, lines_of, long_key, records, restore, seed, seed_bulk, start_clean, task_lines, task_rows
+from cli_running import run_statestore_process
+from faults import named_session
+from servers import engine_of
 from sqlalchemy import text
-from test_backup import (
-    export,
-    lines_of,
-    long_key,
-    records,
-    restore,
-    seed,
-    seed_bulk,
-    start_clean,
-    task_lines,
-    task_rows,
-)
-from test_faults import named_session
 
 pytestmark = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 

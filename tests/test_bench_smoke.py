@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import warm
-from helpers import REPO, server_environment
+from paths import REPO
+from servers import server_environment
 
 STATESTORE = Path(sys.executable).with_name("statestore")
 

@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from helpers import sql
+from stores import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

@@ -11,8 +11,10 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import engine_of, run_statestore_process, sql, start_statestore
+from cli_running import run_statestore_process, start_statestore
+from servers import engine_of
 from sqlalchemy import event
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

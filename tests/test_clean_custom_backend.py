@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import read_metrics
+from metrics_files import read_metrics
 
 SKIP_REASON = (
     "[state_store] backend is sample_backends.DictBackend, not the metastore backend: nothing to clean here; "

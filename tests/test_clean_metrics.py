@@ -12,7 +12,9 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import read_metrics, sql, start_statestore
+from cli_running import start_statestore
+from metrics_files import read_metrics
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

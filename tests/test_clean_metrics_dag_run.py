@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from airflow34 import add_runs, airflow34_database
-from helpers import read_metrics, read_samples, run_cli, sql
+from cli_running import run_cli
+from metrics_files import read_metrics, read_samples
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

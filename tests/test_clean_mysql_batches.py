@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import engine_of, isolated_database, sql
+from servers import engine_of
 from sqlalchemy import event, insert, text
 from sqlalchemy.engine import Engine
+from stores import isolated_database, sql
 
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine

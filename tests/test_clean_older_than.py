@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import sql
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

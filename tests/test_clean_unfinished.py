@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import BETWEEN, ENGINES, HEAD_34, HEAD_332, airflow_database, as_utc, read_samples, run_cli, sql
+from airflow_schema import BETWEEN, HEAD_34, HEAD_332, airflow_database
+from cli_running import run_cli
+from metrics_files import read_samples
+from servers import ENGINES
+from stores import as_utc, sql
 
 DAG = "billing_reconciliation_daily"
 RUN = "scheduled__2026-11-30T00:00:00+00:00"

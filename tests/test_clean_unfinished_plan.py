@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import BETWEEN, HEAD_34, HEAD_332, airflow_database
+from airflow_schema import BETWEEN, HEAD_34, HEAD_332, airflow_database
 from sqlalchemy import create_engine, func, select
 
 from statestore_cli.db.layout import layout_of

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import sql as _rows
+from stores import sql as _rows
 
 TASK = ("--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract")
 ASSET = ("--asset-name", "orders")

@@ -14,7 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from helpers import REPO, Result, run_cli
+from cli_running import Result, run_cli
+from paths import REPO
 
 from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.config import BUILTIN_BACKEND, is_builtin_backend, load_option_specs, load_settings

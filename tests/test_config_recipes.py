@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO, read_metrics, sql
+from metrics_files import read_metrics
+from paths import REPO
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.config import load_option_specs, load_settings

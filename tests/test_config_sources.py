@@ -17,7 +17,7 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
-from helpers import Result, run_cli, run_statestore_process
+from cli_running import Result, run_cli, run_statestore_process
 
 from statestore_cli.config import load_settings
 from statestore_cli.ops.commands import db_init

@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow34 import add_runs, airflow34_database
-from helpers import HEAD_332, airflow_database, as_utc, run_cli, sql
+from airflow_schema import HEAD_332, airflow_database
+from cli_running import run_cli
+from stores import as_utc, sql
 
 from statestore_cli import TaskScope
 from statestore_cli.backends.base import REF_MARKER
@@ -295,7 +297,7 @@ def test_a_dag_run_s_keys_and_a_task_s_on_airflow_3_4(engine, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_move_asks_at_a_terminal_with_the_counts(cli, db_url):
-    from test_help_and_prompts import Terminal, terminal_env
+    from terminals import Terminal, terminal_env
 
     _seed_task(cli)
     new = ["--dag-id", "etl", "--run-id", RUN, "--task-id", "submit_v2"]
@@ -364,7 +366,7 @@ def test_the_library_plans_before_it_copies(cli, db_url):
     ids=["ctrl-c", "ctrl-d"],
 )
 def test_a_move_not_confirmed_says_nothing_was_copied(cli, db_url, keys, code, after_question):
-    from test_help_and_prompts import Terminal, terminal_env
+    from terminals import Terminal, terminal_env
 
     _seed_task(cli)
     term = Terminal(["--conn", db_url, "copy", *OLD, "--to-task-id", "submit_v2", "--move"], terminal_env(columns=300))

@@ -12,42 +12,21 @@ import json
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
-from helpers import require_server, run_cli, sql, throwaway_database
-from helpers import server_statements as admin
+from cli_running import ok, run_cli
+from schema_stores import SCHEMA_ENV, STATE_TABLES, SchemaStore, schema_store, tables_in
+from servers import require_server
+from servers import server_statements as admin
 from sqlalchemy import make_url
+from stores import sql
 
 from statestore_cli.backends.stores import open_metastore
 from statestore_cli.config import load_settings
 
 TASK = ("--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract")
-SCHEMA_ENV = "AIRFLOW__DATABASE__SQL_ALCHEMY_SCHEMA"
-STATE_TABLES = {"asset", "asset_active", "asset_state_store", "dag_run", "task_state_store"}
-
-
-class SchemaStore(NamedTuple):
-    engine: str
-    url: str  # names the database only
-    schema: str
-    default: str  # the schema an unqualified name lands in (public; the URL's database on MariaDB)
-
-
-@contextmanager
-def schema_store(name: str) -> Iterator[SchemaStore]:
-    if name == "postgresql":
-        with throwaway_database(name, "ss") as url:
-            admin(url, "CREATE SCHEMA airflow_meta")
-            yield SchemaStore(name, url, "airflow_meta", "public")
-        return
-    with throwaway_database(name, "ss") as url, throwaway_database(name, "ss_meta") as meta:
-        schema, default = make_url(meta).database, make_url(url).database
-        assert schema and default
-        yield SchemaStore(name, url, schema, default)
 
 
 @pytest.fixture(params=["postgresql", "mariadb"])
@@ -55,21 +34,6 @@ def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> It
     with schema_store(request.param) as made:
         monkeypatch.setenv(SCHEMA_ENV, made.schema)
         yield made
-
-
-def tables_in(store: SchemaStore, schema: str) -> set[str]:
-    rows = sql(
-        store.url,
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = :schema",
-        schema=schema,
-    )
-    return {row[0].lower() for row in rows}
-
-
-def ok(*args: str, conn: str, input: str | None = None) -> str:
-    run = run_cli(*args, conn=conn, input=input)
-    assert run.exit_code == 0, run.output
-    return run.stdout
 
 
 def test_db_init_creates_the_tables_in_the_schema(store):

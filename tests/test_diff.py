@@ -10,7 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import ENGINES, HEAD_34, HEAD_332, airflow_database, run_cli, seed_realistic, sql
+from airflow_schema import HEAD_34, HEAD_332, airflow_database
+from cli_running import run_cli
+from seeded_stores import seed_realistic
+from servers import ENGINES
+from stores import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.backends.base import REF_MARKER

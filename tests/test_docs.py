@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from helpers import REPO
+from paths import REPO
 
 from statestore_cli import errors
 from statestore_cli.cli import reference

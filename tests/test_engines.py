@@ -1,6 +1,6 @@
 """What only shows across engines: identical round trips, concurrency, time zones and lock timeouts.
 
-The PostgreSQL and MariaDB tests need the servers of the development and CI machines (see helpers.py);
+The PostgreSQL and MariaDB tests need the servers of the development and CI machines (see servers.py);
 without them they are skipped with a message that says how to start one, and fail under CI=true.
 """
 
@@ -11,8 +11,10 @@ import threading
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from helpers import isolated_database, require_server, run_cli, sql
+from cli_running import run_cli
+from servers import require_server
 from sqlalchemy import insert, make_url
+from stores import isolated_database, sql
 
 from statestore_cli import MetastoreBackend, TaskScope, TaskStateStoreAccessor
 from statestore_cli.config import load_settings

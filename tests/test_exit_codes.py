@@ -11,7 +11,8 @@ import sqlite3
 import tomllib
 
 import pytest
-from helpers import REPO, run_statestore_process
+from cli_running import run_statestore_process
+from paths import REPO
 
 TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
 
@@ -136,11 +137,10 @@ def test_3_sqlite_file_that_does_not_exist_is_not_created(cli, tmp_path):
 
 def test_3_custom_backend_failure(cli, tmp_path, monkeypatch):
     (tmp_path / "broken_backend.py").write_text(
-        "from statestore_cli import BaseStoreBackend\n"
-        "class Broken(BaseStoreBackend):\n"
+        "from sample_backends import NullBackend\n"
+        "class Broken(NullBackend):\n"
         "    def __init__(self):\n"
         "        raise OSError('bucket not reachable')\n"
-        "    get = set = delete = clear = aget = aset = adelete = aclear = None\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("AIRFLOW__STATE_STORE__BACKEND", "broken_backend.Broken")

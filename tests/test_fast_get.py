@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import run_statestore_process
+from cli_running import run_statestore_process
 
 pytestmark = pytest.mark.slow  # real processes: the start-up fast path
 

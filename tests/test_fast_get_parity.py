@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import typer.main
-from helpers import read_terminal
+from terminals import read_terminal
 
 from statestore_cli.cli import fast_get
 from statestore_cli.cli.app import app

@@ -9,19 +9,17 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
-import threading
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 
 import pytest
-from helpers import engine_of, run_statestore_process, sql, start_statestore
-from sqlalchemy import make_url, text
+from cli_running import run_statestore_process, start_statestore
+from faults import SilentServer, kill_session, named_session, row_locked
+from servers import engine_of
+from sqlalchemy import text
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
@@ -34,29 +32,6 @@ TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
 
 
 # -- a server that accepts connections and never answers -------------------------------------------------
-class SilentServer:
-    """A TCP port that accepts every connection and never sends a byte, as a hung database server does."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted = threading.Event()
-        self._held: list[socket.socket] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:  # closed at the end of the test
-                return
-            self._held.append(conn)
-            self.accepted.set()
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self._held:
-            conn.close()
 
 
 @pytest.fixture
@@ -142,51 +117,6 @@ def test_a_signal_while_connecting_ends_the_command_at_once(silent, command, sig
 
 
 # -- the connection killed mid-write -------------------------------------------------------------------------
-@contextmanager
-def named_session(db_url: str) -> Iterator[tuple[str, str]]:
-    """``db_url`` with a marker that lets the test find the server session that uses it: the URL to
-    give the command, and the marker (PostgreSQL's application_name; MariaDB's database name)."""
-    url = make_url(db_url)
-    if url.get_backend_name() == "postgresql":
-        name = f"victim_{uuid.uuid4().hex[:8]}"
-        yield url.update_query_dict({"application_name": name}).render_as_string(hide_password=False), name
-    else:
-        assert url.database
-        yield db_url, url.database
-
-
-def kill_session(
-    db_url: str, marker: str, proc: subprocess.Popen, *, waiting_for_lock: bool = False, deadline: float = 60
-) -> None:
-    """End the server session of the command (``pg_terminate_backend`` / ``KILL``) once it is there
-    (and, with ``waiting_for_lock``, waiting for a row lock)."""
-    admin = engine_of(db_url, isolation_level="AUTOCOMMIT")
-    postgres = admin.dialect.name == "postgresql"
-    if postgres:
-        find = "SELECT pid FROM pg_stat_activity WHERE application_name = :m"
-        find += " AND wait_event_type = 'Lock'" if waiting_for_lock else ""
-    else:  # the lock holder sleeps between statements; the command waiting for its lock is in a query
-        find = "SELECT id FROM information_schema.processlist WHERE db = :m AND id <> CONNECTION_ID()"
-        # for 2 s or more: no statement of these commands takes that long on a test's few rows but a lock wait
-        # (INNODB_TRX does not list a locking read that waits; a session caught in any short query may not be there yet)
-        find += " AND command = 'Query' AND time >= 2" if waiting_for_lock else ""
-    give_up = time.monotonic() + deadline
-    try:
-        with admin.connect() as conn:
-            while time.monotonic() < give_up and proc.poll() is None:
-                ids = [row[0] for row in conn.execute(text(find), {"m": marker})]
-                if ids:
-                    for session in ids:
-                        if postgres:
-                            conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": session})
-                        else:
-                            conn.exec_driver_sql(f"KILL {int(session)}")
-                    return
-                time.sleep(0.02)
-    finally:
-        admin.dispose()
-    proc.kill()
-    pytest.fail(f"the command's session never appeared; the command: {proc.communicate()}")
 
 
 def seed_bulk_expired(db_url: str, count: int) -> None:
@@ -253,18 +183,6 @@ def test_a_connection_killed_mid_clean_keeps_the_committed_batches_and_a_rerun_f
     assert count_rows(db_url) == 0
 
 
-@contextmanager
-def row_locked(db_url: str, key: str) -> Iterator[None]:
-    """Hold the row lock of task key ``key`` (SELECT ... FOR UPDATE in an open transaction)."""
-    engine = engine_of(db_url)
-    quoted = "`key`" if engine.dialect.name in ("mysql", "mariadb") else '"key"'
-    with engine.connect() as conn, conn.begin():
-        found = conn.execute(text(f"SELECT id FROM task_state_store WHERE {quoted} = :k FOR UPDATE"), {"k": key})
-        assert found.first() is not None
-        yield
-    engine.dispose()
-
-
 def values(db_url: str) -> dict[str, str]:
     return dict(sql(db_url, "SELECT {key}, value FROM task_state_store ORDER BY {key}"))
 
@@ -296,24 +214,6 @@ def test_a_connection_killed_mid_write_leaves_the_old_state(db_url, args):
 
 
 # -- SQLite on a full disk -----------------------------------------------------------------------------------
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs, where the machine lets the test mount one."""
-    where = tmp_path / "small"
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small filesystem needs root; a full disk cannot be set up here")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(
-            f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()}); a full disk cannot be set up"
-        )
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=False)
-
-
 def test_a_write_on_a_full_disk_fails_clearly_and_keeps_the_previous_value(small_disk):
     url = f"sqlite:///{small_disk / 'airflow.db'}"
     assert run_statestore_process("--conn", url, "db", "init").exit_code == 0

@@ -21,8 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, sql
-from test_backup import seed
+from backups import seed
+from cli_running import run_cli
+from stores import sql
 
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(

@@ -10,7 +10,7 @@ import sys
 import uuid
 
 import pytest
-from helpers import sql
+from stores import sql
 
 from statestore_cli import AssetScope, FilesystemBackend, TaskScope
 from statestore_cli.backends.base import REF_MARKER, StoredRef

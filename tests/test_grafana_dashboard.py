@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import REPO, run_cli
+from cli_running import run_cli
 from monitoring import (
     PROMETHEUS,
     PROMTOOL,
@@ -30,6 +30,7 @@ from monitoring import (
     query,
     require_binary,
 )
+from paths import REPO
 
 DASHBOARD = REPO / "config" / "grafana" / "statestore.json"
 RULES = REPO / "config" / "prometheus" / "statestore-alerts.yml"

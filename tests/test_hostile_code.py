@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import read_metrics, sql
+from metrics_files import read_metrics
+from stores import sql
 
 P = "statestore_clean_"
 WHERE = "environment variable AIRFLOW__STATE_STORE__BACKEND: [state_store] backend = 'ss_exits.Backend'"
@@ -125,13 +126,7 @@ def test_a_backend_method_calling_sys_exit_is_an_error_not_a_success(cli, tmp_pa
 
 # -- files another user could change ---------------------------------------------------------------------
 OTHER_USER = 65534  # nobody
-BACKEND_CODE = (
-    "from statestore_cli import BaseStoreBackend\n\n\n"
-    "class Backend(BaseStoreBackend):\n"
-    "    def get(self, *args, **kwargs):\n"
-    "        return None\n\n"
-    "    set = delete = clear = aget = aset = adelete = aclear = get\n"
-)
+BACKEND_CODE = "from sample_backends import NullBackend\n\n\nclass Backend(NullBackend):\n    pass\n"
 
 
 @pytest.fixture

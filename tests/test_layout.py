@@ -10,7 +10,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import engine_of, run_cli, run_statestore_process
+from cli_running import run_cli, run_statestore_process
+from servers import engine_of
 
 from statestore_cli.db.layout import layout_of
 

@@ -8,9 +8,9 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import as_utc
-from helpers import sql as raw_rows
 from sqlalchemy import text
+from stores import as_utc
+from stores import sql as raw_rows
 
 from statestore_cli import (
     NEVER_EXPIRE,

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, sql
+from cli_running import run_cli
+from stores import sql
 
 from statestore_cli import TaskScope, load_settings
 from statestore_cli.ops.lifecycle import task_instance_cleared, task_instance_succeeded
@@ -247,22 +248,13 @@ def test_runs_and_assets_delete_are_refused_on_an_airflow_database(db_url, tmp_p
 WORKER = '''
 import json
 from sqlalchemy import create_engine, text
-from statestore_cli import BaseStoreBackend
+from sample_backends import NullBackend
 
 CALLS = []
 
 
-class RecordingWorker(BaseStoreBackend):
+class RecordingWorker(NullBackend):
     """A worker-side backend that records each clear() with the rows of its scope still in the database."""
-
-    def get(self, scope, key, *, session=None):
-        return None
-
-    def set(self, scope, key, value, *, expires_at=None, session=None):
-        pass
-
-    def delete(self, scope, key, *, session=None):
-        return 0
 
     def clear(self, scope, *, all_map_indices=False, session=None):
         import os
@@ -275,18 +267,6 @@ class RecordingWorker(BaseStoreBackend):
             ).scalar()
         engine.dispose()
         CALLS.append((scope.task_id, scope.map_index, all_map_indices, left))
-        return 0
-
-    async def aget(self, scope, key, *, session=None):
-        return None
-
-    async def aset(self, scope, key, value, *, expires_at=None, session=None):
-        pass
-
-    async def adelete(self, scope, key, *, session=None):
-        return 0
-
-    async def aclear(self, scope, *, all_map_indices=False, session=None):
         return 0
 '''
 
@@ -365,7 +345,7 @@ def test_worker_backend_clears_tasks_differing_by_a_trailing_space_apart(cli, db
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_clear_of_a_run_asks_with_the_count_at_a_terminal(cli, db_url):
-    from test_help_and_prompts import Terminal, terminal_env
+    from terminals import Terminal, terminal_env
 
     _task_keys(cli)
     term = Terminal(["--conn", db_url, "clear", "--dag-id", "etl", "--run-id", RUN], terminal_env(columns=80))
@@ -389,7 +369,7 @@ def test_clear_of_a_run_asks_with_the_count_at_a_terminal(cli, db_url):
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_runs_and_assets_delete_ask_at_a_terminal(cli, db_url):
-    from test_help_and_prompts import Terminal, terminal_env
+    from terminals import Terminal, terminal_env
 
     _task_keys(cli)
     _asset(cli, "orders", "a", "b")

@@ -16,9 +16,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import ENGINES, Result, engine_of, quote_key, read_metrics, run_cli, run_statestore_process, sql
+from cli_running import Result, run_cli, run_statestore_process
+from metrics_files import read_metrics
+from servers import ENGINES, engine_of
 from sqlalchemy import event, make_url, text
 from sqlalchemy.engine import Engine
+from stores import quote_key, sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.config import load_settings

@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import read_metrics, read_samples, sql, statestore_argv
+from cli_running import statestore_argv
+from metrics_files import read_metrics, read_samples
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
@@ -126,7 +128,7 @@ def test_a_label_without_a_metrics_file_is_refused(cli, db_url):
 
 def test_files_of_two_databases_in_one_textfile_directory_hold_distinct_series(tmp_path):
     """node-exporter reads every *.prom of its directory as one exposition and refuses a series twice."""
-    from helpers import run_cli
+    from cli_running import run_cli
 
     from statestore_cli.config import load_settings
     from statestore_cli.ops.commands import db_init

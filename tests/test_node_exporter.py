@@ -9,7 +9,8 @@ and ``statestore clean`` processes (``monitoring.monitored_databases``).
 from __future__ import annotations
 
 import pytest
-from helpers import read_samples, run_statestore_process
+from cli_running import run_statestore_process
+from metrics_files import read_samples
 from monitoring import DUPLICATE, Server, http_get, monitored_databases, parse_exposition
 
 from statestore_cli.config import load_settings

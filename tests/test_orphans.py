@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, sql
+from cli_running import run_cli
+from stores import sql
 
 from statestore_cli import TaskScope
 from statestore_cli.backends.base import REF_MARKER
@@ -230,7 +231,7 @@ def test_all_unreferenced_deletes_when_every_object_really_is_an_orphan(cli, fla
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_delete_asks_at_a_terminal_with_the_count(cli, db_url, flaky_fs):
-    from test_help_and_prompts import Terminal, terminal_env
+    from terminals import Terminal, terminal_env
 
     _lost_and_live(cli, flaky_fs)
     args = ["--conn", db_url, "orphans", "--delete", "--older-than", "2d", "-o", "plain"]

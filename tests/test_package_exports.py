@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from paths import REPO
 
 import statestore_cli
 

@@ -12,7 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import REPO, once_per_run, run_statestore_process
+from cli_running import run_statestore_process
+from paths import REPO
+from run_scope import once_per_run
 
 pytestmark = pytest.mark.slow  # builds the wheel and the sdist, installs the wheel
 

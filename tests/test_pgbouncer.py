@@ -1,6 +1,6 @@
 """Behind PgBouncer, as Airflow's Helm chart runs it: nothing of ours outlives our transaction.
 
-A real PgBouncer from the system's package (``helpers.pgbouncer``) in front of the local PostgreSQL
+A real PgBouncer from the system's package (``pgbouncer_proxy.pgbouncer``) in front of the local PostgreSQL
 server, in transaction mode (the chart's), in session mode, and no pooler at all ("direct"), each with
 a throwaway database of its own (PgBouncer refuses the URL's ``options``, which select a schema elsewhere in
 the suite), which the module's tests take in turn, emptied for each. The pool has few server connections,
@@ -24,16 +24,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from helpers import (
-    PgBouncer,
-    Result,
-    pgbouncer,
-    require_pgbouncer,
-    require_server,
-    run_statestore_process,
-    start_statestore,
-    throwaway_pg_database,
-)
+from cli_running import Result, run_statestore_process, start_statestore
+from pgbouncer_proxy import PgBouncer, pgbouncer, require_pgbouncer, throwaway_pg_database
+from servers import require_server
 from sqlalchemy import make_url
 
 from statestore_cli.config import load_settings

@@ -18,17 +18,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import (
-    REALISTIC_KEY,
-    REALISTIC_RUNS,
-    engine_of,
-    run_cli,
-    run_statestore_process,
-    sql,
-    start_statestore,
-    statestore_argv,
-)
+from cli_running import run_cli, run_statestore_process, start_statestore, statestore_argv
+from seeded_stores import REALISTIC_KEY, REALISTIC_RUNS
+from servers import engine_of
 from sqlalchemy import text
+from stores import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

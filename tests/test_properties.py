@@ -11,7 +11,7 @@ import math
 from datetime import timedelta
 
 import pytest
-from helpers import run_cli
+from cli_running import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

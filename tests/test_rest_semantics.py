@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from helpers import as_utc, sql
-
-from statestore_cli import BaseStoreBackend
-from statestore_cli.backends.base import ThreadOffloadMixin
+from sample_backends import NullBackend
+from stores import as_utc, sql
 
 ALL_ENGINES = True
 
@@ -177,7 +175,7 @@ def test_accessor_replace_and_set_until(db_url):
     assert asset.get("wm") == 2
 
 
-class PayloadStore(ThreadOffloadMixin, BaseStoreBackend):
+class PayloadStore(NullBackend):
     """A worker-side backend keeping payloads in a dict (an object store), references being paths."""
 
     def __init__(self) -> None:
@@ -190,18 +188,6 @@ class PayloadStore(ThreadOffloadMixin, BaseStoreBackend):
 
     def deserialize_task_state_store_from_ref(self, stored):
         return json.loads(self.objects[stored])
-
-    def get(self, scope, key, *, session=None):
-        return None
-
-    def set(self, scope, key, value, *, expires_at=None, session=None):
-        pass
-
-    def delete(self, scope, key, *, session=None):
-        return 0
-
-    def clear(self, scope, *, all_map_indices=False, session=None):
-        return 0
 
 
 def test_replace_through_a_worker_backend_writes_no_payload_for_a_missing_key(db_url):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import (
+from airflow_schema import (
     AIRFLOW_STEPS,
     BETWEEN,
     FILE_ENGINE,
@@ -22,10 +22,10 @@ from helpers import (
     HEAD_332,
     SQLITE_FIXTURES,
     STEP_FILE,
-    engine_of,
     load_airflow_schema,
     throwaway_airflow_database,
 )
+from servers import engine_of
 from sqlalchemy import inspect
 
 SQLITE_FILES = SQLITE_FIXTURES

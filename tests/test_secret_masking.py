@@ -16,8 +16,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from helpers import Result, require_server, run_cli, sql
+from cli_running import Result, run_cli
+from servers import require_server
 from sqlalchemy.engine import make_url
+from stores import sql
 
 from statestore_cli.masking import mask_text, register_secret
 

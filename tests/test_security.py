@@ -9,7 +9,8 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from helpers import run_cli, run_statestore_process, sql
+from cli_running import run_cli, run_statestore_process
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from helpers import sql
+from stores import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

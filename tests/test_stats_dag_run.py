@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from airflow34 import add_runs, airflow34_database
-from helpers import run_cli, sql
+from cli_running import run_cli
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cli.render import Output

@@ -8,14 +8,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
-from helpers import (
-    REALISTIC_KEY,
-    REALISTIC_RUNS,
-    assert_expected,
-    run_cli,
-    seed_realistic,
-    sql,
-)
+from cli_running import run_cli
+from expected_output import assert_expected
+from seeded_stores import REALISTIC_KEY, REALISTIC_RUNS, seed_realistic
+from stores import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.cli.render import Output

@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow34 import add_runs, airflow34_database
-from helpers import read_samples, run_cli
+from cli_running import run_cli
+from metrics_files import read_samples
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

@@ -9,15 +9,9 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from helpers import (
-    OPERATOR_ASSET_URI,
-    REALISTIC_RUNS,
-    REALISTIC_UPDATED,
-    assert_expected,
-    seed_operator_store,
-    seed_realistic,
-    sql,
-)
+from expected_output import assert_expected
+from seeded_stores import OPERATOR_ASSET_URI, REALISTIC_RUNS, REALISTIC_UPDATED, seed_operator_store, seed_realistic
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cli.render import Output

@@ -6,8 +6,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from helpers import isolated_database, run_cli
+from cli_running import run_cli
 from sqlalchemy.engine import make_url
+from stores import isolated_database
 
 
 def _error(result) -> str:

@@ -4,7 +4,7 @@ count and the assets, needs --yes anywhere else (exit 2, nothing deleted), and a
 from __future__ import annotations
 
 import pytest
-from helpers import sql
+from stores import sql
 
 WATERMARK = "last_processed_partition_watermark_eu_west_1"  # 44 characters
 
@@ -37,7 +37,7 @@ def test_sweep_without_a_terminal_needs_yes_and_deletes_nothing(cli, db_url):
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_sweep_asks_at_a_terminal_with_the_count_and_the_assets(cli, db_url):
-    from test_help_and_prompts import Terminal, terminal_env
+    from terminals import Terminal, terminal_env
 
     names = ("customers_dim_scd2", "invoices_curated_hourly", "orders_curated_daily_snapshot", "payments_raw")
     _inactive_assets(cli, db_url, *names)
@@ -66,7 +66,7 @@ def test_sweep_asks_at_a_terminal_with_the_count_and_the_assets(cli, db_url):
 def test_sweep_question_breaks_between_words_at_80_columns(cli, db_url):
     """The question names the assets whole: at 80 columns it goes on between words, and each line leaves the
     column the answer's first letter would wrap at."""
-    from test_help_and_prompts import Terminal, terminal_env
+    from terminals import Terminal, terminal_env
 
     names = ("orders_daily_partitions_legacy", "invoices_curated_hourly")
     _inactive_assets(cli, db_url, *names)
@@ -88,7 +88,7 @@ def test_sweep_question_breaks_between_words_at_80_columns(cli, db_url):
 def test_a_yes_sweeps_only_the_assets_the_question_named(cli, db_url):
     """An asset that goes inactive while the question waits (a dag stops defining it meanwhile) was not asked
     about: it keeps its keys until the next sweep names it."""
-    from test_help_and_prompts import Terminal, terminal_env
+    from terminals import Terminal, terminal_env
 
     _inactive_assets(cli, db_url, "orders_curated_daily_snapshot")
     uri = "s3://data-lake-prod/curated/payments_raw/"

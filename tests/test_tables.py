@@ -9,7 +9,9 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from helpers import (
+from cli_running import run_cli, run_statestore_process
+from expected_output import assert_expected
+from seeded_stores import (
     OPERATOR_ASSET_KEY,
     OPERATOR_ASSET_URI,
     OPERATOR_KEY,
@@ -19,9 +21,6 @@ from helpers import (
     REALISTIC_KEY,
     REALISTIC_LATER,
     REALISTIC_RUNS,
-    assert_expected,
-    run_cli,
-    run_statestore_process,
     seed_operator_store,
     seed_realistic,
 )

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import read_terminal, start_statestore
+from cli_running import start_statestore
+from terminals import read_terminal
 
 pytestmark = pytest.mark.slow  # real processes on pseudo-terminals
 

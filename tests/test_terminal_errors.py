@@ -30,18 +30,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from helpers import (
-    REPO,
-    assert_expected,
-    isolated_database,
-    read_terminal,
-    run_cli,
-    start_statestore,
-    statestore_argv,
-)
+from bad_input_cases import CASES, Case, seed
+from cli_running import run_cli, start_statestore, statestore_argv
+from expected_output import assert_expected
 from hypothesis import given
 from hypothesis import strategies as st
-from test_bad_input import CASES, Case, seed
+from paths import REPO
+from stores import isolated_database
+from terminals import read_terminal
 
 from statestore_cli.cli.message_layout import HINT, message_parts, stderr_message, words
 from statestore_cli.errors import InvalidInputError
@@ -348,7 +344,7 @@ def test_a_lock_timeout_at_an_80_column_terminal(folder):
 
 @pytest.mark.slow
 def test_a_connect_timeout_at_an_80_column_terminal(folder):
-    from test_faults import SilentServer
+    from faults import SilentServer
 
     server = SilentServer()
     try:

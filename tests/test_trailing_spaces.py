@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import sql
 from sqlalchemy import select, text
+from stores import sql
 
 from statestore_cli.backends.metastore import task_where
 from statestore_cli.db.database import make_engine

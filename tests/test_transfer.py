@@ -11,18 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import (
-    REALISTIC_KEY,
-    as_utc,
-    assert_expected,
-    engine_of,
-    isolated_database,
-    realistic_keys,
-    run_cli,
-    run_statestore_process,
-    seed_realistic,
-    sql,
-)
+from cli_running import run_cli, run_statestore_process
+from expected_output import assert_expected
+from seeded_stores import REALISTIC_KEY, realistic_keys, seed_realistic
+from servers import engine_of
+from stores import as_utc, isolated_database, sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.backends.metastore import UpdatedBy

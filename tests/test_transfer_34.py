@@ -12,15 +12,10 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from helpers import (
-    BETWEEN,
-    ENGINES,
-    HEAD_34,
-    HEAD_332,
-    airflow_database,
-    run_cli,
-    sql,
-)
+from airflow_schema import BETWEEN, HEAD_34, HEAD_332, airflow_database
+from cli_running import run_cli
+from servers import ENGINES
+from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run_statestore_process, sql
+from cli_running import run_statestore_process
+from stores import sql
 
 from statestore_cli.backends.base import REF_MARKER
 
