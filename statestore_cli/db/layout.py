@@ -171,8 +171,7 @@ class Layout:
         (``region_index`` on 3.4), and region where both tables have one."""
         ti = self.task_instance if ti is None else ti
         assert ti is not None
-        pairs = ["dag_id", "run_id", "task_id", "map_index", *(["region_id"] if "region_id" in ti.c else [])]
-        return [ti.c[name] == table.c[name] for name in pairs if name in table.c]
+        return [ti.c[name] == table.c[name] for name in _paired_columns(ti, table)]
 
     def unfinished_state(self, ti: FromClause | None = None) -> ColumnElement[bool]:
         """A task instance that may still run: its state is none of ``FINISHED_STATES`` (or not set)."""
@@ -221,8 +220,7 @@ class Layout:
         task, map index). A row-value ``IN`` and not a join, so that SQLite takes that order even on a
         database it has no statistics for."""
         ti = self.task_instances(dialect)
-        pairs = [name for name in ("dag_id", "run_id", "task_id", "map_index", "region_id") if name in ti.c]
-        pairs = [name for name in pairs if name in table.c]
+        pairs = _paired_columns(ti, table)
         keys = table.alias("unfinished_key")
         instances = select(*(ti.c[name] for name in pairs)).where(self.unfinished_state(ti))
         return select(keys.c.id).where(tuple_(*(keys.c[name] for name in pairs)).in_(instances))
@@ -237,7 +235,7 @@ class Layout:
         from statestore_cli.db.schema import qualified
 
         name = qualified(conn, ti.name)
-        pairs = ["dag_id", "run_id", "task_id", "map_index", *(["region_id"] if "region_id" in ti.c else [])]
+        pairs = _paired_columns(ti, table)
         on = " AND ".join(f"{name}.{quote.quote(ti.c[c].name)} = {outer}.{quote.quote(table.c[c].name)}" for c in pairs)
         state = f"{name}.{quote.quote(ti.c.state.name)}"
         finished = ", ".join(f"'{s}'" for s in FINISHED_STATES)
@@ -250,6 +248,13 @@ class Layout:
     def region_values(self, region: uuid.UUID) -> dict[str, Any]:
         """``region_id`` of a row to write (nothing where there is no column)."""
         return {"region_id": region} if self.has_region else {}
+
+
+def _paired_columns(ti: FromClause, table: FromClause) -> list[str]:
+    """The column keys a task key is paired with its task instance by: dag, run, task and map index
+    (``region_index`` on 3.4), and region where both tables have one."""
+    names = ("dag_id", "run_id", "task_id", "map_index", "region_id")
+    return [name for name in names if name in ti.c and name in table.c]
 
 
 # The commands each kind of access serves, as `db check` lists them.
