@@ -266,7 +266,7 @@ def test_tabs_newlines_and_backslashes_inside_values_keep_one_record_per_line(db
     backend = MetastoreBackend(make_engine(db_url))
     backend.set(TaskScope("etl", "run\t1", "extract"), awkward, "1", expires_at=datetime(2020, 1, 1, tzinfo=UTC))
     backend.engine.dispose()
-    from statestore_cli.cli.safe_text import plain_field
+    from statestore_cli.cli.output.safe_text import plain_field
 
     escaped = "tab\\there\\nnew line\\\\n not a newline\\r\\u2028\\x1b[31m"
     assert plain_field(awkward) == escaped

@@ -17,8 +17,8 @@ from cli_running import run_cli
 from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.cli.render import Output
-from statestore_cli.cli.stats_view import plain_rows, stats_document
+from statestore_cli.cli.output.render import Output
+from statestore_cli.cli.output.stats_view import plain_rows, stats_document
 from statestore_cli.db.database import make_engine
 from statestore_cli.model.entries import KeyFilter
 from statestore_cli.model.scopes import DagRunScope

@@ -14,8 +14,8 @@ from seeded_stores import REALISTIC_KEY, REALISTIC_RUNS, seed_realistic
 from stores import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
-from statestore_cli.cli.render import Output
-from statestore_cli.cli.stats_view import plain_rows, stats_document
+from statestore_cli.cli.output.render import Output
+from statestore_cli.cli.output.stats_view import plain_rows, stats_document
 from statestore_cli.db.database import make_engine
 from statestore_cli.errors import InvalidInputError
 from statestore_cli.model.entries import KeyFilter

@@ -27,8 +27,8 @@ from seeded_stores import (
 from sqlalchemy import event
 
 from statestore_cli import MetastoreBackend, TaskScope
-from statestore_cli.cli.grid import CHUNK, cell_width, fold, pack, wrap
-from statestore_cli.cli.render import Output
+from statestore_cli.cli.output.grid import CHUNK, cell_width, fold, pack, wrap
+from statestore_cli.cli.output.render import Output
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
 from statestore_cli.model.entries import Entry, KeyFilter

@@ -2,7 +2,7 @@
 
 At a terminal (stderr a tty) an error is broken between words at the terminal's width, the problem first and
 each detail or fix on a ``hint:`` line; in a pipe it stays the one line it always was. The split is checked as
-a property of the rule (``cli.message_layout``) over every message of docs/errors.md, and the layout against
+a property of the rule (``cli.output.message_layout``) over every message of docs/errors.md, and the layout against
 golden files: ``tests/expected/terminal_errors/NAME.txt`` holds what the real command writes on an 80-column
 pseudo-terminal for each row of the "Bad input" table (``test_bad_input.CASES``) and for the faults with a
 message of their own. Regenerate them with ``STATESTORE_UPDATE_EXPECTED=1`` and review the diff.
@@ -39,7 +39,7 @@ from paths import REPO
 from stores import isolated_database
 from terminals import read_terminal
 
-from statestore_cli.cli.message_layout import HINT, message_parts, stderr_message, words
+from statestore_cli.cli.output.message_layout import HINT, message_parts, stderr_message, words
 from statestore_cli.errors import InvalidInputError
 
 COLUMNS = 80

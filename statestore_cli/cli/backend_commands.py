@@ -9,8 +9,8 @@ from statestore_cli.cli.confirm import confirm_delete
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.group import decided
 from statestore_cli.cli.help_text import examples
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import HeaderOpt, OutputOpt, choose_output
+from statestore_cli.cli.output.modes import OutputMode
 from statestore_cli.errors import InvalidInputError, Outcome
 from statestore_cli.model.retention import parse_duration, utcnow
 
@@ -58,7 +58,7 @@ def orphans(
     it needs --yes (exit 2). Answering no exits 1, nothing deleted. When the database references none of
     the objects the backend holds, --delete is refused (exit 2): that is what a wrong --conn or backend
     root looks like; --all-unreferenced deletes them all the same."""
-    from statestore_cli.cli.backend_views import orphans_question
+    from statestore_cli.cli.output.backend_views import orphans_question
     from statestore_cli.ops import orphans as ops
 
     out = choose_output(output, header)

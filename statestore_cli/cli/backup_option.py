@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.config import Settings
 from statestore_cli.errors import InvalidInputError
 

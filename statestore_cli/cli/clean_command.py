@@ -13,7 +13,6 @@ from statestore_cli.cli.context import metrics_labels, settings_of
 from statestore_cli.cli.failure import message
 from statestore_cli.cli.group import decided
 from statestore_cli.cli.help_text import examples, section
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import (
     MAX_BATCH_SIZE,
     DeleteDryRunOpt,
@@ -24,7 +23,8 @@ from statestore_cli.cli.options import (
     choose_output,
     seconds,
 )
-from statestore_cli.cli.render import Output
+from statestore_cli.cli.output.modes import OutputMode
+from statestore_cli.cli.output.render import Output
 from statestore_cli.cli.stopping import StopOnSignal
 from statestore_cli.config import Settings
 from statestore_cli.errors import (

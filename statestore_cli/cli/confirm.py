@@ -3,7 +3,7 @@
 import shutil
 import sys
 
-from statestore_cli.cli.grid import wrap
+from statestore_cli.cli.output.grid import wrap
 from statestore_cli.errors import InterruptedByUser, InvalidInputError, NotConfirmedError
 
 

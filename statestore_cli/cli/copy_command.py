@@ -8,14 +8,14 @@ from statestore_cli.cli.apps import app
 from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import TASK_EXAMPLE, examples
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import LockTimeoutOpt, OutputOpt, choose_output
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.modes import OutputMode
+from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.cli.scope_options import scope_of, with_scope_options
 from statestore_cli.model.entries import KeyFilter
 
 if TYPE_CHECKING:  # loaded when the command runs: SQLAlchemy is not needed for --help
-    from statestore_cli.cli.render import Output
+    from statestore_cli.cli.output.render import Output
     from statestore_cli.ops.copying import CopyReport
 
 _PANEL = "Target"

@@ -9,9 +9,9 @@ from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.group import decided
 from statestore_cli.cli.help_text import examples
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import HeaderOpt, LockTimeoutOpt, OutputOpt, choose_output
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.modes import OutputMode
+from statestore_cli.cli.output.safe_text import safe_text
 
 
 # -- db ---------------------------------------------------------------------------------------------

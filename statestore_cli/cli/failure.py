@@ -1,6 +1,6 @@
 """The one place where an error becomes what the user sees: one line on stderr (at a terminal, the same
 words broken between words at its width, the problem first and each fix on a ``hint:`` line:
-``cli.message_layout``), control characters escaped, and the exit code its class carries.
+``cli.output.message_layout``), control characters escaped, and the exit code its class carries.
 ``StateStoreGroup`` (the full CLI) and the fast ``get`` path both end here; kept free of typer and rich
 so the fast path can use it.
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from statestore_cli.cli.message_layout import stderr_message, terminal_width
+from statestore_cli.cli.output.message_layout import stderr_message, terminal_width
 from statestore_cli.errors import EXIT_OK, StateStoreError
 from statestore_cli.masking import mask_text
 

@@ -5,7 +5,7 @@ lookup itself. ``answer`` handles the plain case and returns None for everything
 command, an asset scope, a custom backend, another engine, an option it does not read, any doubt),
 and the full CLI takes over, also when a value would come from a ``_cmd`` command or a ``_secret``
 (which then run once, in the full CLI). What it prints comes from the modules the full CLI prints
-with (``cli.modes``, ``cli.documents``, ``cli.failure``), and tests compare the two paths byte for
+with (``cli.output.modes``, ``cli.output.documents``, ``cli.failure``), and tests compare the two paths byte for
 byte and hold the options below to the ``get`` command's.
 """
 
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from contextlib import closing
 from datetime import UTC, datetime
 
-from statestore_cli.cli.documents import expired_notice, get_output
 from statestore_cli.cli.failure import report_error
-from statestore_cli.cli.modes import MODES, resolve
+from statestore_cli.cli.output.documents import expired_notice, get_output
+from statestore_cli.cli.output.modes import MODES, resolve
 from statestore_cli.errors import StateStoreError
 
 # The options the fast path answers; any other option goes to the full CLI.

@@ -13,7 +13,6 @@ from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import metrics_labels, settings_of
 from statestore_cli.cli.failure import warn
 from statestore_cli.cli.help_text import TASK_EXAMPLE, examples, section
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import (
     MAX_BATCH_SIZE,
     HeaderOpt,
@@ -24,8 +23,9 @@ from statestore_cli.cli.options import (
     StoreOpt,
     choose_output,
 )
-from statestore_cli.cli.render import Output
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.modes import OutputMode
+from statestore_cli.cli.output.render import Output
+from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
 from statestore_cli.cli.values import read_value
 from statestore_cli.config import Settings

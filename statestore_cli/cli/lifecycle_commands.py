@@ -9,7 +9,6 @@ from statestore_cli.cli.backup_option import BackupOpt, close_backup, name_resto
 from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import examples, section
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import (
     MAX_BATCH_SIZE,
     DeleteDryRunOpt,
@@ -18,8 +17,9 @@ from statestore_cli.cli.options import (
     OutputOpt,
     choose_output,
 )
-from statestore_cli.cli.render import Output
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.modes import OutputMode
+from statestore_cli.cli.output.render import Output
+from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.errors import (
     InvalidInputError,
 )

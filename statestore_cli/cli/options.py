@@ -7,8 +7,8 @@ import typer
 
 from statestore_cli.cli.context import take_lock_timeout
 from statestore_cli.cli.help_text import section
-from statestore_cli.cli.modes import OutputMode
-from statestore_cli.cli.render import Output
+from statestore_cli.cli.output.modes import OutputMode
+from statestore_cli.cli.output.render import Output
 from statestore_cli.model.retention import parse_duration
 
 MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LIMIT

@@ -9,9 +9,9 @@ import typer
 from statestore_cli.cli.apps import app
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import examples
-from statestore_cli.cli.modes import OutputMode
 from statestore_cli.cli.options import HeaderOpt, KeyOpt, LockTimeoutOpt, OutputOpt, StoreOpt, choose_output
-from statestore_cli.cli.render import Output
+from statestore_cli.cli.output.modes import OutputMode
+from statestore_cli.cli.output.render import Output
 from statestore_cli.cli.scope_options import as_filter, with_scope_options
 from statestore_cli.errors import (
     InvalidInputError,

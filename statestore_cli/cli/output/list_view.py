@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from statestore_cli.cli.documents import expired
-from statestore_cli.cli.grid import Column, Out, TableStream
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.documents import expired
+from statestore_cli.cli.output.grid import Column, Out, TableStream
+from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.model.entries import Entry
 from statestore_cli.model.timestamps import human
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.safe_text import safe_text
 
 if TYPE_CHECKING:
-    from statestore_cli.cli.writer import Writer
+    from statestore_cli.cli.output.writer import Writer
     from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.lifecycle import SweepReport, SweptAsset
 
@@ -44,8 +44,8 @@ def show_plan(out: Writer, assets: Iterable[SweptAsset]) -> None:
         for a in shown:
             for key in a.keys:
                 out.plain_row(a.asset_id, a.name, a.uri, key)
-    else:  # a heading per asset and its keys below it, one a line: keys stay whole (the tables' rule, cli.grid)
-        from statestore_cli.cli.grid import fold, wrap
+    else:  # a heading per asset and its keys below it, one a line: keys stay whole (the tables' rule, cli.output.grid)
+        from statestore_cli.cli.output.grid import fold, wrap
 
         width = out.console.width
         for a in shown:

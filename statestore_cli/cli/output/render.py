@@ -19,12 +19,12 @@ from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring as _quote  # the C encoder json.dumps uses
 from typing import TYPE_CHECKING, Any
 
-from statestore_cli.cli.documents import entry_json, expired_notice, get_output, iso
-from statestore_cli.cli.dry_run import expired_keys
 from statestore_cli.cli.failure import FLAGS
-from statestore_cli.cli.grid import wrap
-from statestore_cli.cli.safe_text import safe_json, safe_json_text, safe_text
-from statestore_cli.cli.writer import Writer, cell, write_json_array
+from statestore_cli.cli.output.documents import entry_json, expired_notice, get_output, iso
+from statestore_cli.cli.output.dry_run import expired_keys
+from statestore_cli.cli.output.grid import wrap
+from statestore_cli.cli.output.safe_text import safe_json, safe_json_text, safe_text
+from statestore_cli.cli.output.writer import Writer, cell, write_json_array
 from statestore_cli.errors import InterruptedByUser, StopReason
 from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.timestamps import expired_before, human, human_iso
@@ -100,7 +100,7 @@ class Output(Writer):
             return write_json_array(entry_json(e) for e in entries)
         if self.mode == "plain":
             return self._plain_entries(entries, filt or KeyFilter())
-        from statestore_cli.cli.list_view import ListView
+        from statestore_cli.cli.output.list_view import ListView
 
         count = ListView(self.console).render(entries)
         self.line(f"{count:,} key{'s' if count != 1 else ''}")
@@ -124,19 +124,19 @@ class Output(Writer):
 
     def diff(self, differences: Iterable[Difference]) -> int:
         """``diff``'s differences as they come; how many (the summary is ``diff_summary``)."""
-        from statestore_cli.cli.diff_view import show
+        from statestore_cli.cli.output.diff_view import show
 
         return show(self, differences)
 
     def diff_summary(self, summary: DiffSummary) -> None:
         """Beside a table only: plain and JSON output are the differences alone, as diff(1) prints them."""
         if self.mode == "table":
-            from statestore_cli.cli.diff_view import summary_line
+            from statestore_cli.cli.output.diff_view import summary_line
 
             self.line(summary_line(summary))
 
     def stats(self, stats: StoreStats) -> None:
-        from statestore_cli.cli.stats_view import show  # its own module: tables, plain lines, JSON
+        from statestore_cli.cli.output.stats_view import show  # its own module: tables, plain lines, JSON
 
         show(self, stats)
 
@@ -162,7 +162,7 @@ class Output(Writer):
                 )
                 self._spared_line(plan.spared, dry_run=True)
                 return read[0]
-            from statestore_cli.cli.dry_run import DryRunView
+            from statestore_cli.cli.output.dry_run import DryRunView
 
             view = DryRunView(self.console, limit)
             try:
@@ -207,7 +207,7 @@ class Output(Writer):
         return count
 
     def _spared_line(self, spared: dict[str, int] | None, *, dry_run: bool) -> None:
-        from statestore_cli.cli.dry_run import spared_sentence
+        from statestore_cli.cli.output.dry_run import spared_sentence
 
         kept = spared_sentence(spared, dry_run=dry_run)
         if kept:
@@ -269,19 +269,19 @@ class Output(Writer):
                 doc["spared_by_state"] = [f"{state}={n}" for state, n in doc["spared_by_state"].items()]
             self.plain_fields(doc)
 
-    # -- backends (cli.backend_views) ---------------------------------------------------------------
+    # -- backends (cli.output.backend_views) ---------------------------------------------------------------
     def backend_cleanup(self, done: BackendCleanup) -> None:
-        from statestore_cli.cli.backend_views import show_backend_cleanup
+        from statestore_cli.cli.output.backend_views import show_backend_cleanup
 
         show_backend_cleanup(self, done)
 
     def orphans(self, report: OrphanReport) -> None:
-        from statestore_cli.cli.backend_views import show_orphans
+        from statestore_cli.cli.output.backend_views import show_orphans
 
         show_orphans(self, report)
 
     def backend_check(self, report: CheckReport) -> None:
-        from statestore_cli.cli.backend_views import show_backend_check
+        from statestore_cli.cli.output.backend_views import show_backend_check
 
         show_backend_check(self, report)
 
@@ -337,12 +337,12 @@ class Output(Writer):
 
     # -- assets sweep -------------------------------------------------------------------------------
     def sweep_plan(self, assets: Iterable[SweptAsset]) -> None:
-        from statestore_cli.cli.sweep_view import show_plan  # its own module: tables, plain lines, JSON
+        from statestore_cli.cli.output.sweep_view import show_plan  # its own module: tables, plain lines, JSON
 
         show_plan(self, assets)
 
     def sweep_report(self, report: SweepReport, backup: BackupFile | None = None) -> None:
-        from statestore_cli.cli.sweep_view import show_report
+        from statestore_cli.cli.output.sweep_view import show_report
 
         show_report(self, report, backup)
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from statestore_cli.cli.documents import iso
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.documents import iso
+from statestore_cli.cli.output.safe_text import safe_text
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from statestore_cli.cli.writer import Writer
+    from statestore_cli.cli.output.writer import Writer
     from statestore_cli.ops.largest import LargeValue
     from statestore_cli.ops.stats import AssetStats, DagFigures, DagRunStats, DayCount, StoreStats, TaskStats
 
@@ -232,7 +232,7 @@ def compact(n: int) -> str:
 
 def folded(text: str, width: int) -> str:
     """``text`` in lines of at most ``width`` cells, nothing cut (the tables' rule, ``grid.fold``)."""
-    from statestore_cli.cli.grid import fold
+    from statestore_cli.cli.output.grid import fold
 
     return "\n".join(fold(text, width))
 
@@ -487,8 +487,8 @@ def _asset_table(assets: AssetStats, width: int) -> Table:
 
 def _print_largest(console: Console, values: list[LargeValue], limit: int) -> None:
     """The largest values, largest first: each key's scope on a line of its own (a store's label and its ids,
-    kept whole: the tables' rule, ``cli.grid``), its keys indented below it with their sizes in bytes."""
-    from statestore_cli.cli.grid import GAP, Column, Grid, Out, cell_width, fit, natural_widths, wrap
+    kept whole: the tables' rule, ``cli.output.grid``), its keys indented below it with their sizes in bytes."""
+    from statestore_cli.cli.output.grid import GAP, Column, Grid, Out, cell_width, fit, natural_widths, wrap
 
     limit_text = f"max_value_storage_bytes {count(limit)}" if limit else "no size limit set"
     title = f"the {_plural(len(values), 'largest value')}, bytes as stored ({limit_text})"

@@ -7,8 +7,8 @@ import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from statestore_cli.cli.documents import iso
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.documents import iso
+from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.model.timestamps import human
 
 # The columns of the plain records, printed as a header line with --header.
@@ -16,7 +16,7 @@ ORPHAN_COLUMNS = ("ref", "written_at", "age_seconds", "status")
 CHECK_COLUMNS = ("role", "backend", "check", "status", "detail")
 
 if TYPE_CHECKING:
-    from statestore_cli.cli.writer import Writer
+    from statestore_cli.cli.output.writer import Writer
     from statestore_cli.ops.backend_check import CheckReport
     from statestore_cli.ops.commands import BackendCleanup
     from statestore_cli.ops.orphans import Orphan, OrphanReport
@@ -131,7 +131,7 @@ def show_orphans(out: Writer, report: OrphanReport) -> None:
         return
     from rich.table import Table
 
-    from statestore_cli.cli.writer import cell
+    from statestore_cli.cli.output.writer import cell
 
     if report.orphans:
         table = Table()
@@ -172,7 +172,7 @@ def show_backend_check(out: Writer, report: CheckReport) -> None:
         return
     from rich.table import Table
 
-    from statestore_cli.cli.writer import cell
+    from statestore_cli.cli.output.writer import cell
 
     for backend in dict.fromkeys((r.role, r.backend) for r in report.results):
         table = Table(title=cell(f"{backend[0]} = {backend[1]}"), title_justify="left")

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from statestore_cli.cli.modes import resolve
-from statestore_cli.cli.safe_text import plain_field, safe_json, safe_text
+from statestore_cli.cli.output.modes import resolve
+from statestore_cli.cli.output.safe_text import plain_field, safe_json, safe_text
 
 if TYPE_CHECKING:
     from typing import Self
@@ -116,7 +116,7 @@ class Writer:
         if not self.shows_progress:
             yield lambda _done: None
             return
-        from statestore_cli.cli.progress import progress_bar  # rich.progress only when a bar is shown
+        from statestore_cli.cli.output.progress import progress_bar  # rich.progress only when a bar is shown
 
         with progress_bar(self.console, label, total) as advance:
             yield advance
@@ -128,7 +128,7 @@ class Writer:
         if not sys.stderr.isatty():
             yield lambda _done: None
             return
-        from statestore_cli.cli.progress import progress_bar
+        from statestore_cli.cli.output.progress import progress_bar
 
         with progress_bar(self.stderr, label, total) as advance:
             yield advance

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from statestore_cli.cli.grid import Column, Out, TableStream
-from statestore_cli.cli.safe_text import safe_text
-from statestore_cli.cli.writer import write_json_array
+from statestore_cli.cli.output.grid import Column, Out, TableStream
+from statestore_cli.cli.output.safe_text import safe_text
+from statestore_cli.cli.output.writer import write_json_array
 
 if TYPE_CHECKING:
-    from statestore_cli.cli.writer import Writer
+    from statestore_cli.cli.output.writer import Writer
     from statestore_cli.ops.diff import Difference, DiffSummary
 
 MARK = {"added": "+", "removed": "-", "changed": "~"}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.safe_text import safe_text
 
 HINT = "hint: "
 _SEPARATORS = ("; ", ": ")  # what may end an author's explicit problem (the rule splits at "; " only)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from statestore_cli.cli.grid import Column, Out, TableStream, draw
-from statestore_cli.cli.safe_text import safe_text
+from statestore_cli.cli.output.grid import Column, Out, TableStream, draw
+from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.model.timestamps import format_duration, human, human_iso
 
 if TYPE_CHECKING:

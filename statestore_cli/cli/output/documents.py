@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from statestore_cli.cli.modes import OutputMode
-from statestore_cli.cli.safe_text import safe_json, safe_text
+from statestore_cli.cli.output.modes import OutputMode
+from statestore_cli.cli.output.safe_text import safe_json, safe_text
 from statestore_cli.model.entries import Entry
 
 
