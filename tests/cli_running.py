@@ -19,7 +19,7 @@ import typer.main
 import warm
 from typer.testing import CliRunner
 
-from statestore_cli.cli.app import app
+from statestore_cli.cli.root_command import app
 
 
 class Result:

@@ -116,7 +116,7 @@ def _read_imports(module: Module, modules: dict[str, Module], package: str) -> N
 
 
 def _dotted_module(node: ast.expr, bound: dict[str, str], modules: dict[str, Module]) -> str | None:
-    """The package's module an expression names (``commands``, ``statestore_cli.cli.app``), else None."""
+    """The package's module an expression names (``commands``, ``statestore_cli.cli.failure``), else None."""
     if isinstance(node, ast.Name):
         return bound.get(node.id)
     if isinstance(node, ast.Attribute):

@@ -18,7 +18,7 @@ from paths import REPO
 
 from statestore_cli import errors
 from statestore_cli.cli import reference
-from statestore_cli.cli.app import app
+from statestore_cli.cli.root_command import app
 
 DOCS = REPO / "docs"
 README = REPO / "README.md"
@@ -248,6 +248,9 @@ def test_every_page_of_the_manual_is_in_its_table_of_contents():
 
 
 def test_the_generator_is_not_on_the_start_up_path():
-    probe = "import sys; from statestore_cli.cli.app import app; print('statestore_cli.cli.reference' in sys.modules)"
+    probe = (
+        "import sys; from statestore_cli.cli.root_command import app; "
+        "print('statestore_cli.cli.reference' in sys.modules)"
+    )
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert run.stdout == "False\n"

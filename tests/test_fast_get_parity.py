@@ -17,7 +17,7 @@ import typer.main
 from terminals import read_terminal
 
 from statestore_cli.cli import fast_get
-from statestore_cli.cli.app import app
+from statestore_cli.cli.root_command import app
 
 TASK = ["--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract"]
 PROBE = """

@@ -377,7 +377,7 @@ def test_a_bad_lock_timeout_in_the_file_fails_every_command_with_exit_2(cli, tmp
 def test_every_command_that_writes_takes_lock_timeout_and_none_that_only_reads():
     from typer.main import get_command
 
-    from statestore_cli.cli.app import app
+    from statestore_cli.cli.root_command import app
 
     root = get_command(app)
     found = set()

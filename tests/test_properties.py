@@ -341,7 +341,7 @@ def test_the_fuzz_vocabulary_names_every_command_and_option():
     """A new command or option joins the fuzz: every one of them is in WORDS."""
     from typer.main import get_command
 
-    from statestore_cli.cli.app import app
+    from statestore_cli.cli.root_command import app
 
     root = get_command(app)
     names: set[str] = set()

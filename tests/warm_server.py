@@ -29,7 +29,7 @@ from typing import Any
 
 # What a command imports on its way: the CLI and every command module, SQLAlchemy's dialects and drivers.
 PRELOAD = (
-    "statestore_cli.cli.app",
+    "statestore_cli.cli.root_command",
     "statestore_cli.cli.failure",
     "statestore_cli.cli.fast_get",
     "sqlalchemy",

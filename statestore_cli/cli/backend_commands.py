@@ -4,10 +4,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from statestore_cli.cli.apps import app, backend_app
+from statestore_cli.cli.command_groups import app, backend_app
 from statestore_cli.cli.confirm import confirm_delete
 from statestore_cli.cli.context import settings_of
-from statestore_cli.cli.group import decided
+from statestore_cli.cli.errors_to_exits import decided
 from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.options import HeaderOpt, OutputOpt, choose_output
 from statestore_cli.cli.output.modes import OutputMode

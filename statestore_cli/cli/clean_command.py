@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from statestore_cli.cli.apps import app
 from statestore_cli.cli.backup_option import BackupOpt, close_backup, name_restore, open_backup, refuse_with_dry_run
+from statestore_cli.cli.command_groups import app
 from statestore_cli.cli.context import metrics_labels, settings_of
+from statestore_cli.cli.errors_to_exits import decided
 from statestore_cli.cli.failure import message
-from statestore_cli.cli.group import decided
 from statestore_cli.cli.help_text import examples, section
 from statestore_cli.cli.options import (
     MAX_BATCH_SIZE,

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from statestore_cli.cli.apps import app
+from statestore_cli.cli.command_groups import app
 from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import TASK_EXAMPLE, examples

@@ -4,10 +4,10 @@ import sys
 
 import typer
 
-from statestore_cli.cli.apps import config_app, db_app
+from statestore_cli.cli.command_groups import config_app, db_app
 from statestore_cli.cli.context import settings_of
+from statestore_cli.cli.errors_to_exits import decided
 from statestore_cli.cli.failure import FLAGS
-from statestore_cli.cli.group import decided
 from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.options import HeaderOpt, LockTimeoutOpt, OutputOpt, choose_output
 from statestore_cli.cli.output.modes import OutputMode

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from statestore_cli.cli.apps import app
 from statestore_cli.cli.backup_option import BackupOpt, backup_sentence, close_backup, name_restore, open_backup
+from statestore_cli.cli.command_groups import app
 from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import metrics_labels, settings_of
 from statestore_cli.cli.failure import warn

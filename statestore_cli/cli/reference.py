@@ -3,7 +3,7 @@
 ``python -m statestore_cli.cli.reference`` writes both into the checkout's ``docs/`` (or the folder given);
 ``--check`` writes nothing and exits 1 naming every page that differs from what it would write.
 
-The command reference is read from the click command tree typer builds from ``cli.app`` (every command,
+The command reference is read from the click command tree typer builds from ``cli.root_command`` (every command,
 argument and option, with its help, default and environment variable), never from ``--help`` output; the
 exit-code table, the one place those codes are described, is ``EXIT_CODES`` below. The configuration
 reference is read from ``config/options.toml`` and the lookup order the ``config.settings`` module
@@ -160,7 +160,7 @@ def command_tree() -> list[Command]:
     order ``--help`` lists them; hidden ones left out."""
     import typer
 
-    from statestore_cli.cli.app import app
+    from statestore_cli.cli.root_command import app
 
     found: list[Command] = []
 
@@ -342,7 +342,7 @@ def commands_page() -> str:
     lines = [
         "# Command reference",
         "",
-        _generated_note("the command tree of `statestore_cli/cli/app.py` and `EXIT_CODES` in its module"),
+        _generated_note("the command tree of `statestore_cli/cli/root_command.py` and `EXIT_CODES` in its module"),
         "",
         "Every command, argument and option of `statestore`, with the help `--help` shows, and the",
         "[exit codes](#exit-codes). Root options go before the command, a command's own options after it;",

@@ -6,7 +6,7 @@ from typing import Annotated, BinaryIO, Optional
 
 import typer
 
-from statestore_cli.cli.apps import app
+from statestore_cli.cli.command_groups import app
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.options import HeaderOpt, KeyOpt, LockTimeoutOpt, OutputOpt, StoreOpt, choose_output

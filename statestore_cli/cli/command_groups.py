@@ -1,10 +1,11 @@
 """The command tree's typer applications: the root ``statestore`` and its groups (``db``, ``backend``,
-``config``, ``assets``, ``runs``). The command modules register their commands on them; ``cli.app``
-adds the root options and imports those modules, so the complete CLI is ``statestore_cli.cli.app.app``."""
+``config``, ``assets``, ``runs``). The command modules register their commands on them;
+``cli.root_command`` adds the root options and imports those modules, so the complete CLI is
+``statestore_cli.cli.root_command.app``."""
 
 import typer
 
-from statestore_cli.cli.group import StateStoreGroup
+from statestore_cli.cli.errors_to_exits import StateStoreGroup
 from statestore_cli.cli.help_text import RICH_HELP, TASK_EXAMPLE, examples
 
 app = typer.Typer(

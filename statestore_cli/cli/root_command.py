@@ -1,11 +1,12 @@
 """The ``statestore`` command line: each command resolves the settings, calls one library function
 and hands the result to the render layer. Errors become a message and an exit code in one place:
-``StateStoreGroup`` hands every ``StateStoreError`` to ``cli.failure``; a command whose result must not
-exit 0 (a clean stopped early) returns it as an ``Outcome``, and the group exits with its code.
+``StateStoreGroup`` (``cli.errors_to_exits``) hands every ``StateStoreError`` to ``cli.failure``; a command
+whose result must not exit 0 (a clean stopped early) returns it as an ``Outcome``, and the group exits with
+its code.
 
-This module completes the application: the root options, then the command modules, which register
-their commands on the applications of ``cli.apps`` when imported. What the command modules share is
-in modules of its own (``cli.options``, ``cli.context``, ``cli.confirm``, ``cli.help_text``)."""
+This module completes the application: the root options, then the command modules, which register their
+commands on the applications of ``cli.command_groups`` when imported. What the command modules share is in
+modules of its own (``cli.options``, ``cli.context``, ``cli.confirm``, ``cli.help_text``)."""
 
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from statestore_cli import __version__
-from statestore_cli.cli.apps import ALL_APPS, app
+from statestore_cli.cli.command_groups import ALL_APPS, app
 from statestore_cli.cli.context import CliState
 from statestore_cli.cli.help_text import reflow, section
 
