@@ -229,7 +229,7 @@ def test_custom_backend_is_skipped_with_a_message_and_exit_0(cli, db_url, backen
 )
 def test_streamed_dry_run_rows_are_exactly_json_dumps(text):
     """The hand-built JSON line of the streamed dry run equals safe_json() of the same object."""
-    from statestore_cli.cli.output.render import expired_row_json
+    from statestore_cli.cli.output.clean_view import expired_row_json
     from statestore_cli.cli.output.safe_text import safe_json
     from statestore_cli.ops.cleanup import ExpiredRow
 

@@ -416,7 +416,7 @@ def test_config_show_table(monkeypatch, tmp_path, columns):
 def test_config_show_leaves_a_value_wider_than_the_terminal_whole():
     """A value no indentation can fit is written on a line of its own, unbroken: the terminal wraps it,
     and a copy of it is still the whole URL."""
-    from statestore_cli.cli.output.render import config_lines
+    from statestore_cli.cli.output.db_config_view import config_lines
     from statestore_cli.ops.commands import ConfigRow
 
     url = "postgresql+psycopg://airflow:***@airflow-metadata.prod.internal.example.com:5432/airflow"
