@@ -15,7 +15,7 @@ from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
 from statestore_cli.cli.output.render import Output
-from statestore_cli.cli.output.stats_view import expiry_chart, folded, size
+from statestore_cli.cli.output.stats_terminal import expiry_chart, folded, size
 from statestore_cli.db.database import make_engine
 from statestore_cli.model.entries import KeyFilter
 from statestore_cli.ops.stats import DayCount, store_stats
@@ -113,7 +113,7 @@ def test_one_key_in_the_chart_is_one_key():
 
     from rich.console import Console
 
-    from statestore_cli.cli.output.stats_view import print_chart
+    from statestore_cli.cli.output.stats_terminal import print_chart
 
     out = StringIO()
     days = [DayCount(date(2026, 12, 1) + timedelta(days=i), 1 if i == 3 else 0) for i in range(7)]
