@@ -23,6 +23,7 @@ from paths import REPO
 from sqlalchemy import make_url
 from stores import isolated_database, mariadb_store, postgresql_store, sql
 
+from statestore_cli.cli.options import MAX_BATCH_SIZE, MAX_IMPORT_BATCH_SIZE
 from statestore_cli.db.database import mask_url
 
 # -- the store every case runs against: some task keys (one expired), an asset key ---------------------------
@@ -173,3 +174,37 @@ def test_a_negative_value_says_it_goes_after_double_dash(tmp_path, value, rest):
     )
     assert run_cli(*fixed.split()[2:], conn=url).exit_code == 0
     assert run_cli("get", *TASK, "k", conn=url).stdout == f"{value}\n"
+
+
+# -- one --batch-size for every command that writes in batches ------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "largest"),
+    [
+        (("clean",), MAX_BATCH_SIZE),
+        (("clean", "--dry-run"), MAX_BATCH_SIZE),
+        (("clear", "--dag-id", "d", "--yes"), MAX_BATCH_SIZE),
+        (("assets", "sweep", "--yes"), MAX_BATCH_SIZE),
+        (("import", "-"), MAX_IMPORT_BATCH_SIZE),
+    ],
+    ids=["clean", "clean-dry-run", "clear", "assets-sweep", "import"],
+)
+def test_every_batch_size_refuses_one_over_its_largest_in_the_same_words(tmp_path, args, largest):
+    """clean, clear, assets sweep and import share one --batch-size: one over the largest is a usage error
+    worded alike, before anything is read or written; the largest itself is taken."""
+    with isolated_database("sqlite", tmp_path) as url:
+        seed(url)
+        before = snapshot(url)
+        export = run_cli("export", conn=url).stdout
+        over = run_cli(*args, "--batch-size", str(largest + 1), conn=url, input=export)
+        assert (over.exit_code, over.stdout) == (2, ""), over.output
+        assert over.stderr == f"statestore: error: --batch-size {largest + 1} is too large; the largest is {largest}\n"
+        assert snapshot(url) == before
+        at_most = run_cli(*args, "--batch-size", str(largest), conn=url, input=export)
+        assert at_most.exit_code == 0, at_most.output
+
+
+def test_the_imports_largest_batch_is_the_librarys():
+    """The CLI spells it out so that ``import --help`` need not load SQLAlchemy; the two must agree."""
+    from statestore_cli.ops import transfer
+
+    assert transfer.MAX_BATCH_SIZE == MAX_IMPORT_BATCH_SIZE

@@ -14,12 +14,12 @@ from statestore_cli.cli.errors_to_exits import decided
 from statestore_cli.cli.failure import message
 from statestore_cli.cli.help_text import examples, section
 from statestore_cli.cli.options import (
-    MAX_BATCH_SIZE,
     DeleteDryRunOpt,
     HeaderOpt,
     LockTimeoutOpt,
     MetricsLabelOpt,
     OutputOpt,
+    batch_size_option,
     choose_output,
     seconds,
 )
@@ -58,12 +58,9 @@ def clean(
     dry_run: DeleteDryRunOpt = False,
     batch_size: Annotated[
         Optional[int],
-        typer.Option(
-            "--batch-size",
-            min=0,
-            metavar="N",
-            help="Rows per committed batch; 0 = one statement. "
-            f"Default: {section('state_store')} state_cleanup_batch_size (0 unless configured).",
+        batch_size_option(
+            "Rows per committed batch; 0 = one statement. "
+            f"Default: {section('state_store')} state_cleanup_batch_size (0 unless configured)."
         ),
     ] = None,
     show_all: Annotated[
@@ -143,8 +140,6 @@ def clean(
     before it commits, so FILE holds them also after a stop or a failure); `statestore import FILE` puts
     them back. FILE must be new or empty, its folder writable (else exit 2, nothing deleted); left empty
     when nothing expired. A dry run refuses it."""
-    if batch_size is not None and batch_size > MAX_BATCH_SIZE:
-        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {MAX_BATCH_SIZE}")
     grace = None if older_than is None else parse_age(older_than, "--older-than")
     if grace is not None:
         clean_cutoff(utcnow(), grace)  # an age reaching before the year 1 fails here, before any metrics file

@@ -14,13 +14,13 @@ from statestore_cli.cli.context import metrics_labels, settings_of
 from statestore_cli.cli.failure import warn
 from statestore_cli.cli.help_text import TASK_EXAMPLE, examples, section
 from statestore_cli.cli.options import (
-    MAX_BATCH_SIZE,
     HeaderOpt,
     KeyOpt,
     LockTimeoutOpt,
     MetricsLabelOpt,
     OutputOpt,
     StoreOpt,
+    batch_size_option,
     choose_output,
 )
 from statestore_cli.cli.output.modes import OutputMode
@@ -216,12 +216,9 @@ def clear(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     batch_size: Annotated[
         Optional[int],
-        typer.Option(
-            "--batch-size",
-            min=0,
-            metavar="N",
-            help="A whole run or dag: keys per committed batch; 0 = one statement. "
-            f"Default: {section('state_store')} state_cleanup_batch_size.",
+        batch_size_option(
+            "A whole run or dag: keys per committed batch; 0 = one statement. "
+            f"Default: {section('state_store')} state_cleanup_batch_size."
         ),
     ] = None,
     backup: BackupOpt = None,
@@ -316,8 +313,6 @@ def _clear_run_or_dag(
 ) -> None:
     from statestore_cli.ops import lifecycle
 
-    if batch_size is not None and batch_size > MAX_BATCH_SIZE:
-        raise InvalidInputError(f"--batch-size {batch_size} is too large; the largest is {MAX_BATCH_SIZE}")
     where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
     whole = "every task of the run" if run_id is not None else "every run and task of the dag"
     count = lifecycle.count_task_keys(settings, dag_id, run_id)

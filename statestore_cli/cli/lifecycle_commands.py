@@ -10,11 +10,11 @@ from statestore_cli.cli.confirm import confirm_delete, key_count
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import examples, section
 from statestore_cli.cli.options import (
-    MAX_BATCH_SIZE,
     DeleteDryRunOpt,
     HeaderOpt,
     LockTimeoutOpt,
     OutputOpt,
+    batch_size_option,
     choose_output,
 )
 from statestore_cli.cli.output.modes import OutputMode
@@ -43,13 +43,9 @@ def assets_sweep(
     dry_run: DeleteDryRunOpt = False,
     batch_size: Annotated[
         Optional[int],
-        typer.Option(
-            "--batch-size",
-            min=0,
-            max=MAX_BATCH_SIZE,
-            metavar="N",
-            help="Keys per committed batch; 0 = one statement per asset. "
-            f"Default: {section('state_store')} state_cleanup_batch_size.",
+        batch_size_option(
+            "Keys per committed batch; 0 = one statement per asset. "
+            f"Default: {section('state_store')} state_cleanup_batch_size."
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,

@@ -1,7 +1,8 @@
 """The options several commands share, as annotated types (``output: OutputOpt = OutputMode.auto``),
 and what turns their values into what the commands use."""
 
-from typing import Annotated, Optional
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -9,9 +10,11 @@ from statestore_cli.cli.context import take_lock_timeout
 from statestore_cli.cli.help_text import section
 from statestore_cli.cli.output.modes import OutputMode
 from statestore_cli.cli.output.render import Output
+from statestore_cli.errors import InvalidInputError
 from statestore_cli.model.retention import parse_duration
 
 MAX_BATCH_SIZE = 2_147_483_647  # the widest INTEGER every engine takes in a LIMIT
+MAX_IMPORT_BATCH_SIZE = 100_000  # ops.transfer.MAX_BATCH_SIZE, without importing SQLAlchemy for --help
 
 # The filters `list` and `stats` take beside the scope options.
 KeyOpt = Annotated[Optional[str], typer.Option("--key", help="Only this key.")]
@@ -62,6 +65,22 @@ LockTimeoutOpt = Annotated[
         f"Default: {section('state_store')} lock_timeout (30s unless configured).",
     ),
 ]
+
+
+def batch_size_option(help: str, *, smallest: int = 0, largest: int = MAX_BATCH_SIZE) -> Any:
+    """``--batch-size N`` of every command that writes in batches (clean, clear, assets sweep, import), with
+    its own help. click refuses a value below ``smallest`` or not a number; one over ``largest`` is refused
+    as the command starts, before anything is read or written, in one wording for every command."""
+    return typer.Option("--batch-size", min=smallest, metavar="N", callback=_at_most(largest), help=help)
+
+
+def _at_most(largest: int) -> Callable[[Optional[int]], Optional[int]]:
+    def check(value: Optional[int]) -> Optional[int]:
+        if value is not None and value > largest:
+            raise InvalidInputError(f"--batch-size {value} is too large; the largest is {largest}")
+        return value
+
+    return check
 
 
 def choose_output(requested: OutputMode, header: bool = False) -> Output:

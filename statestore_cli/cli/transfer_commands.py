@@ -9,7 +9,16 @@ import typer
 from statestore_cli.cli.command_groups import app
 from statestore_cli.cli.context import settings_of
 from statestore_cli.cli.help_text import examples
-from statestore_cli.cli.options import HeaderOpt, KeyOpt, LockTimeoutOpt, OutputOpt, StoreOpt, choose_output
+from statestore_cli.cli.options import (
+    MAX_IMPORT_BATCH_SIZE,
+    HeaderOpt,
+    KeyOpt,
+    LockTimeoutOpt,
+    OutputOpt,
+    StoreOpt,
+    batch_size_option,
+    choose_output,
+)
 from statestore_cli.cli.output.modes import OutputMode
 from statestore_cli.cli.output.render import Output
 from statestore_cli.cli.scope_options import as_filter, with_scope_options
@@ -20,7 +29,6 @@ from statestore_cli.errors import (
 from statestore_cli.model.entries import KeyFilter
 
 # -- export and import ------------------------------------------------------------------------------
-_MAX_IMPORT_BATCH = 100_000  # transfer.MAX_BATCH_SIZE, without importing SQLAlchemy for --help
 
 
 @app.command(
@@ -72,7 +80,9 @@ def import_(
     source: Annotated[str, typer.Argument(metavar="FILE", help="JSON Lines from `statestore export`; - reads stdin.")],
     batch_size: Annotated[
         int,
-        typer.Option("--batch-size", min=1, max=_MAX_IMPORT_BATCH, metavar="N", help="Keys per transaction."),
+        batch_size_option(
+            f"Keys per transaction, at most {MAX_IMPORT_BATCH_SIZE:,}.", smallest=1, largest=MAX_IMPORT_BATCH_SIZE
+        ),
     ] = 1000,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Check every line against the database; write nothing.")
