@@ -40,6 +40,18 @@ def test_fail_on_skip_does_nothing_on_the_metastore(cli):
     assert cli("clean", "--fail-on-skip").exit_code == 0
 
 
+def test_the_library_returns_the_skip_and_deletes_nothing(db_url, custom):
+    """``commands.clean`` says why it skipped as a ``CleanSkipped`` (an exit 0 unless the CLI's
+    --fail-on-skip asks otherwise), never as a bare string a caller could mistake for a report."""
+    from statestore_cli.config import load_settings
+    from statestore_cli.ops.commands import CleanSkipped, clean
+
+    result = clean(load_settings(conn_override=db_url))
+    assert result == CleanSkipped(SKIP_REASON)
+    assert result.exit_code == 0
+    assert sorted(custom) == ["task/d/r/t/-1/new", "task/d/r/t/-1/old"]
+
+
 def test_backend_cleanup_reports_what_cleanup_returned(cli, custom):
     result = cli("clean", "--backend-cleanup", "-o", "plain")
     assert result.exit_code == 0, result.output

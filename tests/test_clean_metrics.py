@@ -341,6 +341,7 @@ def test_clean_run_records_a_failure_inside_it_and_nothing_after_the_clean(db_ur
     from statestore_cli.errors import ConfigError
     from statestore_cli.ops.clean_run import CleanRun
     from statestore_cli.ops.cleanup import CleanControl
+    from statestore_cli.ops.commands import CleanSkipped
 
     url = db_url
     seed_expired(url, 7)
@@ -356,7 +357,7 @@ def test_clean_run_records_a_failure_inside_it_and_nothing_after_the_clean(db_ur
         report = run.clean(settings, 3, now=now, control=CleanControl(), older_than=None)
         raise RuntimeError("the report could not be shown")  # after the clean: the file keeps its success
     values = read_metrics(metrics, {"database": "airflow.db"})
-    assert not isinstance(report, str) and report.deleted == 7
+    assert not isinstance(report, CleanSkipped) and report.deleted == 7
     assert values[f"{P}exit_status"] == 0 and values[f"{P}rows_deleted"] == 7
     assert values[f"{P}batches"] == report.batches and values[f"{P}expired_rows_remaining"] == 0
 
@@ -365,6 +366,7 @@ def test_clean_run_without_a_metrics_file_is_the_clean_alone(db_url, tmp_path):
     from statestore_cli.config.settings import load_settings
     from statestore_cli.ops.clean_run import CleanRun
     from statestore_cli.ops.cleanup import CleanControl
+    from statestore_cli.ops.commands import CleanSkipped
 
     url = db_url
     seed_expired(url, 4)
@@ -372,6 +374,6 @@ def test_clean_run_without_a_metrics_file_is_the_clean_alone(db_url, tmp_path):
     with CleanRun(None) as run:
         control = CleanControl(on_progress=heard.append)
         report = run.clean(load_settings(conn_override=url), 2, now=datetime.now(UTC), control=control, older_than=None)
-    assert not isinstance(report, str) and report.deleted == 4
+    assert not isinstance(report, CleanSkipped) and report.deleted == 4
     assert heard[-1] == 4 and rows(url) == 1
     assert not list(tmp_path.glob("*.prom"))

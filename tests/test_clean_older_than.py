@@ -145,7 +145,7 @@ def test_the_library_takes_the_window_too(db_url):
     assert sorted(row.key for row in plan.rows) == ["expired_3d", "expired_3h"]
     assert commands.count_expired_keys(settings, now, timedelta(hours=1)) == 2
     report = commands.clean(settings, now=now, older_than=timedelta(hours=1))
-    assert not isinstance(report, str)
+    assert not isinstance(report, commands.CleanSkipped)
     assert (report.deleted, report.cutoff, report.older_than) == (2, now - timedelta(hours=1), timedelta(hours=1))
 
 

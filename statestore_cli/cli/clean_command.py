@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # loaded by `clean` only when it runs
     from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.clean_run import CleanRun
     from statestore_cli.ops.cleanup import CleanReport
+    from statestore_cli.ops.commands import CleanSkipped
 
 
 # -- clean ------------------------------------------------------------------------------------------
@@ -177,8 +178,10 @@ def clean(
                 if problem.doing
                 else message(problem.error)
             )
-    if isinstance(result, str):
-        out.clean_skipped(result, dry_run=False)
+    from statestore_cli.ops.commands import CleanSkipped  # loaded by the clean already
+
+    if isinstance(result, CleanSkipped):
+        out.clean_skipped(result.reason, dry_run=False)
         if saved is not None:
             out.note(f"--backup {saved.path} was not written: the clean deleted nothing")
     else:
@@ -187,7 +190,7 @@ def clean(
     if run.unwritten is not None:
         raise run.unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
     # a clean stopped early exits with its reason's code; a skip with 5 under --fail-on-skip
-    return _skipped(result, fail_on_skip) if isinstance(result, str) else result
+    return _skipped(result.reason, fail_on_skip) if isinstance(result, CleanSkipped) else result
 
 
 # PostgreSQL takes a statement timeout in milliseconds, a 32-bit integer; the lock timeout has the same bound.
@@ -266,7 +269,7 @@ def _clean_run(
     run: "CleanRun",
     backup: Optional["BackupFile"],
     include_unfinished: bool,
-) -> "CleanReport | str":
+) -> "CleanReport | CleanSkipped":
     """The clean under a progress bar, stopping between batches on a signal."""
     from statestore_cli.ops import commands
     from statestore_cli.ops.cleanup import CleanControl

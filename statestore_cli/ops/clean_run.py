@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from statestore_cli.config import Settings
     from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.cleanup import CleanControl, CleanReport
+    from statestore_cli.ops.commands import CleanSkipped
     from statestore_cli.ops.metrics import CleanRecorder
 
 
@@ -77,7 +78,7 @@ class CleanRun:
         older_than: timedelta | None,
         backup: BackupFile | None = None,
         include_unfinished: bool = False,
-    ) -> CleanReport | str:
+    ) -> CleanReport | CleanSkipped:
         """The clean (the report, or why it was skipped), recorded when it ended without an error; with
         ``backup`` every row it deletes is written there first; ``include_unfinished``: the keys of unfinished
         task instances too."""
@@ -105,28 +106,32 @@ class CleanRun:
     def _remaining(
         self,
         settings: Settings,
-        result: CleanReport | str,
+        result: CleanReport | CleanSkipped,
         now: datetime,
         older_than: timedelta | None,
         include_unfinished: bool,
     ) -> int | None:
         """The expired keys the clean left that it would delete (not those it spares), for the metrics: not
         counted after a skip, or after a signal, which asks for a quick exit."""
-        if isinstance(result, str) or result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):
-            return None
         from statestore_cli.ops import commands
 
+        if isinstance(result, commands.CleanSkipped):
+            return None
+        if result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):
+            return None
         try:
             return commands.count_expired_keys(settings, now, older_than, include_unfinished=include_unfinished)
         except StateStoreError as exc:
             self.problems.append(Problem("the expired keys left were not counted", exc))
             return None
 
-    def _record(self, result: CleanReport | str, remaining: int | None) -> None:
+    def _record(self, result: CleanReport | CleanSkipped, remaining: int | None) -> None:
+        from statestore_cli.ops import commands
+
         assert self.recorder is not None
         self.recorded = True
         try:
-            if isinstance(result, str):
+            if isinstance(result, commands.CleanSkipped):
                 self.recorder.finish(self.skip_code)
             else:
                 self.recorder.finish(

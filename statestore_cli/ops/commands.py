@@ -506,15 +506,15 @@ def clean(
     backup: BackupFile | None = None,
     *,
     include_unfinished: bool = False,
-) -> CleanReport | str:
+) -> CleanReport | CleanSkipped:
     """Delete expired task keys (those ``older_than`` past their expiry, when given); returns the
-    report, or the reason the clean was skipped (then ``backup`` is not created). With ``backup`` every
-    deleted row is written to it, each batch synced to disk before it commits. The keys of unfinished task
-    instances are kept unless ``include_unfinished`` (see ``cleanup.cleaned``)."""
+    report, or ``CleanSkipped`` with the reason the clean was skipped (then ``backup`` is not created).
+    With ``backup`` every deleted row is written to it, each batch synced to disk before it commits. The
+    keys of unfinished task instances are kept unless ``include_unfinished`` (see ``cleanup.cleaned``)."""
     cutoff, grace = clean_window(settings, now, older_than)
     reason = _skip_reason(settings)
     if reason:
-        return reason
+        return CleanSkipped(reason)
     size = settings.state_cleanup_batch_size if batch_size is None else batch_size
     from statestore_cli.ops.cleanup import delete_expired
 
