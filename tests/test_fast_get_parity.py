@@ -173,3 +173,102 @@ def open_descriptors(url: str) -> set[str] | None:
         except OSError:  # closed while we looked
             continue
     return found
+
+
+# -- both paths on the same stores, in this process: what the fast path answers is the full CLI's answer -----
+RUN = ["--dag-id", "etl", "--run-id", "manual__1"]
+
+
+@pytest.fixture
+def keys(cli, db_url):
+    """A SQLite store holding each kind of answer `get` gives: JSON documents, a string, a number, a key at
+    another map index, an expired key (not yet cleaned), an asset key."""
+    for args in (
+        [*TASK, "job", '{"id": "j-1", "list": [1, 2], "w": "\\u00e9\\u001b", "n": null}', "--retention", "6h"],
+        [*TASK, "--map-index", "3", "job", "[1, 2.5, true]", "--retention", "never"],
+        [*TASK, "text", "a line\ttab", "--string"],
+        [*TASK, "count", "42"],
+        [*TASK, "old", '"stale"', "--expires-at", "2020-01-01T00:00:00Z", "--force"],
+        ["--asset-name", "orders", "watermark", '"2026-11-30"'],
+    ):
+        assert cli("set", *args).exit_code == 0, args
+    return db_url
+
+
+def fast_answer(argv: list[str], capsys) -> tuple[int, str, str] | None:
+    """The fast path's exit code, stdout and stderr; None when it handed over (having printed nothing)."""
+    capsys.readouterr()
+    code = fast_get.answer(argv, environ={})
+    out, err = capsys.readouterr()
+    if code is None:
+        assert (out, err) == ("", ""), "a hand-over prints nothing: the full CLI answers alone"
+        return None
+    return code, out, err
+
+
+def full_answer(argv: list[str]) -> tuple[int, str, str]:
+    from cli_running import run_cli
+
+    result = run_cli(*argv)
+    return result.exit_code, result.stdout, result.stderr
+
+
+ANSWERED = [
+    pytest.param([*TASK, "job", *mode], id=f"json-object-{mode[-1] if mode else 'auto'}")
+    for mode in ([], ["-o", "plain"], ["-o", "json"], ["--output=table"])
+] + [
+    pytest.param([*TASK, "--map-index", "3", "job", "-o", "json"], id="json-array-map-index"),
+    pytest.param([*TASK, "--map-index=3", "job", "-o", "table"], id="json-array-table"),
+    pytest.param([*TASK, "text"], id="string-plain"),
+    pytest.param([*TASK, "text", "-o", "json"], id="string-json"),
+    pytest.param([*TASK, "count", "-o", "table"], id="number-table"),
+    pytest.param([*TASK, "old"], id="expired-plain"),
+    pytest.param([*TASK, "old", "-o", "json"], id="expired-json"),
+    pytest.param([*TASK, "old", "-o", "table"], id="expired-table-notice"),
+    pytest.param([*TASK, "missing"], id="missing-key"),
+    pytest.param([*TASK, "--map-index", "7", "job"], id="missing-here-found-at-other-map-index"),
+    pytest.param([*RUN, "--task-id", "other", "job", "-o", "json"], id="missing-task"),
+    pytest.param(["--dag-id", "etl", "--run-id", "no_such_run", "--task-id", "extract", "job"], id="missing-run"),
+]
+
+
+@pytest.mark.parametrize("args", ANSWERED)
+def test_what_the_fast_path_answers_is_byte_for_byte_the_full_clis(keys, capsys, args):
+    argv = ["--conn", keys, "get", *args]
+    fast = fast_answer(argv, capsys)
+    assert fast is not None, "the fast path answers this itself"
+    assert fast == full_answer(argv)
+
+
+HANDED_OVER = [
+    pytest.param(["get", "--asset-name", "orders", "watermark"], id="asset-scope"),
+    pytest.param(["get", "--asset-name", "orders", "missing"], id="asset-scope-missing"),
+    pytest.param(["get", *TASK, ""], id="empty-key"),
+    pytest.param(["get", *TASK, "--map-index", "x", "job"], id="map-index-not-a-number"),
+    pytest.param(["get", *TASK, "job", "-o", "yaml"], id="unknown-output"),
+    pytest.param(["get", "--dag-id", "etl", "job"], id="incomplete-scope"),
+]
+
+
+@pytest.mark.parametrize("args", HANDED_OVER)
+def test_what_the_fast_path_hands_over_it_leaves_wholly_to_the_full_cli(keys, capsys, args):
+    """Asset scopes and bad input: the fast path prints nothing and the full CLI gives its answer (checked here
+    to be an answer: a value, or an error with its exit code)."""
+    argv = ["--conn", keys, *args]
+    assert fast_answer(argv, capsys) is None
+    code, out, err = full_answer(argv)
+    assert (code == 0 and out and not err) or (code != 0 and not out and err.startswith("statestore: error: "))
+
+
+def test_a_store_the_fast_path_cannot_read_is_the_full_clis_error(tmp_path, capsys):
+    """A missing file, a file without the tables, a file that is no database: the full CLI's error and exit
+    code, never a second answer from the fast path."""
+    (tmp_path / "empty.db").touch()
+    sqlite3.connect(tmp_path / "bare.db").close()
+    (tmp_path / "junk.db").write_bytes(b"not a database, just bytes" * 100)
+    for name, code in (("absent.db", 3), ("empty.db", 3), ("bare.db", 3), ("junk.db", 3)):
+        argv = ["--conn", f"sqlite:///{tmp_path / name}", "get", *TASK, "job"]
+        assert fast_answer(argv, capsys) is None, name
+        full = full_answer(argv)
+        assert (full[0], full[1]) == (code, ""), (name, full)
+        assert full[2].startswith("statestore: error: "), (name, full)
