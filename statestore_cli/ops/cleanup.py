@@ -327,9 +327,9 @@ def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
 # walks past). Both walk the primary key from where the last batch ended. A ``DELETE ... LIMIT``
 # instead re-scans the expiry index from its start every time, past every row earlier batches deleted:
 # InnoDB keeps those as delete-marked records until purge removes them, and purge lags on busy servers
-# and stops behind any long read transaction, so each batch got slower than the one before. FORCE INDEX keeps both
-# statements on the primary key even where the optimizer's estimate for the expiry index is low;
-# MySQL accepts an index hint in a DELETE only in its multi-table form.
+# and stops behind any long read transaction, so each batch got slower than the one before. FORCE
+# INDEX keeps both statements on the primary key even where the optimizer's estimate for the expiry
+# index is low; MySQL accepts an index hint in a DELETE only in its multi-table form.
 def _mysql_range_delete(conn: Connection, table: Table, upper: bool, spare: bool) -> str:
     """``DELETE t FROM t FORCE INDEX (PRIMARY) WHERE`` the expired rows after ``:after`` (up to
     ``:upper``): the same condition as ``expired()``, written out, since SQLAlchemy renders no
