@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
@@ -26,9 +26,6 @@ from statestore_cli.errors import (
     first_line,
 )
 from statestore_cli.masking import mask_text
-
-if TYPE_CHECKING:
-    from statestore_cli.db.layout import Layout
 
 T = TypeVar("T")
 
@@ -157,7 +154,7 @@ _DATABASE = "statestore_database"
 class Database:
     """One engine on the metadata database and what its sessions and messages need: the connect timeout
     and lock limit it was made with (named when one is hit), why its URL is the one it is (named when the
-    store is missing), and the layout of its tables, read once, on first use.
+    store is missing), and the layout of its tables, read once, on first use (``db.layout.layout_of``).
 
     Made by ``open_database``; the engine's execution options hold it, so code that has only the engine
     or one of its connections finds it (``Database.of``)."""
@@ -169,7 +166,8 @@ class Database:
         self.connect_timeout = connect_timeout
         self.lock_limit = lock_limit  # None: a server session under the server's own lock timeout
         self.origin = origin
-        self._layout: Layout | None = None
+        # The ``db.layout.Layout`` of its tables: ``layout_of`` reads it on first use and keeps it here.
+        self.layout: object | None = None
         engine.update_execution_options(**{_DATABASE: self})
 
     @staticmethod
@@ -177,14 +175,6 @@ class Database:
         """The Database ``bind`` (an engine or a connection) belongs to; None for an engine made elsewhere."""
         found = bind.get_execution_options().get(_DATABASE)
         return found if isinstance(found, Database) else None
-
-    def layout(self, conn: Connection) -> Layout:
-        """The layout of the tables (``statestore_cli.db.layout``), read through ``conn`` the first time."""
-        if self._layout is None:
-            from statestore_cli.db.layout import read_layout
-
-            self._layout = read_layout(conn)
-        return self._layout
 
     def dispose(self) -> None:
         """Close the engine's pooled connections."""

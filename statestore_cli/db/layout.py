@@ -328,7 +328,11 @@ def layout_of(conn: Connection, needs: str | None = "read") -> Layout:
     from statestore_cli.db.database import Database
 
     database = Database.of(conn)
-    known = read_layout(conn) if database is None else database.layout(conn)
+    known = None if database is None else database.layout
+    if not isinstance(known, Layout):
+        known = read_layout(conn)
+        if database is not None:
+            database.layout = known
     if needs is not None and known.problems:
         known.require(needs)
     return known

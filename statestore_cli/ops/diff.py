@@ -37,9 +37,7 @@ from sqlalchemy import String, select, type_coerce
 from sqlalchemy.engine import Connection
 
 from statestore_cli.backends.key_conditions import dag_run_store, run_filters, stores_selected, task_filters
-from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.backends.stores import open_backend
-from statestore_cli.config import Settings
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import translate_errors
 from statestore_cli.db.engines import impl_of
 from statestore_cli.db.layout import Layout, layout_of
@@ -105,16 +103,13 @@ class _Counts:
 class DiffRun:
     """One diff: ``differences()`` yields them in key order; ``summary()`` after it is exhausted."""
 
-    def __init__(self, settings: Settings, filt: KeyFilter, source: str, stdin: IO[bytes] | None = None) -> None:
-        backend = open_backend(settings, writes=False)
-        if not isinstance(backend, MetastoreBackend):
-            raise BackendError(f"`diff` needs the metastore backend; [state_store] backend is {settings.backend}")
-        self.engine = backend.engine
+    def __init__(self, store: Store, filt: KeyFilter, source: str, stdin: IO[bytes] | None = None) -> None:
+        self.engine = store.metastore_backend("`diff`").engine
         impl_of(self.engine).check_asset_text(filt.name, filt.uri)
         self.filt = filt
         self.source = source
         self.stdin = stdin
-        self.max_value_bytes = settings.max_value_storage_bytes
+        self.max_value_bytes = store.settings.max_value_storage_bytes
         self.counts = _Counts()
         self.start = time.monotonic()
 
