@@ -152,8 +152,10 @@ KEYS = st.text(
 def store(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('props') / 'store.db'}"
     settings_ = load_settings(conn_override=url, environ={"AIRFLOW_HOME": "/nonexistent-home"})
-    db_init(Store.open(settings_, create_file=True))
-    return settings_
+    with Store.open(settings_, create_file=True) as made:
+        db_init(made)
+    with Store.open(settings_) as opened:  # one store for every generated example
+        yield opened
 
 
 def same(a, b) -> bool:

@@ -23,7 +23,6 @@ A key given twice in the file counts as its later line says, as ``import`` would
 from __future__ import annotations
 
 import contextlib
-import heapq
 import json
 import os
 import shutil
@@ -46,6 +45,7 @@ from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.model.entries import KeyFilter
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.model.timestamps import iso_utc
+from statestore_cli.ops.external_sort import external_sort
 from statestore_cli.ops.records import AssetRow, BadRecord, DagRunRow, TaskRow, load_strict, parse_line, read_lines
 
 FETCH = 1000  # rows per fetch from the store, as export reads them
@@ -137,7 +137,9 @@ class DiffRun:
                 self.counts = _Counts()
                 self.counts.sorted_file = False
                 stream.seek(0)
-                filed = _last_of_each(_external_sort(self._numbered(stream, wanted), folder, self._reread))
+                filed = _last_of_each(
+                    external_sort(self._numbered(stream, wanted), folder, self._reread, RUN_LINES, RUN_BYTES)
+                )
                 with self._connect() as conn:
                     yield from self._merge(_checked_order(_store_sides(conn, self.filt)), filed)
             finally:
@@ -349,56 +351,6 @@ def _last_of_each(sides: Iterator[Side]) -> Iterator[Side]:
         held = side
     if held is not None:
         yield held
-
-
-def _external_sort(
-    lines: Iterator[tuple[tuple[Any, ...], int, bytes]], folder: Path, reread: Callable[[int, bytes], Side]
-) -> Iterator[Side]:
-    """``lines`` (key, line number, text) in key order (then by line number), holding at most a run of
-    ``RUN_LINES`` lines (``RUN_BYTES`` of text) in memory: each run sorted and written to ``folder``, then
-    the runs merged, each line parsed again as it comes out."""
-    runs: list[Path] = []
-    run: list[tuple[tuple[Any, ...], int, bytes]] = []
-    size = 0
-    for item in lines:
-        run.append(item)
-        size += len(item[2])
-        if len(run) >= RUN_LINES or size >= RUN_BYTES:
-            runs.append(_write_run(run, folder, len(runs)))
-            run, size = [], 0
-    if not runs:  # the whole file fitted in one run: no file needed
-        run.sort(key=lambda item: item[:2])
-        for _key, number, text in run:
-            yield reread(number, text)
-        return
-    if run:
-        runs.append(_write_run(run, folder, len(runs)))
-    del run
-    handles = [open(path, "rb") for path in runs]  # noqa: SIM115  (closed below)
-    try:
-        merged = heapq.merge(*(_read_run(h, reread) for h in handles), key=lambda item: item[:2])
-        for _key, _number, side in merged:
-            yield side
-    finally:
-        for handle in handles:
-            handle.close()
-
-
-def _write_run(run: list[tuple[tuple[Any, ...], int, bytes]], folder: Path, index: int) -> Path:
-    run.sort(key=lambda item: item[:2])
-    path = folder / f"run-{index}"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the file's values: owner-only
-    with open(fd, "wb") as out:
-        for _key, number, text in run:
-            out.write(b"%d\t" % number + text.rstrip(b"\r\n") + b"\n")
-    return path
-
-
-def _read_run(handle: IO[bytes], reread: Callable[[int, bytes], Side]) -> Iterator[tuple[tuple[Any, ...], int, Side]]:
-    for line in handle:
-        number, _, text = line.partition(b"\t")
-        side = reread(int(number), text)
-        yield side.sort, int(number), side
 
 
 # -- the store ----------------------------------------------------------------------------------------
