@@ -5,7 +5,7 @@ import sys
 import typer
 
 from statestore_cli.cli.apps import config_app, db_app
-from statestore_cli.cli.context import settings_of, store_of
+from statestore_cli.cli.context import store_of
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.group import decided
 from statestore_cli.cli.help_text import examples
@@ -63,7 +63,8 @@ def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header:
     from statestore_cli.ops import commands
 
     out = choose_output(output, header)
-    settings = settings_of(ctx)
+    store = store_of(ctx, writes=False)
+    settings = store.settings
     config_file = str(settings.config_file) if settings.config_file else None
     searched = settings.config_search.worded(FLAGS) if settings.config_search else None
-    out.config(commands.config_rows(settings), config_file, str(settings.airflow_home), searched)
+    out.config(commands.config_rows(store), config_file, str(settings.airflow_home), searched)

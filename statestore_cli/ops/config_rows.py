@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from statestore_cli.config import Settings, describe_source
+from statestore_cli.config import describe_source
 from statestore_cli.config.sources import CONN_OVERRIDE
 from statestore_cli.db.database import mask_url, parse_url
+
+if TYPE_CHECKING:
+    from statestore_cli.backends.store import Store
 
 
 class ConfigRow(NamedTuple):
@@ -18,9 +21,10 @@ class ConfigRow(NamedTuple):
     parameter: str | None = None  # the source is this parameter of load_settings (conn_override)
 
 
-def config_rows(settings: Settings) -> list[ConfigRow]:
+def config_rows(store: Store) -> list[ConfigRow]:
+    """Every setting of ``store``'s settings (nothing is connected)."""
     rows = []
-    for setting in settings:
+    for setting in store.settings:
         value = setting.value
         if setting.spec.secret and isinstance(value, str) and value:
             value = mask_url(parse_url(value)) if setting.spec.type == "url" else "***"
