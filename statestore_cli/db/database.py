@@ -176,6 +176,13 @@ class Database:
         found = bind.get_execution_options().get(_DATABASE)
         return found if isinstance(found, Database) else None
 
+    @classmethod
+    def kept_for(cls, engine: Engine) -> Database:
+        """The Database of ``engine``; for an engine made elsewhere (a caller's own ``create_engine``), one
+        made now with the defaults (no origin, no lock limit of ours), so that its layout too is read once:
+        statements built from two readings of a 3.4 layout would name two different Table objects."""
+        return cls.of(engine) or cls(engine, DEFAULT_CONNECT_TIMEOUT, None, None)
+
     def dispose(self) -> None:
         """Close the engine's pooled connections."""
         self.engine.dispose()

@@ -322,17 +322,16 @@ AIRFLOW_33 = Layout(
 
 
 def layout_of(conn: Connection, needs: str | None = "read") -> Layout:
-    """The layout of the database behind ``conn``, read once per ``Database`` (every time for an engine made
-    elsewhere); a layout that lacks what ``needs`` ("read", "write"; None: nothing) raises a
-    ``DatabaseError`` saying what is missing."""
+    """The layout of the database behind ``conn``, read once per engine (its ``Database``); a layout that
+    lacks what ``needs`` ("read", "write"; None: nothing) raises a ``DatabaseError`` saying what is missing."""
     from statestore_cli.db.database import Database
 
-    database = Database.of(conn)
-    known = None if database is None else database.layout
+    # The engine's, not the connection's options: a connection opened before an engine made elsewhere got
+    # its Database does not hold it.
+    database = Database.of(conn) or Database.kept_for(conn.engine)
+    known = database.layout
     if not isinstance(known, Layout):
-        known = read_layout(conn)
-        if database is not None:
-            database.layout = known
+        known = database.layout = read_layout(conn)
     if needs is not None and known.problems:
         known.require(needs)
     return known
