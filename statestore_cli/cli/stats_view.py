@@ -504,7 +504,11 @@ def _print_largest(console: Console, values: list[LargeValue], limit: int) -> No
     over = [bool(limit) and v.value_bytes > limit for v in values]
     # A value over the limit is marked after its size, in the same column: a column of its own would leave a
     # 60-character key too little room at 80 columns.
-    mark = (lambda is_over: " over" if is_over else " " * 5) if any(over) else (lambda is_over: "")
+    width = 5 if any(over) else 0
+
+    def mark(is_over: bool) -> str:
+        return " over" if is_over else " " * width
+
     rows = [(safe_text(v.key), count(v.value_bytes) + mark(o)) for v, o in zip(values, over, strict=True)]
     scopes = [_scope_parts(v) for v in values]
     span = max(cell_width(GAP.join(parts)) for parts in scopes)  # the table widens for them, room allowing

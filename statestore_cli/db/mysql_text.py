@@ -106,7 +106,8 @@ class BytesComparator(ExactComparator):
 def index_equal(column: Any, value: Any) -> ColumnElement[bool]:
     """``column = value`` as the engine's unique indexes compare: on MySQL/MariaDB trailing spaces are
     ignored. Only for finding a stored twin; lookups use ``==``, which is exact."""
-    return column.op("=", is_comparison=True)(value)
+    equal: ColumnElement[bool] = column.op("=", is_comparison=True)(value)
+    return equal
 
 
 def twins(given: Sequence[Any], stored: Sequence[Any]) -> bool:

@@ -29,7 +29,7 @@ def preferred_tls() -> ssl.SSLContext:
 def _connection_class() -> type:
     from pymysql.connections import Connection  # type: ignore[import-untyped]
 
-    class PreferredTlsConnection(Connection):
+    class PreferredTlsConnection(Connection):  # type: ignore[misc]  # PyMySQL ships no types
         def _create_ssl_ctx(self, sslp: Any) -> Any:
             # PyMySQL asks with {} in the preferred mode only; options from the URL come as a filled dict.
             if isinstance(sslp, dict) and not sslp:

@@ -261,7 +261,8 @@ def _as_export(dialect: str, make: Callable[[Any], str | None]) -> Callable[[Any
 
 def _line(row: Any) -> str | None:
     """The line of a row (``row[1]``), None when the database could not build it."""
-    return row[1]
+    line: str | None = row[1]
+    return line
 
 
 def _region_line(row: Any) -> str | None:
@@ -270,7 +271,7 @@ def _region_line(row: Any) -> str | None:
     if head is None or tail is None:
         return None
     if region is None or region == NIL_REGION:
-        return head + tail
+        return f"{head}{tail}"
     return f'{head}, "region_id": "{region}"{tail}'
 
 

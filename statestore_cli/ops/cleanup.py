@@ -281,31 +281,39 @@ def _checked_rowcount(count: int | None) -> int:
     return int(count)
 
 
-def _keyset_statement(dialect: str, table: Table, where: ColumnElement[bool], batch_size: int) -> Executable:
-    """One batch on SQLite or PostgreSQL, walking the primary key (``id > :after``; ``RETURNING id``
-    says where the next batch starts): each batch reads the next stretch of the table, instead of
-    re-scanning the expiry index past everything the earlier batches deleted, and the ids of one
-    batch at most are ever held."""
+def _keyset_statement(
+    dialect: str, table: Table, where: ColumnElement[bool], window: ColumnElement[bool], batch_size: int
+) -> Executable:
+    """One batch on SQLite or PostgreSQL, walking the primary key (``id > :after``): each batch reads the
+    next stretch of the table, instead of re-scanning the expiry index past everything the earlier
+    batches deleted, and the ids of one batch at most are ever held. ``window``: the rows a batch looks
+    at (the expired ones), ``where``: those of them it deletes (less the keys a clean keeps)."""
     after = bindparam("after", type_=Integer)
-    ids = select(table.c.id).where(table.c.id > after, where).order_by(table.c.id).limit(batch_size)
     if dialect == "postgresql":
-        # Rows another cleaner holds are skipped, not waited for: two cleans share the work. The ids
-        # go in as an array so the delete looks them up by primary key instead of joining, and only
-        # the count and the last id come back, not every deleted id.
-        ids = ids.with_for_update(skip_locked=True)
-        chosen = table.c.id == any_(func.array(ids.scalar_subquery()))
+        # The batch takes the next ``batch_size`` expired rows and deletes those ``where`` allows; the
+        # next batch starts after the window, kept rows or not. Asking the keep rule in the window's
+        # select instead would make the planner join every expired key with the task instances for
+        # each batch. Rows another cleaner holds are skipped, not waited for: two cleans share the
+        # work. The ids go in as an array so the delete looks them up by primary key; only the count
+        # and the window's last id come back.
+        ids = select(table.c.id).where(table.c.id > after, window).order_by(table.c.id).limit(batch_size)
+        taken = ids.with_for_update(skip_locked=True).cte("window")
+        chosen = table.c.id == any_(func.array(select(taken.c.id).scalar_subquery()))
         gone = delete(table).where(chosen, where).returning(table.c.id).cte("gone")
-        return select(func.count(), func.max(gone.c.id))
+        return select(
+            select(func.count()).select_from(gone).scalar_subquery(),
+            select(func.max(taken.c.id)).scalar_subquery(),
+        )
     # One SQLite statement reads one snapshot and no other writer runs until it ends, so the ids the
     # subquery chose are still the rows ``where`` selects: asking it again would only repeat its work.
-    chosen = table.c.id.in_(ids.scalar_subquery())
-    return delete(table).where(chosen).returning(table.c.id)
+    ids = select(table.c.id).where(table.c.id > after, where).order_by(table.c.id).limit(batch_size)
+    return delete(table).where(table.c.id.in_(ids.scalar_subquery())).returning(table.c.id)
 
 
 def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
     """Run one SQLite or PostgreSQL batch; the walk ends with the first batch that finds nothing."""
     result = conn.execute(stmt, {"after": after})
-    if isinstance(stmt, Select):  # PostgreSQL: count(*), max(id) over the deleted rows
+    if isinstance(stmt, Select):  # PostgreSQL: the rows deleted, and the last id of the window
         count, last = result.one()
         return _Batch(int(count), last)
     ids = result.scalars().all()
@@ -314,13 +322,14 @@ def _keyset_batch(conn: Connection, stmt: Executable, after: int) -> _Batch:
 
 # MySQL and MariaDB refuse a LIMIT in an IN sub-select and have no (MySQL) or only a single-table
 # (MariaDB) DELETE ... RETURNING, so a batch there is two statements in one transaction: find the id
-# that ends the next ``batch_size`` expired rows, then delete the expired rows up to it. Both walk the
-# primary key from where the last batch ended. A ``DELETE ... LIMIT`` instead re-scans the expiry
-# index from its start every time, past every row earlier batches deleted: InnoDB keeps those as
-# delete-marked records until purge removes them, and purge lags on busy servers and stops behind
-# any long read transaction, so each batch got slower than the one before. FORCE INDEX keeps both
-# statements on the primary key even where the optimizer's estimate for the expiry index is low;
-# MySQL accepts an index hint in a DELETE only in its multi-table form.
+# that ends the next ``batch_size`` expired rows, then delete the expired rows up to it (less the keys
+# a clean keeps: the keep rule is asked of that range alone, not of every expired key the batch end
+# walks past). Both walk the primary key from where the last batch ended. A ``DELETE ... LIMIT``
+# instead re-scans the expiry index from its start every time, past every row earlier batches deleted:
+# InnoDB keeps those as delete-marked records until purge removes them, and purge lags on busy servers
+# and stops behind any long read transaction, so each batch got slower than the one before. FORCE
+# INDEX keeps both statements on the primary key even where the optimizer's estimate for the expiry
+# index is low; MySQL accepts an index hint in a DELETE only in its multi-table form.
 def _mysql_range_delete(conn: Connection, table: Table, upper: bool, spare: bool) -> str:
     """``DELETE t FROM t FORCE INDEX (PRIMARY) WHERE`` the expired rows after ``:after`` (up to
     ``:upper``): the same condition as ``expired()``, written out, since SQLAlchemy renders no
@@ -346,7 +355,7 @@ def _mysql_statements(
     end = (
         select(table.c.id)
         .with_hint(table, "FORCE INDEX (PRIMARY)")
-        .where(table.c.id > after, cleaned(conn, table, now, spare, per_batch=True))
+        .where(table.c.id > after, expired(table, now))
         .order_by(table.c.id)
         .limit(1)
         .offset(batch_size - 1)
@@ -403,7 +412,7 @@ def _batch_runner(
     if dialect in ("mysql", "mariadb"):
         statements = _mysql_statements(conn, table, now, batch_size, spare)
         return lambda after: _mysql_batch(conn, statements, after)
-    stmt = _keyset_statement(dialect, table, where, batch_size)
+    stmt = _keyset_statement(dialect, table, where, expired(table, now), batch_size)
     return lambda after: _keyset_batch(conn, stmt, after)
 
 

@@ -151,9 +151,8 @@ def widen(oldest: datetime | None, newest: datetime | None, first: Any, last: An
 
 
 def as_utc(value: Any) -> datetime:
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    moment: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 # -- top N -----------------------------------------------------------------------------------------------
