@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import Pool
 
 from statestore_cli import Store, TaskScope, load_settings
 from statestore_cli.db.database import Database
@@ -49,6 +50,28 @@ def test_clear_with_a_backup_on_a_task_uses_one_engine(cli, tmp_path: Path):
     assert len(backup.read_text().splitlines()) == 2
     assert seen and None not in seen  # every connection is of an engine a Store made
     assert len({id(database) for database in seen}) == 1  # the count, the backend check and the clear: one engine
+
+
+def test_a_command_closes_what_its_store_opened(cli):
+    cli("set", *TASK, "job_id", '"j-1"')
+    opened: list[object] = []
+    closed: list[object] = []
+
+    def on_connect(dbapi: object, _record: object) -> None:
+        opened.append(dbapi)
+
+    def on_close(dbapi: object, _record: object) -> None:
+        closed.append(dbapi)
+
+    event.listen(Pool, "connect", on_connect)
+    event.listen(Pool, "close", on_close)
+    try:
+        result = cli("get", *TASK, "job_id")
+    finally:
+        event.remove(Pool, "connect", on_connect)
+        event.remove(Pool, "close", on_close)
+    assert result.exit_code == 0 and '"j-1"' in result.output
+    assert opened and closed == opened  # closed when the command ended, not left to the garbage collector
 
 
 def test_a_failed_lookup_names_other_map_indices_on_the_same_engine(cli):
