@@ -37,6 +37,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from statestore_cli.backends.store import Store
 from statestore_cli.db.schema import ASSET_STATE_COLUMNS, task_state_store, writer_columns
 
 # -- layout: every run has the same 40 task instances (16 plain tasks, 4 mapped ones of width 6), 5 keys each
@@ -239,7 +240,7 @@ def db_init(url: str, env: dict[str, str]) -> None:
     from statestore_cli import load_settings
     from statestore_cli.ops.commands import db_init as library_db_init
 
-    library_db_init(load_settings(conn_override=url, environ=env))
+    library_db_init(Store.open(load_settings(conn_override=url, environ=env), create_file=True))
 
 
 # -- SQLite ------------------------------------------------------------------------------------------------

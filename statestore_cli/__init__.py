@@ -33,7 +33,8 @@ _EXPORTS = {
     "NotFoundError": "statestore_cli.errors",
     "SchemaMissingError": "statestore_cli.errors",
     "StateStoreError": "statestore_cli.errors",
-    "accessor": "statestore_cli.backends.stores",
+    "Store": "statestore_cli.backends.store",
+    "accessor": "statestore_cli.backends.store",
     "task_instance_cleared": "statestore_cli.ops.lifecycle",
     "task_instance_succeeded": "statestore_cli.ops.lifecycle",
 }
@@ -55,6 +56,7 @@ __all__ = [
     "StateReferenceWarning",
     "StateStoreError",
     "StateValueTooLargeWarning",
+    "Store",
     "StoreScope",
     "StoredRef",
     "TaskScope",
@@ -82,7 +84,7 @@ if TYPE_CHECKING:
     from statestore_cli.backends.base import BaseStoreBackend, StoredRef
     from statestore_cli.backends.filesystem import FilesystemBackend
     from statestore_cli.backends.metastore import MetastoreBackend
-    from statestore_cli.backends.stores import accessor
+    from statestore_cli.backends.store import Store, accessor
     from statestore_cli.config import Settings, load_settings
     from statestore_cli.errors import (
         BackendError,

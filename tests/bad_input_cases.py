@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
 from statestore_cli.ops.commands import db_init
@@ -732,7 +733,7 @@ CASES = [
 
 
 def seed(url: str) -> None:
-    db_init(load_settings(conn_override=url))
+    db_init(Store.open(load_settings(conn_override=url), create_file=True))
     seed_keys(url)
 
 

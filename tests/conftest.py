@@ -44,6 +44,7 @@ from run_scope import once_per_run, start_run
 from servers import ENGINES, drop_worker_databases, finish_run
 from stores import isolated_database, mariadb_store, postgresql_store
 
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.masking import forget_secrets
 from statestore_cli.ops.commands import db_init
@@ -216,11 +217,16 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pyt
             if not _sqlite_template:
                 folder = tmp_path_factory.mktemp("sqlite-template")
                 template = folder / "store.db"
-                db_init(load_settings(conn_override=f"sqlite:///{template}", environ={"AIRFLOW_HOME": str(folder)}))
+                db_init(
+                    Store.open(
+                        load_settings(conn_override=f"sqlite:///{template}", environ={"AIRFLOW_HOME": str(folder)}),
+                        create_file=True,
+                    )
+                )
                 _sqlite_template.append(template)
             shutil.copyfile(_sqlite_template[0], tmp_path / "store.db")
         else:
-            db_init(load_settings(conn_override=url))
+            db_init(Store.open(load_settings(conn_override=url), create_file=True))
         yield url
 
 

@@ -31,6 +31,7 @@ from cli_running import run_statestore_process
 from seeded_stores import REALISTIC_EXPIRED, realistic_keys, seed_realistic
 from stores import isolated_database, sql
 
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.ops.commands import db_init
 
@@ -296,7 +297,7 @@ def monitored_databases(directory: Path, tmp_path: Path) -> Iterator[list[Monito
     sqlite_url, runs = airflow34_store(tmp_path / "prod" / "airflow.db")
     found = [_monitor(sqlite_url, directory, "prod", "airflow.db", ["region=eu-west-1", "cluster=prod"], runs)]
     with isolated_database("postgresql", tmp_path) as pg_url:
-        db_init(load_settings(conn_override=pg_url))
+        db_init(Store.open(load_settings(conn_override=pg_url), create_file=True))
         seed_realistic(pg_url)
         from sqlalchemy.engine import make_url
 

@@ -14,6 +14,8 @@ from pathlib import Path
 from servers import database_name, engine_of, kept_engine, mark_database, require_server, server_statements
 from sqlalchemy import Connection, make_url, text
 
+from statestore_cli.backends.store import Store
+
 
 @contextmanager
 def isolated_database(name: str, tmp_path: Path) -> Iterator[str]:
@@ -85,7 +87,11 @@ def postgresql_store() -> Iterator[str]:
         server_statements(worker_url, f"CREATE SCHEMA {label}")
         url = make_url(worker_url).update_query_dict({"options": f"-csearch_path={label}"})
         url = url.render_as_string(hide_password=False)
-        db_init(load_settings(conn_override=url, environ={"AIRFLOW_HOME": tempfile.gettempdir()}))
+        db_init(
+            Store.open(
+                load_settings(conn_override=url, environ={"AIRFLOW_HOME": tempfile.gettempdir()}), create_file=True
+            )
+        )
         shape = pg_shape(label)
     try:
         yield url
@@ -162,7 +168,11 @@ def mariadb_store() -> Iterator[str]:
         mark_database("mariadb", label)  # a database of the server's, not the worker's: dropped when the run ends
         server_statements(worker_url, f"CREATE DATABASE {label}")
         url = make_url(worker_url).set(database=label).render_as_string(hide_password=False)
-        db_init(load_settings(conn_override=url, environ={"AIRFLOW_HOME": tempfile.gettempdir()}))
+        db_init(
+            Store.open(
+                load_settings(conn_override=url, environ={"AIRFLOW_HOME": tempfile.gettempdir()}), create_file=True
+            )
+        )
         shape = mariadb_shape(label)
     try:
         yield url

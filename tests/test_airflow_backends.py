@@ -249,8 +249,8 @@ def test_a_region_is_refused_by_an_airflow_3_3_backend(deployment: Deployment):
     script = (
         "import uuid\n"
         "from statestore_cli import InvalidInputError, TaskScope, load_settings\n"
-        "from statestore_cli.backends.stores import open_worker_backend\n"
-        f"backend = open_worker_backend(load_settings(config_path={str(d.config)!r}))\n"
+        "from statestore_cli import Store\n"
+        f"backend = Store.open(load_settings(config_path={str(d.config)!r})).worker_backend\n"
         f"scope = TaskScope({DAG!r}, {RUN!r}, 'probe', region_id=uuid.UUID(int=7))\n"
         "try:\n"
         "    backend.serialize_task_state_store_to_ref(value=1, key='k', scope=scope)\n"

@@ -43,10 +43,12 @@ def test_fail_on_skip_does_nothing_on_the_metastore(cli):
 def test_the_library_returns_the_skip_and_deletes_nothing(db_url, custom):
     """``commands.clean`` says why it skipped as a ``CleanSkipped`` (an exit 0 unless the CLI's
     --fail-on-skip asks otherwise), never as a bare string a caller could mistake for a report."""
+    from statestore_cli import Store
     from statestore_cli.config import load_settings
     from statestore_cli.ops.commands import CleanSkipped, clean
 
-    result = clean(load_settings(conn_override=db_url))
+    with Store.open(load_settings(conn_override=db_url)) as store:
+        result = clean(store)
     assert result == CleanSkipped(SKIP_REASON)
     assert result.exit_code == 0
     assert sorted(custom) == ["task/d/r/t/-1/new", "task/d/r/t/-1/old"]

@@ -17,6 +17,7 @@ from metrics_files import read_metrics
 from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import make_engine
 from statestore_cli.ops.metrics import CleanMetrics, CleanRecorder, read_last_success
 
@@ -354,7 +355,7 @@ def test_clean_run_records_a_failure_inside_it_and_nothing_after_the_clean(db_ur
     settings = load_settings(conn_override=url)
     now = datetime.now(UTC)
     with pytest.raises(RuntimeError), CleanRun(metrics, {"database": "airflow.db"}) as run:
-        report = run.clean(settings, 3, now=now, control=CleanControl(), older_than=None)
+        report = run.clean(Store.open(settings), 3, now=now, control=CleanControl(), older_than=None)
         raise RuntimeError("the report could not be shown")  # after the clean: the file keeps its success
     values = read_metrics(metrics, {"database": "airflow.db"})
     assert not isinstance(report, CleanSkipped) and report.deleted == 7
@@ -373,7 +374,9 @@ def test_clean_run_without_a_metrics_file_is_the_clean_alone(db_url, tmp_path):
     heard: list[int] = []
     with CleanRun(None) as run:
         control = CleanControl(on_progress=heard.append)
-        report = run.clean(load_settings(conn_override=url), 2, now=datetime.now(UTC), control=control, older_than=None)
+        report = run.clean(
+            Store.open(load_settings(conn_override=url)), 2, now=datetime.now(UTC), control=control, older_than=None
+        )
     assert not isinstance(report, CleanSkipped) and report.deleted == 4
     assert heard[-1] == 4 and rows(url) == 1
     assert not list(tmp_path.glob("*.prom"))

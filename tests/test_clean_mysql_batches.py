@@ -23,6 +23,7 @@ from sqlalchemy import event, insert, text
 from sqlalchemy.engine import Engine
 from stores import isolated_database, sql
 
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
 from statestore_cli.db.schema import dag_run, task_state_store
@@ -37,7 +38,7 @@ NOW = datetime.now(UTC)
 @pytest.fixture
 def store(tmp_path) -> Iterator[str]:
     with isolated_database("mariadb", tmp_path) as url:
-        db_init(load_settings(conn_override=url))
+        db_init(Store.open(load_settings(conn_override=url), create_file=True))
         engine = engine_of(url)
         with engine.begin() as conn:
             conn.execute(

@@ -10,6 +10,7 @@ import pytest
 from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import make_engine
 
 ALL_ENGINES = True
@@ -140,11 +141,11 @@ def test_the_library_takes_the_window_too(db_url):
     seed_ages(db_url)
     settings = load_settings(conn_override=db_url)
     now = datetime.now(UTC)
-    plan = commands.plan_clean(settings, now, older_than=timedelta(hours=1))
+    plan = commands.plan_clean(Store.open(settings), now, older_than=timedelta(hours=1))
     assert plan.cutoff == now - timedelta(hours=1) and plan.older_than == timedelta(hours=1)
     assert sorted(row.key for row in plan.rows) == ["expired_3d", "expired_3h"]
-    assert commands.count_expired_keys(settings, now, timedelta(hours=1)) == 2
-    report = commands.clean(settings, now=now, older_than=timedelta(hours=1))
+    assert commands.count_expired_keys(Store.open(settings), now, timedelta(hours=1)) == 2
+    report = commands.clean(Store.open(settings), now=now, older_than=timedelta(hours=1))
     assert not isinstance(report, commands.CleanSkipped)
     assert (report.deleted, report.cutoff, report.older_than) == (2, now - timedelta(hours=1), timedelta(hours=1))
 
@@ -157,5 +158,5 @@ def test_the_library_refuses_a_negative_window(db_url):
     seed_ages(db_url)
     settings = load_settings(conn_override=db_url)
     with pytest.raises(InvalidInputError, match=r"^older_than must not be negative, got -3600 seconds$"):
-        commands.clean(settings, older_than=timedelta(hours=-1))
+        commands.clean(Store.open(settings), older_than=timedelta(hours=-1))
     assert len(keys(db_url)) == 5

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from cli_running import Result, run_cli, run_statestore_process
 
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.ops.commands import db_init
 
@@ -200,7 +201,7 @@ def test_a_command_gives_the_url_stripped_and_masked(tmp_path, monkeypatch):
 
 def test_a_command_names_a_real_store(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    db_init(load_settings(conn_override=url))
+    db_init(Store.open(load_settings(conn_override=url), create_file=True))
     monkeypatch.setenv(f"{ENV}_CMD", logging_command(tmp_path / "cmd.log", url))
     assert run_cli("set", *TASK, "job", '"42"').exit_code == 0
     got = run_cli("get", *TASK, "job")
@@ -211,7 +212,7 @@ def test_a_command_names_a_real_store(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_fast_get_path_hands_a_command_over_and_it_runs_once(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    db_init(load_settings(conn_override=url))
+    db_init(Store.open(load_settings(conn_override=url), create_file=True))
     assert run_cli("--conn", url, "set", *TASK, "job", '"42"').exit_code == 0
     log = tmp_path / "cmd.log"
     monkeypatch.setenv(f"{ENV}_CMD", logging_command(log, url))
@@ -343,7 +344,7 @@ def secrets_cfg(tmp_path: Path, secrets: dict, database: str, backend: str = BAC
 
 def test_a_secret_names_a_real_store_and_is_masked(tmp_path, secrets):
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    db_init(load_settings(conn_override=url))
+    db_init(Store.open(load_settings(conn_override=url), create_file=True))
     secrets["store"].write_text(json.dumps({"sql_alchemy_conn": url}))
     cfg = secrets_cfg(tmp_path, secrets, "sql_alchemy_conn_secret = sql_alchemy_conn")
     assert run_cli("--config", str(cfg), "set", *TASK, "job", '"42"').exit_code == 0
@@ -427,7 +428,7 @@ def test_a_backend_that_cannot_be_loaded_is_exit_2(tmp_path, clean_environment, 
 @pytest.mark.slow
 def test_the_fast_get_path_hands_a_secret_over(tmp_path, monkeypatch, secrets):
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    db_init(load_settings(conn_override=url))
+    db_init(Store.open(load_settings(conn_override=url), create_file=True))
     assert run_cli("--conn", url, "set", *TASK, "job", '"7"').exit_code == 0
     secrets["store"].write_text(json.dumps({"conn": url}))
     cfg = secrets_cfg(tmp_path, secrets, "sql_alchemy_conn_secret = conn")

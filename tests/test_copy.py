@@ -14,6 +14,7 @@ from stores import as_utc, sql
 
 from statestore_cli import TaskScope
 from statestore_cli.backends.base import REF_MARKER
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.errors import InvalidInputError
 from statestore_cli.model.scopes import AssetScope
@@ -225,12 +226,12 @@ def test_the_library_copies_and_refuses_clashes(cli, db_url):
     _seed_task(cli)
     settings = load_settings(conn_override=db_url)
     source, target = TaskScope("etl", RUN, "submit"), TaskScope("etl", RUN, "submit_v2")
-    report = copy_keys(settings, source, target, ["cursor"])
+    report = copy_keys(Store.open(settings), source, target, ["cursor"])
     assert (report.copied, report.overwritten, report.moved) == (1, 0, False)
     with pytest.raises(InvalidInputError, match="already has 1 of the keys"):
-        copy_keys(settings, source, target)
+        copy_keys(Store.open(settings), source, target)
     with pytest.raises(InvalidInputError, match="a copy goes between scopes of one kind"):
-        copy_keys(settings, source, AssetScope(name="x"))
+        copy_keys(Store.open(settings), source, AssetScope(name="x"))
 
 
 # -- Airflow databases: the target must exist -----------------------------------------------------------------
@@ -348,9 +349,9 @@ def test_the_library_plans_before_it_copies(cli, db_url):
     assert target == TaskScope("etl", OTHER_RUN, "submit")
     assert target_scope(source, KeyFilter(map_index=3)) == TaskScope("etl", RUN, "submit", 3)
     assert cli("set", "--dag-id", "etl", "--run-id", OTHER_RUN, "--task-id", "submit", "cursor", "1").exit_code == 0
-    plan = plan_copy(settings, source, target)
+    plan = plan_copy(Store.open(settings), source, target)
     assert (plan.keys, plan.clashes) == (("cursor", "job_id"), ("cursor",))
-    report = copy_keys(settings, source, target, ["job_id"], move=True)
+    report = copy_keys(Store.open(settings), source, target, ["job_id"], move=True)
     assert (report.copied, report.overwritten, report.moved) == (1, 0, True)
     assert list(_keys(cli, *OLD)) == ["cursor"]
 

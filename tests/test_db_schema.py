@@ -23,7 +23,7 @@ from servers import server_statements as admin
 from sqlalchemy import make_url
 from stores import sql
 
-from statestore_cli.backends.stores import open_metastore
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 
 TASK = ("--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract")
@@ -139,7 +139,7 @@ def test_connect_args_reach_the_driver(local_settings, monkeypatch):
     name = f"statestore-{uuid.uuid4().hex[:8]}"
     (local_settings / "ss_local_settings_a.py").write_text(f"connect_args = {{'application_name': {name!r}}}\n")
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "ss_local_settings_a.connect_args")
-    store = open_metastore(load_settings(conn_override=url), writes=False)
+    store = Store.open(load_settings(conn_override=url), writes=False)
     try:
         with store.engine.connect() as conn:
             seen = conn.exec_driver_sql(
@@ -155,7 +155,7 @@ def test_engine_args_reach_create_engine(monkeypatch):
     monkeypatch.setenv(
         "AIRFLOW__DATABASE__SQL_ALCHEMY_ENGINE_ARGS", '{"pool_size": 3, "max_overflow": 1, "pool_recycle": 77}'
     )
-    store = open_metastore(load_settings(conn_override=url))
+    store = Store.open(load_settings(conn_override=url))
     try:
         pool = store.engine.pool
         assert (pool.size(), pool._max_overflow, pool._recycle) == (3, 1, 77)  # type: ignore[attr-defined]
@@ -234,7 +234,7 @@ def test_exclusive_cleans_of_two_schemas_of_one_postgresql_database_do_not_block
             monkeypatch.setenv(SCHEMA_ENV, schema)
             ok("db", "init", conn=made.url)
         monkeypatch.setenv(SCHEMA_ENV, made.schema)
-        holder = open_metastore(load_settings(conn_override=made.url)).engine
+        holder = Store.open(load_settings(conn_override=made.url)).engine
         runs = {}
 
         def while_held() -> None:  # an exclusive clean of the first schema holds its lock meanwhile

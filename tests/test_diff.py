@@ -18,6 +18,7 @@ from stores import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.backends.base import REF_MARKER
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
 from statestore_cli.model.entries import KeyFilter
@@ -218,7 +219,7 @@ def test_a_file_out_of_key_order_gives_the_same_differences(db_url, tmp_path, mo
         monkeypatch.setattr(diff_module, "RUN_LINES", run_lines)
         result = run_cli("diff", str(reversed_file), conn=db_url)
         assert (result.exit_code, result.stdout) == (1, sorted_result.stdout), result.output
-    run = DiffRun(load_settings(conn_override=db_url), KeyFilter(), str(reversed_file))
+    run = DiffRun(Store.open(load_settings(conn_override=db_url)), KeyFilter(), str(reversed_file))
     assert [d.change for d in run.differences()].count("removed") == 2
     summary = run.summary()
     assert (summary.sorted_file, summary.added, summary.removed, summary.changed) == (False, 1, 2, 3)

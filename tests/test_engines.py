@@ -17,6 +17,7 @@ from sqlalchemy import insert, make_url
 from stores import isolated_database, sql
 
 from statestore_cli import MetastoreBackend, TaskScope, TaskStateStoreAccessor
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
 from statestore_cli.db.schema import task_state_store
@@ -68,7 +69,7 @@ def test_every_engine_reads_back_exactly_what_was_written(tmp_path):
     dumps = {}
     for name in ("sqlite", *SERVERS):
         with isolated_database(name, tmp_path) as url:
-            db_init(load_settings(conn_override=url))
+            db_init(Store.open(load_settings(conn_override=url), create_file=True))
             _fill(url)
             dumps[name] = _dump(url)
     assert dumps["postgresql"] == dumps["sqlite"]
@@ -171,7 +172,7 @@ def test_two_cleans_at_once_share_the_work_exactly(db_url, batch_size):
 # -- time zones ---------------------------------------------------------------------------------------------
 def test_postgresql_session_time_zone_does_not_change_what_expires(tmp_path):
     with isolated_database("postgresql", tmp_path) as url:
-        db_init(load_settings(conn_override=url))
+        db_init(Store.open(load_settings(conn_override=url), create_file=True))
         options = make_url(url).query["options"]
         tokyo = make_url(url).update_query_dict({"options": f"{options} -ctimezone=Asia/Tokyo"})
         tokyo_url = tokyo.render_as_string(hide_password=False)
@@ -183,7 +184,7 @@ def test_mariadb_server_time_zone_does_not_change_what_expires(tmp_path):
     """A server whose time zone is not UTC: every session starts in it. The session is started in it by the
     connection's init_command, not by SET GLOBAL, which would reach every other test's sessions too."""
     with isolated_database("mariadb", tmp_path) as url:
-        db_init(load_settings(conn_override=url))
+        db_init(Store.open(load_settings(conn_override=url), create_file=True))
         tokyo = make_url(url).update_query_dict({"init_command": "SET time_zone = '+09:00'"})
         tokyo_url = tokyo.render_as_string(hide_password=False)
         assert sql(tokyo_url, "SELECT @@session.time_zone") == [("+09:00",)]

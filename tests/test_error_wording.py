@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from statestore_cli import AssetScope, InvalidInputError, MetastoreBackend, TaskScope, load_settings
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import make_engine
 from statestore_cli.errors import CleanRunningError, ConfigError, StopReason
 from statestore_cli.model.entries import Timeouts
@@ -32,7 +33,7 @@ def one_error_line(result) -> str:
 
 def test_retention_on_an_asset_key(cli, db_url):
     with pytest.raises(InvalidInputError) as caught:
-        set_value(load_settings(conn_override=db_url), AssetScope(name="a"), "k", 1, timedelta(days=1))
+        set_value(Store.open(load_settings(conn_override=db_url)), AssetScope(name="a"), "k", 1, timedelta(days=1))
     assert str(caught.value) == "retention applies to task and dag-run keys only; asset keys never expire"
     assert caught.value.parameter == "retention"
     result = cli("set", "--asset-name", "a", "k", "1", "--retention", "1d")

@@ -15,6 +15,7 @@ from cli_running import run_cli
 from stores import sql
 
 from statestore_cli import TaskScope, load_settings
+from statestore_cli.backends.store import Store
 from statestore_cli.ops.lifecycle import task_instance_cleared, task_instance_succeeded
 
 ALL_ENGINES = True
@@ -116,18 +117,20 @@ def test_a_confirmed_sweep_deletes_only_the_assets_it_was_confirmed_for(cli, db_
     for name in ("orders", "invoices", "payments"):
         _deactivate(db_url, name)
     settings = load_settings(conn_override=db_url)
-    shown = [found for found in plan_sweep(settings) if found.name != "payments"]  # payments: after the question
+    shown = [
+        found for found in plan_sweep(Store.open(settings)) if found.name != "payments"
+    ]  # payments: after the question
     sql(db_url, "INSERT INTO asset_active (name, uri) VALUES ('invoices', 's3://bucket/invoices')")
     backup = BackupFile(tmp_path / "sweep.jsonl") if backed_up else None
 
-    report = sweep(settings, batch_size, backup=backup, only=[found.asset_id for found in shown])
+    report = sweep(Store.open(settings), batch_size, backup=backup, only=[found.asset_id for found in shown])
     assert [(a.name, a.deleted) for a in report.assets] == [("orders", 2)]
     assert _asset_keys(db_url) == [("customers", "watermark"), ("invoices", "cursor"), ("payments", "watermark")]
     if backup is not None:
         backup.close()
         lines = [json.loads(line) for line in (tmp_path / "sweep.jsonl").read_text().splitlines()]
         assert sorted((line["name"], line["key"]) for line in lines) == [("orders", LONG_KEY), ("orders", "watermark")]
-    assert sweep(settings, batch_size, only=[]).deleted == 0
+    assert sweep(Store.open(settings), batch_size, only=[]).deleted == 0
     assert _asset_keys(db_url)[-1] == ("payments", "watermark")
 
 
@@ -290,10 +293,10 @@ def test_success_clears_task_keys_only_with_clear_on_success(cli, db_url, monkey
     _task_keys(cli)
     _asset(cli, "orders", "watermark")
     scope = TaskScope("etl", RUN, "load", 3)
-    assert task_instance_succeeded(load_settings(conn_override=db_url), scope) == 0
+    assert task_instance_succeeded(Store.open(load_settings(conn_override=db_url)), scope) == 0
     assert sum(n for *_, n in _remaining(db_url)) == 16  # off by default: kept for observability
     monkeypatch.setenv("AIRFLOW__STATE_STORE__CLEAR_ON_SUCCESS", "True")
-    assert task_instance_succeeded(load_settings(conn_override=db_url), scope) == 1
+    assert task_instance_succeeded(Store.open(load_settings(conn_override=db_url)), scope) == 1
     gone = sql(db_url, "SELECT count(*) FROM task_state_store WHERE task_id = 'load' AND map_index = 3")
     assert gone == [(3,)]  # the other runs' and dags' map index 3 of load stay
     assert sum(n for *_, n in _remaining(db_url)) == 15
@@ -304,9 +307,9 @@ def test_cleared_task_instance_discards_its_keys_unless_kept(cli, db_url):
     _task_keys(cli)
     settings = load_settings(conn_override=db_url)
     scope = TaskScope("ml", "manual__1", "submit", -1)
-    assert task_instance_cleared(settings, scope, keep_task_state=True) == 0
+    assert task_instance_cleared(Store.open(settings), scope, keep_task_state=True) == 0
     assert sum(n for *_, n in _remaining(db_url)) == 16
-    assert task_instance_cleared(settings, scope) == 1
+    assert task_instance_cleared(Store.open(settings), scope) == 1
     left = sql(
         db_url,
         "SELECT map_index FROM task_state_store WHERE dag_id = 'ml' AND run_id = 'manual__1' AND task_id = 'submit'",
@@ -321,8 +324,8 @@ def test_worker_backend_clear_runs_after_the_rows_are_gone(cli, db_url, monkeypa
     import ss_recording_worker
 
     settings = load_settings(conn_override=db_url)
-    task_instance_succeeded(settings, TaskScope("etl", RUN, "load", 3))
-    task_instance_cleared(settings, TaskScope("etl", RUN, "submit", -1))
+    task_instance_succeeded(Store.open(settings), TaskScope("etl", RUN, "load", 3))
+    task_instance_cleared(Store.open(settings), TaskScope("etl", RUN, "submit", -1))
     # each clear() saw its task's other map index only: the cleared rows were gone already
     assert ss_recording_worker.CALLS == [("load", 3, False, 1), ("submit", -1, False, 1)]
     ss_recording_worker.CALLS.clear()

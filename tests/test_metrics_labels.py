@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from stores import sql
 
 from statestore_cli import MetastoreBackend, TaskScope
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import make_engine
 from statestore_cli.ops.metrics import database_label
 
@@ -137,7 +138,7 @@ def test_files_of_two_databases_in_one_textfile_directory_hold_distinct_series(t
     collector.mkdir()
     for name in ("orders", "billing"):
         url = f"sqlite:///{tmp_path / f'{name}.db'}"
-        db_init(load_settings(conn_override=url))
+        db_init(Store.open(load_settings(conn_override=url), create_file=True))
         _seed_expired(url)
         assert run_cli("clean", "--metrics-file", str(collector / f"{name}.prom"), conn=url).exit_code == 0
     series = []

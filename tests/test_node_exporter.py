@@ -13,6 +13,7 @@ from cli_running import run_statestore_process
 from metrics_files import read_samples
 from monitoring import DUPLICATE, Server, http_get, monitored_databases, parse_exposition
 
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.ops.commands import db_init
 
@@ -81,7 +82,7 @@ def test_two_files_of_one_database_label_are_refused_until_a_label_tells_them_ap
     for site in ("eu", "us"):
         (tmp_path / site).mkdir()
         urls.append(f"sqlite:///{tmp_path / site / 'airflow.db'}")
-        db_init(load_settings(conn_override=urls[-1]))
+        db_init(Store.open(load_settings(conn_override=urls[-1]), create_file=True))
 
     def clean(url: str, name: str, *labels: str) -> None:
         flags = [arg for label in labels for arg in ("--metrics-label", label)]

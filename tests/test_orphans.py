@@ -17,6 +17,7 @@ from stores import sql
 from statestore_cli import TaskScope
 from statestore_cli.backends.base import REF_MARKER
 from statestore_cli.backends.fs_paths import value_path
+from statestore_cli.backends.store import Store
 
 ALL_ENGINES = True
 RUN = "scheduled__2026-11-30T00:00:00+00:00"
@@ -270,8 +271,8 @@ def test_the_library_refuses_a_store_that_references_none_too(db_url, flaky_fs, 
     settings = load_settings(conn_override=wrong)
     now = datetime.now(UTC)
     with pytest.raises(InvalidInputError, match=r"references none of the 1 object .* pass all_unreferenced$"):
-        find_orphans(settings, now, older_than=timedelta(days=2), delete=True)
+        find_orphans(Store.open(settings), now, older_than=timedelta(days=2), delete=True)
     assert _objects(flaky_fs) == [value_path(SCOPE, "live_reference")]
-    report = find_orphans(settings, now, older_than=timedelta(days=2), delete=True, all_unreferenced=True)
+    report = find_orphans(Store.open(settings), now, older_than=timedelta(days=2), delete=True, all_unreferenced=True)
     assert (report.listed, report.referenced, report.deleted) == (1, 0, 1)
     assert _objects(flaky_fs) == []

@@ -29,6 +29,7 @@ from pgbouncer_proxy import PgBouncer, pgbouncer, require_pgbouncer, throwaway_p
 from servers import require_server
 from sqlalchemy import make_url
 
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
 from statestore_cli.ops.cleanup import CleanControl, delete_expired
@@ -123,7 +124,7 @@ def shared_pool(request: pytest.FixtureRequest) -> Iterator[Pool]:
         require_pgbouncer()
     with throwaway_pg_database() as database:
         server_url = make_url(admin).set(database=database).render_as_string(hide_password=False)
-        db_init(load_settings(conn_override=server_url))
+        db_init(Store.open(load_settings(conn_override=server_url), create_file=True))
         if request.param == "direct":
             yield Pool("direct", server_url, server_url, database, None)
             return

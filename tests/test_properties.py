@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statestore_cli import AssetScope, TaskScope
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_option_specs, load_settings
 from statestore_cli.errors import ConfigError, InvalidInputError
 from statestore_cli.model.retention import NEVER_EXPIRE, parse_duration, parse_retention
@@ -151,8 +152,10 @@ KEYS = st.text(
 def store(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('props') / 'store.db'}"
     settings_ = load_settings(conn_override=url, environ={"AIRFLOW_HOME": "/nonexistent-home"})
-    db_init(settings_)
-    return settings_
+    with Store.open(settings_, create_file=True) as made:
+        db_init(made)
+    with Store.open(settings_) as opened:  # one store for every generated example
+        yield opened
 
 
 def same(a, b) -> bool:
@@ -333,7 +336,9 @@ def fuzz_cwd(tmp_path, monkeypatch) -> None:
 @pytest.fixture(scope="module")
 def fuzz_store(tmp_path_factory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'store.db'}"
-    db_init(load_settings(conn_override=url, environ={"AIRFLOW_HOME": "/nonexistent-home"}))
+    db_init(
+        Store.open(load_settings(conn_override=url, environ={"AIRFLOW_HOME": "/nonexistent-home"}), create_file=True)
+    )
     return url
 
 

@@ -27,6 +27,7 @@ from seeded_stores import (
 from sqlalchemy import event
 
 from statestore_cli import MetastoreBackend, TaskScope
+from statestore_cli.backends.store import Store
 from statestore_cli.cli.output.grid import CHUNK, cell_width, fold, pack, wrap
 from statestore_cli.cli.output.render import Output
 from statestore_cli.config import load_settings
@@ -286,7 +287,7 @@ def test_list_table_streams_as_rows_arrive(db_url, capsys, monkeypatch):
             yield entry
 
     settings = load_settings(conn_override=db_url)
-    Output("table").entries(watched(list_entries(settings, KeyFilter())))
+    Output("table").entries(watched(list_entries(Store.open(settings), KeyFilter())))
     shown.append(capsys.readouterr().out)
     before_r2 = seen_when[("r2", "k0001")]  # r1 ends when the next run starts
     assert "run_id r1" in before_r2 and "│ k0002 " in before_r2 and "└" in before_r2

@@ -19,6 +19,7 @@ from stores import as_utc, isolated_database, sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.backends.metastore import UpdatedBy
+from statestore_cli.backends.store import Store
 from statestore_cli.config import load_settings
 from statestore_cli.db.database import make_engine
 from statestore_cli.errors import InvalidInputError
@@ -94,7 +95,7 @@ def test_export_is_in_lists_order_and_takes_lists_filters(cli, db_url):
 
 def test_export_records_are_the_library_view(db_url):
     seed_realistic(db_url)
-    records = list(export_records(load_settings(conn_override=db_url), KeyFilter(store="asset")))
+    records = list(export_records(Store.open(load_settings(conn_override=db_url)), KeyFilter(store="asset")))
     assert [r["name"] for r in records] == ["s3://warehouse/orders/daily_partitions", "watermark"]
     assert records[0] == {
         "store": "asset",
@@ -196,7 +197,7 @@ def test_round_trip_through_every_engine_gives_identical_rows_and_files(db_url, 
     for position, engine in enumerate(("postgresql", "mariadb", "sqlite")):
         with isolated_database(engine, tmp_path / f"hop{position}") as url:
             (tmp_path / f"hop{position}").mkdir(exist_ok=True)
-            db_init(load_settings(conn_override=url))
+            db_init(Store.open(load_settings(conn_override=url), create_file=True))
             imported = run_cli("import", "-", "-o", "json", conn=url, input=exported)
             assert imported.exit_code == 0, f"{engine}: {imported.output}"
             summary = json.loads(imported.stdout)
@@ -285,14 +286,14 @@ def test_plain_summary_on_stderr(cli, tmp_path):
 
 def test_dry_run_counts_a_new_run_once_across_batches(db_url):
     lines = [task_line(f"k{i}") for i in range(5)]
-    summary = import_records(load_settings(conn_override=db_url), lines, batch_size=2, dry_run=True)
+    summary = import_records(Store.open(load_settings(conn_override=db_url)), lines, batch_size=2, dry_run=True)
     assert (summary.batches, summary.task, summary.dag_runs_created) == (3, StoreCounts(5, 0), 1)
     assert count(db_url, "dag_run") == 0
 
 
 def test_a_key_given_twice_in_one_batch_is_written_once_as_the_later_line_says(db_url):
     lines = [task_line(value="first"), task_line(value="second")]
-    summary = import_records(load_settings(conn_override=db_url), lines)
+    summary = import_records(Store.open(load_settings(conn_override=db_url)), lines)
     assert summary.task == StoreCounts(1, 0)
     assert sql(db_url, "SELECT value FROM task_state_store") == [('"second"',)]
 
@@ -470,7 +471,7 @@ def test_a_line_too_long_is_refused_before_it_is_read_whole(db_url, tmp_path):
     settings = load_settings(conn_override=db_url, environ={"AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES": "10"})
     with source.open("rb") as stream:
         with pytest.raises(InvalidInputError, match=r"^line 2: longer than 1,048,586 bytes"):
-            import_records(settings, stream)
+            import_records(Store.open(settings), stream)
         assert stream.tell() == len(task_line("fine")) + 1 + LIMIT_10 + 1
     assert count(db_url, "task_state_store") == 0
 
@@ -501,7 +502,7 @@ def test_library_checks_batch_size(db_url):
     from statestore_cli.errors import InvalidInputError
 
     with pytest.raises(InvalidInputError, match="batch_size must be 1 to 100,000, got 0"):
-        import_records(load_settings(conn_override=db_url), [], batch_size=0)
+        import_records(Store.open(load_settings(conn_override=db_url)), [], batch_size=0)
 
 
 def test_empty_input_imports_nothing(cli):
@@ -566,7 +567,7 @@ def test_ctrl_c_says_which_lines_were_imported(db_url):
         raise KeyboardInterrupt
 
     with pytest.raises(InterruptedByUser, match=r"^interrupted; lines 1-4 were imported, nothing after$"):
-        import_records(load_settings(conn_override=db_url), lines(), batch_size=2)
+        import_records(Store.open(load_settings(conn_override=db_url)), lines(), batch_size=2)
     assert count(db_url, "task_state_store") == 4
 
 

@@ -6,7 +6,7 @@ import typer
 
 from statestore_cli.cli.command_groups import app, backend_app
 from statestore_cli.cli.confirm import confirm_delete
-from statestore_cli.cli.context import settings_of
+from statestore_cli.cli.context import store_of
 from statestore_cli.cli.errors_to_exits import decided
 from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.options import HeaderOpt, OutputOpt, choose_output
@@ -66,17 +66,17 @@ def orphans(
     age = None if older_than is None else parse_duration(older_than, "--older-than")
     if all_unreferenced and not delete:
         raise InvalidInputError("--all-unreferenced applies to --delete; without it nothing is deleted")
-    settings = settings_of(ctx)
+    store = store_of(ctx, writes=False)  # only read: what is deleted is the worker backend's
     if not delete:
-        report = ops.find_orphans(settings, utcnow(), grace=grace_span, older_than=age)
+        report = ops.find_orphans(store, utcnow(), grace=grace_span, older_than=age)
     else:
         plan = ops.plan_orphan_delete(
-            settings, utcnow(), grace=grace_span, older_than=age, all_unreferenced=all_unreferenced
+            store, utcnow(), grace=grace_span, older_than=age, all_unreferenced=all_unreferenced
         )
         report = plan
         if plan.deletable:
             confirm_delete(yes, "orphans --delete deletes objects", orphans_question(plan))
-            report = ops.delete_orphans(settings, plan)  # only the orphans counted in the question
+            report = ops.delete_orphans(store, plan)  # only the orphans counted in the question
     decided(ctx, report)  # deletions are done: a reader closing the pipe does not change the exit code
     out.orphans(report)
     return report
@@ -93,7 +93,7 @@ def backend_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, heade
     from statestore_cli.ops.backend_check import check_backends
 
     out = choose_output(output, header)
-    report = check_backends(settings_of(ctx))
+    report = check_backends(store_of(ctx))
     decided(ctx, report)
     out.backend_check(report)
     return report

@@ -9,7 +9,7 @@ import typer
 
 from statestore_cli.cli.backup_option import BackupOpt, close_backup, name_restore, open_backup, refuse_with_dry_run
 from statestore_cli.cli.command_groups import app
-from statestore_cli.cli.context import metrics_labels, settings_of
+from statestore_cli.cli.context import metrics_labels, store_of
 from statestore_cli.cli.errors_to_exits import decided
 from statestore_cli.cli.failure import message
 from statestore_cli.cli.help_text import examples, section
@@ -26,7 +26,6 @@ from statestore_cli.cli.options import (
 from statestore_cli.cli.output.modes import OutputMode
 from statestore_cli.cli.output.render import Output
 from statestore_cli.cli.stopping import StopOnSignal
-from statestore_cli.config import Settings
 from statestore_cli.errors import (
     EXIT_OK,
     EXIT_SKIPPED,
@@ -37,6 +36,7 @@ from statestore_cli.model.entries import Timeouts
 from statestore_cli.model.retention import clean_cutoff, parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
+    from statestore_cli.backends.store import Store
     from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.clean_run import CleanRun
     from statestore_cli.ops.cleanup import CleanReport
@@ -156,7 +156,7 @@ def clean(
             raise InvalidInputError(
                 "--metrics-file records what a clean deleted and a --dry-run deletes nothing; drop one of them"
             )
-        skipped = _clean_dry_run(settings_of(ctx), out, grace, show_all, include_unfinished)
+        skipped = _clean_dry_run(store_of(ctx), out, grace, show_all, include_unfinished)
         return None if skipped is None else _skipped(skipped, fail_on_skip)
     timeouts = Timeouts(statement_seconds=None if statement_timeout is None else _statement_seconds(statement_timeout))
     runtime = None if max_runtime is None else seconds(max_runtime, "--max-runtime")
@@ -235,22 +235,22 @@ def _backend_cleanup(
             raise InvalidInputError(
                 f"--backend-cleanup runs the backend's own cleanup(), which takes no {flag}; drop it"
             )
-    out.backend_cleanup(commands.backend_cleanup(settings_of(ctx)))
+    out.backend_cleanup(commands.backend_cleanup(store_of(ctx)))
 
 
 def _clean_dry_run(
-    settings: Settings, out: Output, grace: Optional[timedelta], show_all: bool, include_unfinished: bool
+    store: "Store", out: Output, grace: Optional[timedelta], show_all: bool, include_unfinished: bool
 ) -> Optional[str]:
     """Show what a clean would delete; returns the reason when a custom backend makes it skip."""
     from statestore_cli.ops import commands
 
     now = utcnow()
-    plan = commands.plan_clean(settings, now, grace, include_unfinished=include_unfinished)
+    plan = commands.plan_clean(store, now, grace, include_unfinished=include_unfinished)
     if plan.skipped_reason:
         out.clean_skipped(plan.skipped_reason, dry_run=True)
         return plan.skipped_reason
     total = (
-        commands.count_expired_keys(settings, now, grace, include_unfinished=include_unfinished)
+        commands.count_expired_keys(store, now, grace, include_unfinished=include_unfinished)
         if out.shows_progress
         else None
     )
@@ -274,12 +274,12 @@ def _clean_run(
     from statestore_cli.ops import commands
     from statestore_cli.ops.cleanup import CleanControl
 
-    settings = settings_of(ctx)  # inside the recorded run: a broken config is a failed clean too
-    name_restore(backup, settings)
+    store = store_of(ctx)  # inside the recorded run: a broken config is a failed clean too
+    name_restore(backup, store.settings)
     now = utcnow()
     deadline = None if runtime is None else time.monotonic() + runtime
     total = (
-        commands.count_expired_keys(settings, now, grace, include_unfinished=include_unfinished)
+        commands.count_expired_keys(store, now, grace, include_unfinished=include_unfinished)
         if out.shows_progress
         else None
     )
@@ -287,7 +287,7 @@ def _clean_run(
         # Until the clean is connected a signal stops it at once; from then on, after the current batch.
         control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance, on_connected=stop.defer)
         return run.clean(
-            settings,
+            store,
             batch_size,
             now=now,
             control=control,

@@ -1,15 +1,19 @@
 """What a command knows of the root options: ``CliState`` (set by the root callback, read through the
-click context) and the settings they resolve, loaded once per run and on first use."""
+click context), the settings they resolve, loaded once per run and on first use, and the store the
+command works on (``store_of``), opened once and closed when the command ends."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from statestore_cli.cli.failure import FLAGS, warn
 from statestore_cli.config import Settings, load_settings
 from statestore_cli.errors import StateStoreError
+
+if TYPE_CHECKING:  # imported when a command opens the store: `--help` need not load SQLAlchemy
+    from statestore_cli.backends.store import Store
 
 
 @dataclass
@@ -39,6 +43,22 @@ def settings_of(ctx: typer.Context) -> Settings:
     """The settings of this run: the configuration as the root options (and --lock-timeout) change it."""
     state: CliState = ctx.find_root().obj
     return state.settings
+
+
+def store_of(ctx: typer.Context, *, writes: bool = True, create_file: bool = False) -> "Store":
+    """The store of this command, on the settings of this run (``settings_of``), closed when the command
+    ends; the first call opens it, later ones return it. ``writes``, ``create_file``: see ``Store``."""
+    from statestore_cli.backends.store import Store
+
+    found = ctx.meta.get(_STORE)
+    if isinstance(found, Store):
+        return found
+    store = ctx.with_resource(Store.open(settings_of(ctx), writes=writes, create_file=create_file))
+    ctx.meta[_STORE] = store
+    return store
+
+
+_STORE = "statestore.store"  # the key of the command's store in the click context's meta
 
 
 def take_lock_timeout(ctx: typer.Context, value: Optional[str]) -> Optional[str]:

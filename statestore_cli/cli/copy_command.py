@@ -6,7 +6,7 @@ import typer
 
 from statestore_cli.cli.command_groups import app
 from statestore_cli.cli.confirm import confirm_delete, key_count
-from statestore_cli.cli.context import settings_of
+from statestore_cli.cli.context import store_of
 from statestore_cli.cli.help_text import TASK_EXAMPLE, examples
 from statestore_cli.cli.options import LockTimeoutOpt, OutputOpt, choose_output
 from statestore_cli.cli.output.modes import OutputMode
@@ -96,9 +96,9 @@ def copy(
         uri=to_asset_uri,
     )
     target = copying.target_scope(source, to)
-    settings = settings_of(ctx)
+    store = store_of(ctx)
     wanted = tuple(keys or ())
-    plan = copying.plan_copy(settings, source, target, wanted)
+    plan = copying.plan_copy(store, source, target, wanted)
     where = f"from {safe_text(source.describe())} to {safe_text(target.describe())}"
     if not plan.keys:
         _said(
@@ -114,7 +114,7 @@ def copy(
         replacing = f", replacing {key_count(len(plan.clashes))} there" if plan.clashes else ""
         action = "--move deletes the source keys" if move else "--overwrite replaces keys"
         confirm_delete(yes, action, f"{verb} {key_count(len(plan.keys))} {where}{replacing}?", "nothing copied")
-    report = copying.copy_keys(settings, source, target, wanted, move=move, overwrite=overwrite)
+    report = copying.copy_keys(store, source, target, wanted, move=move, overwrite=overwrite)
     verb = "moved" if report.moved else "copied"
     replaced = f" ({key_count(report.overwritten)} replaced)" if report.overwritten else ""
     _said(out, report, f"{verb} {key_count(report.copied)} {where}{replaced}")

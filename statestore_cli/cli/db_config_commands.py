@@ -5,7 +5,7 @@ import sys
 import typer
 
 from statestore_cli.cli.command_groups import config_app, db_app
-from statestore_cli.cli.context import settings_of
+from statestore_cli.cli.context import store_of
 from statestore_cli.cli.errors_to_exits import decided
 from statestore_cli.cli.failure import FLAGS
 from statestore_cli.cli.help_text import examples
@@ -28,8 +28,9 @@ def db_init(
     from statestore_cli.ops import commands  # here, not at the top: `--help` need not load SQLAlchemy
 
     out = choose_output(output, header)
-    settings = settings_of(ctx)
-    report = commands.db_init(settings)
+    store = store_of(ctx, create_file=True)
+    settings = store.settings
+    report = commands.db_init(store)
     out.db_report(report, created=True)
     if report.created_file is not None:  # on stderr: stdout keeps the report (JSON with -o json)
         why = settings.conn_origin()[0]
@@ -45,7 +46,7 @@ def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: He
     from statestore_cli.ops import commands
 
     out = choose_output(output, header)
-    checked = commands.db_check(settings_of(ctx))
+    checked = commands.db_check(store_of(ctx, writes=False))
     problem = checked.problem()
     decided(ctx, problem)
     out.db_report(checked)
@@ -62,7 +63,8 @@ def config_show(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header:
     from statestore_cli.ops import commands
 
     out = choose_output(output, header)
-    settings = settings_of(ctx)
+    store = store_of(ctx, writes=False)
+    settings = store.settings
     config_file = str(settings.config_file) if settings.config_file else None
     searched = settings.config_search.worded(FLAGS) if settings.config_search else None
-    out.config(commands.config_rows(settings), config_file, str(settings.airflow_home), searched)
+    out.config(commands.config_rows(store), config_file, str(settings.airflow_home), searched)

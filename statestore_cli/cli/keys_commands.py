@@ -10,7 +10,7 @@ import typer
 from statestore_cli.cli.backup_option import BackupOpt, backup_sentence, close_backup, name_restore, open_backup
 from statestore_cli.cli.command_groups import app
 from statestore_cli.cli.confirm import confirm_delete, key_count
-from statestore_cli.cli.context import metrics_labels, settings_of
+from statestore_cli.cli.context import metrics_labels, store_of
 from statestore_cli.cli.failure import warn
 from statestore_cli.cli.help_text import TASK_EXAMPLE, examples, section
 from statestore_cli.cli.options import (
@@ -28,7 +28,6 @@ from statestore_cli.cli.output.render import Output
 from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.cli.scope_options import as_filter, scope_of, with_scope_options
 from statestore_cli.cli.values import read_value
-from statestore_cli.config import Settings
 from statestore_cli.errors import (
     InvalidInputError,
 )
@@ -36,7 +35,8 @@ from statestore_cli.model.entries import KeyFilter
 from statestore_cli.model.retention import parse_instant, parse_retention
 from statestore_cli.model.scopes import StoreScope, TaskScope
 
-if TYPE_CHECKING:  # loaded only when --backup is given
+if TYPE_CHECKING:  # loaded only when --backup is given, and when the command opens the store
+    from statestore_cli.backends.store import Store
     from statestore_cli.ops.backup_file import BackupFile
 
 
@@ -74,7 +74,7 @@ def get(
     out = choose_output(output)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StateReferenceWarning)
-        entry = commands.get_entry(settings_of(ctx), scope_of(scope_args), key, raw=raw)
+        entry = commands.get_entry(store_of(ctx, writes=False), scope_of(scope_args), key, raw=raw)
     for warning in caught:
         if issubclass(warning.category, StateReferenceWarning):
             warn(str(warning.message))
@@ -137,14 +137,14 @@ def set_(
     instant = parse_instant(expires_at, "--expires-at") if expires_at is not None else None
     document = read_value(value, as_string=string)
     if keep_expiry:
-        commands.replace_value(settings_of(ctx), scope, key, document)
+        commands.replace_value(store_of(ctx), scope, key, document)
         Output.choose().line(f"replaced '{safe_text(key)}' for {safe_text(scope.describe())} (expiry kept)")
         return
     stored: Optional[datetime]
     if instant is not None:
-        stored = commands.set_value_until(settings_of(ctx), scope, key, document, instant, force=force)
+        stored = commands.set_value_until(store_of(ctx), scope, key, document, instant, force=force)
     else:
-        stored = commands.set_value(settings_of(ctx), scope, key, document, parsed_retention)
+        stored = commands.set_value(store_of(ctx), scope, key, document, parsed_retention)
     expiry = "never expires" if stored is None else f"expires {stored:%Y-%m-%d %H:%M:%S} UTC"
     Output.choose().line(f"set '{safe_text(key)}' for {safe_text(scope.describe())} ({expiry})")
 
@@ -175,21 +175,21 @@ def delete(
     from statestore_cli.ops import commands
 
     scope = scope_of(scope_args)
-    settings = settings_of(ctx)
-    removed = commands.delete_key(settings, scope, key)
+    store = store_of(ctx)
+    removed = commands.delete_key(store, scope, key)
     what = "deleted" if removed != 0 else "no such key, nothing deleted:"
     line = f"{what} '{safe_text(key)}' for {safe_text(scope.describe())}"
     if removed == 0:
-        line += _elsewhere(settings, scope, key)
+        line += _elsewhere(store, scope, key)
     Output.choose().line(line)
 
 
-def _elsewhere(settings: Settings, scope: StoreScope, key: Optional[str] = None) -> str:
+def _elsewhere(store: "Store", scope: StoreScope, key: Optional[str] = None) -> str:
     """What a delete or clear that found nothing adds when the task's keys are at other map indices."""
     from statestore_cli.model.scopes import at_other_map_indices
     from statestore_cli.ops import commands
 
-    found = commands.keys_elsewhere(settings, scope, key)
+    found = commands.keys_elsewhere(store, scope, key)
     if not found or not isinstance(scope, TaskScope):
         return ""
     flags = "--map-index N" if key is not None else "--map-index N or --all-map-indices"
@@ -240,12 +240,12 @@ def clear(
     from statestore_cli.ops import commands
 
     saved = open_backup(backup)  # checked before anything is counted, asked or deleted
-    settings = settings_of(ctx)
-    name_restore(saved, settings)
+    store = store_of(ctx)
+    name_restore(saved, store.settings)
     try:
         dag_id = _whole_run_or_dag(scope_args, all_map_indices)
         if dag_id is not None:
-            _clear_run_or_dag(settings, dag_id, scope_args.run_id, yes, batch_size, saved)
+            _clear_run_or_dag(store, dag_id, scope_args.run_id, yes, batch_size, saved)
             return
         if batch_size is not None:
             raise InvalidInputError(
@@ -255,19 +255,19 @@ def clear(
         where = safe_text(describe_keys_of(scope, all_map_indices=all_map_indices))
         if saved is not None:
             commands.backup_metastore(
-                settings
+                store
             )  # a custom backend's keys are not in the tables: refused before the question
-        count = commands.count_keys(settings, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
+        count = commands.count_keys(store, scope, all_map_indices=all_map_indices)  # None: the backend cannot count
         if count == 0:
-            hint = "" if all_map_indices else _elsewhere(settings, scope)
+            hint = "" if all_map_indices else _elsewhere(store, scope)
             Output.choose().line(f"nothing to clear: no keys for {where}{hint}")
             _empty_backup(saved)
             return
         question = f"Delete {'all keys' if count is None else key_count(count)} of {where}?"
         confirm_delete(yes, "clear deletes keys", question)
-        removed = commands.clear_scope(settings, scope, all_map_indices=all_map_indices, backup=saved)
+        removed = commands.clear_scope(store, scope, all_map_indices=all_map_indices, backup=saved)
         Output.choose().line(f"deleted {'keys' if removed is None else key_count(removed)} of {where}")
-        _said_backup(settings, saved)
+        _said_backup(store, saved)
     finally:
         close_backup(saved)
 
@@ -279,13 +279,13 @@ def _empty_backup(saved: "Optional[BackupFile]") -> None:
         Output.choose().line(backup_sentence(saved))
 
 
-def _said_backup(settings: Settings, saved: "Optional[BackupFile]") -> None:
+def _said_backup(store: "Store", saved: "Optional[BackupFile]") -> None:
     """The backup's line after a clear; with a worker-side backend, that its objects were kept."""
     if saved is None:
         return
     out = Output.choose()
     out.line(backup_sentence(saved))
-    if settings.worker_backend and saved.lines:
+    if store.settings.worker_backend and saved.lines:
         out.line(
             f"kept the objects of [workers] state_store_backend behind the {key_count(saved.lines)}, so that the "
             "backup's references restore; `statestore orphans` lists them meanwhile"
@@ -304,7 +304,7 @@ def _whole_run_or_dag(given: KeyFilter, all_map_indices: bool) -> Optional[str]:
 
 
 def _clear_run_or_dag(
-    settings: Settings,
+    store: "Store",
     dag_id: str,
     run_id: Optional[str],
     yes: bool,
@@ -315,16 +315,16 @@ def _clear_run_or_dag(
 
     where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
     whole = "every task of the run" if run_id is not None else "every run and task of the dag"
-    count = lifecycle.count_task_keys(settings, dag_id, run_id)
+    count = lifecycle.count_task_keys(store, dag_id, run_id)
     if count == 0:
         Output.choose().line(f"nothing to clear: no task keys for {where}")
         _empty_backup(saved)
         return
     confirm_delete(yes, "clear deletes keys", f"Delete {key_count(count)} of {where} ({whole})?")
-    removed, batches = lifecycle.clear_task_keys(settings, dag_id, run_id, batch_size, backup=saved)
+    removed, batches = lifecycle.clear_task_keys(store, dag_id, run_id, batch_size, backup=saved)
     plural = "es" if batches != 1 else ""
     Output.choose().line(f"deleted {key_count(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
-    _said_backup(settings, saved)
+    _said_backup(store, saved)
 
 
 @app.command("list", epilog=examples("list --dag-id etl", "list --store asset -o json", "list --limit 50 --offset 100"))
@@ -350,10 +350,10 @@ def list_(
 
     out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
-    settings = settings_of(ctx)
-    shown = out.entries(commands.list_entries(settings, filt, limit=limit, offset=offset), filt)
+    opened = store_of(ctx, writes=False)
+    shown = out.entries(commands.list_entries(opened, filt, limit=limit, offset=offset), filt)
     if shown == 0 and offset == 0:
-        _near_misses(settings, filt)
+        _near_misses(opened, filt)
 
 
 @app.command(
@@ -409,18 +409,19 @@ def stats(
         labels = metrics_labels(ctx, metrics_label)  # a bad label or path fails before anything is counted
         target = metrics_file.expanduser()
         check_writable(target)
-    settings = settings_of(ctx)
-    figures = commands.stats(settings, filt, largest=largest)
+    opened = store_of(ctx, writes=False)
+    figures = commands.stats(opened, filt, largest=largest)
     if target is not None:
         from statestore_cli.ops.metrics import write_file
 
-        write_file(target, commands.stats_metrics(settings, figures, labels).render())
+        write_file(target, commands.stats_metrics(opened, figures, labels).render())
     out.stats(figures)
-    if largest is not None and settings.worker_backend and out.mode == "table":
-        _note_references(settings.worker_backend)
+    worker_backend = opened.settings.worker_backend
+    if largest is not None and worker_backend and out.mode == "table":
+        _note_references(worker_backend)
     stores = (figures.task, figures.asset, figures.dag_run)
     if not any(part is not None and part.rows for part in stores):
-        _near_misses(settings, filt)
+        _near_misses(opened, filt)
 
 
 def _note_references(worker_backend: str) -> None:
@@ -436,10 +437,10 @@ def _note_references(worker_backend: str) -> None:
     sys.stderr.write(f"statestore: note: {safe_text(mask_text(note))}\n")
 
 
-def _near_misses(settings: Settings, filt: KeyFilter) -> None:
+def _near_misses(store: "Store", filt: KeyFilter) -> None:
     """A listing that found nothing: a note on stderr for each id that matches nothing but is close to one."""
     from statestore_cli.ops import commands
 
     sys.stdout.flush()  # after what the command printed
-    for note in commands.near_misses(settings, filt):
+    for note in commands.near_misses(store, filt):
         sys.stderr.write(f"statestore: note: {safe_text(note)}\n")

@@ -7,7 +7,7 @@ import typer
 from statestore_cli.cli.backup_option import BackupOpt, close_backup, name_restore, open_backup, refuse_with_dry_run
 from statestore_cli.cli.command_groups import assets_app, runs_app
 from statestore_cli.cli.confirm import confirm_delete, key_count
-from statestore_cli.cli.context import settings_of
+from statestore_cli.cli.context import store_of
 from statestore_cli.cli.help_text import examples, section
 from statestore_cli.cli.options import (
     DeleteDryRunOpt,
@@ -71,19 +71,20 @@ def assets_sweep(
     out = choose_output(output, header)
     refuse_with_dry_run(backup, dry_run, "a sweep")
     saved = open_backup(backup)  # checked before anything is counted, asked or deleted
-    settings = settings_of(ctx)
+    store = store_of(ctx)
+    settings = store.settings
     if dry_run:
-        out.sweep_plan(lifecycle.plan_sweep(settings))
+        out.sweep_plan(lifecycle.plan_sweep(store))
         return
     name_restore(saved, settings)
     confirmed = None  # with --yes: every asset inactive when the sweep runs
     if not yes:
-        plan = list(lifecycle.plan_sweep(settings))
+        plan = list(lifecycle.plan_sweep(store))
         if plan:
             confirm_delete(False, "assets sweep deletes keys", _sweep_question(plan))
         confirmed = [found.asset_id for found in plan]  # an asset that goes inactive meanwhile was not asked about
     try:
-        report = lifecycle.sweep(settings, batch_size, backup=saved, only=confirmed)
+        report = lifecycle.sweep(store, batch_size, backup=saved, only=confirmed)
     finally:
         close_backup(saved)
     out.sweep_report(report, saved)
@@ -119,15 +120,15 @@ def assets_delete(
     from statestore_cli.model.scopes import AssetScope
     from statestore_cli.ops import lifecycle
 
-    settings = settings_of(ctx)
+    store = store_of(ctx)
     if asset_name is None and asset_uri is None and asset_id is None:
         raise InvalidInputError("assets delete needs --asset-name, --asset-uri or --asset-id")
     scope = AssetScope(asset_id=asset_id, name=asset_name, uri=asset_uri)
-    lifecycle.require_standalone(settings, "delete assets")
-    found = lifecycle.find_asset(settings, scope)
+    lifecycle.require_standalone(store, "delete assets")
+    found = lifecycle.find_asset(store, scope)
     where = safe_text(f"asset_id={found.asset_id} name={found.name} uri={found.uri}")
     confirm_delete(yes, "assets delete deletes an asset", f"Delete {where} and its {key_count(found.keys)}?")
-    gone = lifecycle.delete_asset(settings, scope)
+    gone = lifecycle.delete_asset(store, scope)
     Output.choose().line(f"deleted {where} and its {key_count(gone.keys)}")
 
 
@@ -146,12 +147,12 @@ def runs_delete(
     from statestore_cli.errors import NotFoundError
     from statestore_cli.ops import lifecycle
 
-    settings = settings_of(ctx)
+    store = store_of(ctx)
     where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
-    lifecycle.require_standalone(settings, "delete dag runs")
-    keys = lifecycle.count_run_keys(settings, dag_id, run_id)
+    lifecycle.require_standalone(store, "delete dag runs")
+    keys = lifecycle.count_run_keys(store, dag_id, run_id)
     if keys is None:
         raise NotFoundError(f"no dag run {where}")
     confirm_delete(yes, "runs delete deletes a run", f"Delete the dag run {where} and its {key_count(keys)}?")
-    removed = lifecycle.delete_run(settings, dag_id, run_id)
+    removed = lifecycle.delete_run(store, dag_id, run_id)
     Output.choose().line(f"deleted the dag run {where} and its {key_count(removed)}")

@@ -7,7 +7,7 @@ from typing import Annotated, BinaryIO, Optional
 import typer
 
 from statestore_cli.cli.command_groups import app
-from statestore_cli.cli.context import settings_of
+from statestore_cli.cli.context import store_of
 from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.options import (
     MAX_IMPORT_BATCH_SIZE,
@@ -59,11 +59,11 @@ def export(
     from statestore_cli.ops import transfer
 
     filt = as_filter(scope_args, store, key)
-    settings = settings_of(ctx)
+    opened = store_of(ctx, writes=False)
     if file is None:
-        summary = transfer.write_export(settings, filt, sys.stdout)
+        summary = transfer.write_export(opened, filt, sys.stdout)
     else:
-        summary = transfer.export_file(settings, filt, file)
+        summary = transfer.export_file(opened, filt, file)
     Output.choose("plain").export_summary(summary, "stdout" if file is None else str(file))
 
 
@@ -100,7 +100,7 @@ def import_(
     from statestore_cli.ops import transfer
 
     out = choose_output(output)
-    settings = settings_of(ctx)
+    store = store_of(ctx)
     try:
         stream = sys.stdin.buffer if source == "-" else open(source, "rb")  # noqa: SIM115  (closed below)
     except OSError as exc:
@@ -108,7 +108,7 @@ def import_(
     try:
         with out.stderr_progress("checking lines" if dry_run else "importing keys", _lines(stream)) as advance:
             summary = transfer.import_records(
-                settings, stream, batch_size=batch_size, dry_run=dry_run, on_progress=advance
+                store, stream, batch_size=batch_size, dry_run=dry_run, on_progress=advance
             )
     finally:
         if stream is not sys.stdin.buffer:
@@ -158,7 +158,7 @@ def diff(
 
     out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
-    run = DiffRun(settings_of(ctx), filt, source, sys.stdin.buffer if source == "-" else None)
+    run = DiffRun(store_of(ctx, writes=False), filt, source, sys.stdin.buffer if source == "-" else None)
     out.diff(run.differences())
     summary = run.summary()
     out.diff_summary(summary)

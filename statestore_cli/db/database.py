@@ -1,4 +1,4 @@
-"""Engines and error translation for the metadata database."""
+"""The metadata database: its ``Database`` (the engine and what its messages need), and error translation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import math
 import os
 import re
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -125,10 +124,6 @@ def _postgresql_on_begin(lock_ms: int | None) -> Callable[[Connection], None]:
     return on_begin
 
 
-# The connect timeout each engine was made with, for the message when it is hit.
-_CONNECT_TIMEOUTS: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
-
-
 class StoreOrigin(NamedTuple):
     """Why an engine's URL is the one it is (``Settings.conn_origin``) and the command that creates the
     store there (``Settings.init_command``): a missing store's message says both."""
@@ -138,9 +133,6 @@ class StoreOrigin(NamedTuple):
     init_command: str
 
 
-_ORIGINS: weakref.WeakKeyDictionary[Engine, StoreOrigin] = weakref.WeakKeyDictionary()
-
-
 def missing_store_guide(origin: StoreOrigin | None, what: str = "it") -> str:
     """The end of a missing store's message: where the URL came from, how to point elsewhere, how to create it."""
     if origin is None:
@@ -148,14 +140,52 @@ def missing_store_guide(origin: StoreOrigin | None, what: str = "it") -> str:
     return f"; {origin.why}; {origin.fix}; to create {what} here, run `{origin.init_command}`"
 
 
-class _LockLimit(NamedTuple):
+class LockLimit(NamedTuple):
     """The lock timeout an engine's sessions wait under, for the message when it is hit."""
 
     seconds: float  # as the engine applies it (MySQL: whole seconds)
     writes: bool  # made for a writing command, whose --lock-timeout the message can name
 
 
-_LOCK_LIMITS: weakref.WeakKeyDictionary[Engine, _LockLimit] = weakref.WeakKeyDictionary()
+# The execution option of an engine (and so of its connections) that holds its ``Database``.
+_DATABASE = "statestore_database"
+
+
+class Database:
+    """One engine on the metadata database and what its sessions and messages need: the connect timeout
+    and lock limit it was made with (named when one is hit), why its URL is the one it is (named when the
+    store is missing), and the layout of its tables, read once, on first use (``db.layout.layout_of``).
+
+    Made by ``open_database``; the engine's execution options hold it, so code that has only the engine
+    or one of its connections finds it (``Database.of``)."""
+
+    def __init__(
+        self, engine: Engine, connect_timeout: float, lock_limit: LockLimit | None, origin: StoreOrigin | None
+    ) -> None:
+        self.engine = engine
+        self.connect_timeout = connect_timeout
+        self.lock_limit = lock_limit  # None: a server session under the server's own lock timeout
+        self.origin = origin
+        # The ``db.layout.Layout`` of its tables: ``layout_of`` reads it on first use and keeps it here.
+        self.layout: object | None = None
+        engine.update_execution_options(**{_DATABASE: self})
+
+    @staticmethod
+    def of(bind: Engine | Connection) -> Database | None:
+        """The Database ``bind`` (an engine or a connection) belongs to; None for an engine made elsewhere."""
+        found = bind.get_execution_options().get(_DATABASE)
+        return found if isinstance(found, Database) else None
+
+    @classmethod
+    def kept_for(cls, engine: Engine) -> Database:
+        """The Database of ``engine``; for an engine made elsewhere (a caller's own ``create_engine``), one
+        made now with the defaults (no origin, no lock limit of ours), so that its layout too is read once:
+        statements built from two readings of a 3.4 layout would name two different Table objects."""
+        return cls.of(engine) or cls(engine, DEFAULT_CONNECT_TIMEOUT, None, None)
+
+    def dispose(self) -> None:
+        """Close the engine's pooled connections."""
+        self.engine.dispose()
 
 
 def _mysql_timeouts(url: URL, timeout: float) -> dict[str, Any]:
@@ -218,7 +248,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds; [state_store] connect_timeout
 DEFAULT_LOCK_TIMEOUT = 30.0  # seconds; [state_store] lock_timeout
 
 
-def make_engine(
+def open_database(
     conn: str,
     *,
     create_file: bool = False,
@@ -229,8 +259,8 @@ def make_engine(
     connect_args: dict[str, Any] | None = None,
     engine_args: dict[str, Any] | None = None,
     origin: StoreOrigin | None = None,
-) -> Engine:
-    """An engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``).
+) -> Database:
+    """The Database of an engine for ``conn``; a SQLite file must exist unless ``create_file`` (``db init``).
 
     ``connect_timeout`` (seconds, default 10) bounds how long a server may take to accept a connection,
     the handshake included: a server that accepts and never answers must not hang a scheduled job.
@@ -304,34 +334,34 @@ def make_engine(
         raise ConfigError(f"unsupported [database] sql_alchemy_conn: {first_line(exc)}") from None
     if path is not None and create_file:  # once the configuration is known to be good
         _create_owner_only(path)
-    _CONNECT_TIMEOUTS[engine] = timeout
-    if origin is not None:
-        _ORIGINS[engine] = origin
     if url.get_driver_name() == "pymysql":
         from statestore_cli.db import mysql_tls
 
         event.listen(engine, "do_connect", mysql_tls.connect)
-    _bound_lock_waits(engine, DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout, writes)
-    return engine
+    limit = _bound_lock_waits(engine, DEFAULT_LOCK_TIMEOUT if lock_timeout is None else lock_timeout, writes)
+    return Database(engine, timeout, limit, origin)
 
 
-def _bound_lock_waits(engine: Engine, seconds: float, writes: bool) -> None:
+def make_engine(conn: str, **options: Any) -> Engine:
+    """The engine of ``open_database(conn, **options)``, for a caller that needs nothing else of it."""
+    return open_database(conn, **options).engine
+
+
+def _bound_lock_waits(engine: Engine, seconds: float, writes: bool) -> LockLimit | None:
     """Set the lock timeout on each new session (PostgreSQL: each transaction) of ``engine`` (see
-    ``make_engine``) and remember it."""
+    ``open_database``); returns it as applied, None where the server's own applies."""
     backend = engine.url.get_backend_name()
     millis = math.ceil(seconds * 1000)
     if backend == "sqlite":
         event.listen(engine, "connect", _sqlite_on_connect(millis))
-        _LOCK_LIMITS[engine] = _LockLimit(millis / 1000, writes)
-    elif backend in ("mysql", "mariadb"):
+        return LockLimit(millis / 1000, writes)
+    if backend in ("mysql", "mariadb"):
         whole = max(1, math.ceil(seconds)) if writes else None
         event.listen(engine, "connect", _mysql_on_connect(whole))
-        if whole is not None:
-            _LOCK_LIMITS[engine] = _LockLimit(whole, writes)
-    else:  # PostgreSQL: per transaction, for the lock timeout and for what ``set_per_transaction`` adds
-        event.listen(engine, "begin", _postgresql_on_begin(millis if writes else None))
-        if writes:
-            _LOCK_LIMITS[engine] = _LockLimit(millis / 1000, writes)
+        return None if whole is None else LockLimit(whole, writes)
+    # PostgreSQL: per transaction, for the lock timeout and for what ``set_per_transaction`` adds
+    event.listen(engine, "begin", _postgresql_on_begin(millis if writes else None))
+    return LockLimit(millis / 1000, writes) if writes else None
 
 
 def mask_url(url: URL) -> str:
@@ -352,19 +382,20 @@ def translate_errors(engine: Engine) -> Iterator[None]:
     except sa_exc.DBAPIError as exc:
         message = first_line(exc.orig) if exc.orig is not None else first_line(exc)
         where = describe_engine(engine)
+        database = Database.of(engine)
         if exc.statement is None and _is_timeout(message):  # no statement yet: connecting
-            seconds = _CONNECT_TIMEOUTS.get(engine, DEFAULT_CONNECT_TIMEOUT)
+            seconds = DEFAULT_CONNECT_TIMEOUT if database is None else database.connect_timeout
             why = message if message.startswith("(") and message.endswith(")") else f"({message})"
             raise DatabaseError(
                 f"connect timeout: {where} did not accept a connection within {seconds:g}s {why}; check the "
                 "host and port, or raise the connect timeout (--connect-timeout, [state_store] connect_timeout)"
             ) from None
         if _is_missing_table(message):
-            raise SchemaMissingError(
-                f"the state store tables are missing in {where}{missing_store_guide(_ORIGINS.get(engine), 'them')}"
-            ) from None
+            guide = missing_store_guide(database.origin if database else None, "them")
+            raise SchemaMissingError(f"the state store tables are missing in {where}{guide}") from None
         if _is_lock_timeout(exc, message):
-            raise _lock_timeout(engine, exc, where, message) from None
+            limit = database.lock_limit if database else None
+            raise _lock_timeout(engine, limit, exc, where, message) from None
         hint = next((h for text, h in _HINTS.items() if text in message.lower()), "")
         error = IntegrityConflictError if isinstance(exc, sa_exc.IntegrityError) else DatabaseError
         raise error(f"database error on {where}: {message}{hint}") from None
@@ -383,8 +414,9 @@ _HINTS = {
 }
 
 
-def _lock_timeout(engine: Engine, exc: sa_exc.DBAPIError, where: str, message: str) -> DatabaseError:
-    limit = _LOCK_LIMITS.get(engine)
+def _lock_timeout(
+    engine: Engine, limit: LockLimit | None, exc: sa_exc.DBAPIError, where: str, message: str
+) -> DatabaseError:
     if limit is None:  # a server session without our limit: the server's own ran out
         return DatabaseError(
             f"gave up waiting for a lock on {where} ({message}); another transaction holds the rows: retry later"

@@ -1,7 +1,7 @@
 """Which state store layout a database holds, and the tables every statement is built from.
 
 Airflow changes the state store tables between releases, so the library never assumes them: it
-reads the layout from the database once per engine and builds its statements from the ``Layout``'s
+reads the layout from the database once per engine (its ``Database``) and builds its statements from the ``Layout``'s
 tables. Three layouts are known:
 
 - ``3.3``: Airflow 3.3's (migration ``fde9ed84d07b``), and every standalone store ``db init`` makes;
@@ -21,7 +21,6 @@ asks ``layout_of(conn, needs=...)`` and gets a one-line error naming the revisio
 from __future__ import annotations
 
 import uuid
-import weakref
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
@@ -41,7 +40,7 @@ from sqlalchemy import (
     select,
     tuple_,
 )
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
@@ -321,16 +320,18 @@ AIRFLOW_33 = Layout(
     schema.asset_active,
 )
 
-_LAYOUTS: weakref.WeakKeyDictionary[Engine, Layout] = weakref.WeakKeyDictionary()
-
 
 def layout_of(conn: Connection, needs: str | None = "read") -> Layout:
-    """The layout of the database behind ``conn``, read once per engine; a layout that lacks what
-    ``needs`` ("read", "write"; None: nothing) raises a ``DatabaseError`` saying what is missing."""
-    engine = conn.engine
-    known = _LAYOUTS.get(engine)
-    if known is None:
-        known = _LAYOUTS[engine] = read_layout(conn)
+    """The layout of the database behind ``conn``, read once per engine (its ``Database``); a layout that
+    lacks what ``needs`` ("read", "write"; None: nothing) raises a ``DatabaseError`` saying what is missing."""
+    from statestore_cli.db.database import Database
+
+    # The engine's, not the connection's options: a connection opened before an engine made elsewhere got
+    # its Database does not hold it.
+    database = Database.of(conn) or Database.kept_for(conn.engine)
+    known = database.layout
+    if not isinstance(known, Layout):
+        known = database.layout = read_layout(conn)
     if needs is not None and known.problems:
         known.require(needs)
     return known

@@ -273,7 +273,7 @@ PARENT_TABLES = (dag_run.name, asset.name, asset_active.name)
 
 # -- the schema the tables are in ([database] sql_alchemy_schema) ------------------------------------------
 # The tables above name no schema: an engine made with one maps "no schema" to it for every statement
-# built from them (SQLAlchemy's schema_translate_map, see database.make_engine). Raw SQL and reflection
+# built from them (SQLAlchemy's schema_translate_map, see database.open_database). Raw SQL and reflection
 # are not translated: they ask ``store_schema`` and qualify names with ``qualified``. A SET search_path
 # would do it for every statement, but it is session state, which a PgBouncer in transaction mode loses.
 def store_schema(bind: Connection | Engine) -> str | None:

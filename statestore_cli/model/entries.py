@@ -54,6 +54,6 @@ class KeyFilter(NamedTuple):
 
 class Timeouts(NamedTuple):
     """Per-session limits of a clean beside the lock timeout every writing engine has
-    (``make_engine``); None = the server's own."""
+    (``open_database``); None = the server's own."""
 
     statement_seconds: float | None = None

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.loader import load_backend_class
+from statestore_cli.backends.store import Store
 from statestore_cli.config import Setting, Settings
 from statestore_cli.errors import EXIT_OK, EXIT_OPERATIONAL, ConfigError, StateStoreError
 from statestore_cli.ops.backend_probes import CheckFailed, StoreProbe, WorkerProbe, call
@@ -44,7 +45,10 @@ class CheckReport(NamedTuple):
         return EXIT_OK if self.passed else EXIT_OPERATIONAL
 
 
-def check_backends(settings: Settings) -> CheckReport:
+def check_backends(store: Store) -> CheckReport:
+    """Load and exercise each custom backend ``store``'s settings name (each loaded here, as a check, not
+    through the store)."""
+    settings = store.settings
     targets = []
     if not settings.uses_builtin_backend:
         targets.append((STORE, "state_store", "backend"))

@@ -5,8 +5,8 @@ keys it left and the file that says how it ended, whatever ended it.
 lost database or an interrupt is a failed clean in the metrics file too::
 
     with CleanRun(metrics_file, labels, skip_code=EXIT_OK) as run:
-        settings = ...
-        result = run.clean(settings, batch_size, now=now, control=control, older_than=grace)
+        store = ...
+        result = run.clean(store, batch_size, now=now, control=control, older_than=grace)
     # run.problems: what could not be counted or written, for the caller to show
     # run.unwritten: the clean succeeded but its metrics file could not be written (exit 3)
 
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from statestore_cli.errors import EXIT_OK, StateStoreError, StopReason
 
 if TYPE_CHECKING:
-    from statestore_cli.config import Settings
+    from statestore_cli.backends.store import Store
     from statestore_cli.ops.backup_file import BackupFile
+    from statestore_cli.ops.cleaning import CleanSkipped
     from statestore_cli.ops.cleanup import CleanControl, CleanReport
-    from statestore_cli.ops.commands import CleanSkipped
     from statestore_cli.ops.metrics import CleanRecorder
 
 
@@ -70,7 +70,7 @@ class CleanRun:
 
     def clean(
         self,
-        settings: Settings,
+        store: Store,
         batch_size: int | None,
         *,
         now: datetime,
@@ -82,7 +82,7 @@ class CleanRun:
         """The clean (the report, or why it was skipped), recorded when it ended without an error; with
         ``backup`` every row it deletes is written there first; ``include_unfinished``: the keys of unfinished
         task instances too."""
-        from statestore_cli.ops import commands
+        from statestore_cli.ops import cleaning
 
         if self.recorder is not None:
             control = replace(
@@ -90,8 +90,8 @@ class CleanRun:
                 on_progress=_both(control.on_progress, self.recorder.on_progress),
                 on_store=self.recorder.on_store,
             )
-        result = commands.clean(
-            settings,
+        result = cleaning.clean(
+            store,
             batch_size,
             now=now,
             control=control,
@@ -100,12 +100,12 @@ class CleanRun:
             include_unfinished=include_unfinished,
         )
         if self.recorder is not None:
-            self._record(result, self._remaining(settings, result, now, older_than, include_unfinished))
+            self._record(result, self._remaining(store, result, now, older_than, include_unfinished))
         return result
 
     def _remaining(
         self,
-        settings: Settings,
+        store: Store,
         result: CleanReport | CleanSkipped,
         now: datetime,
         older_than: timedelta | None,
@@ -113,25 +113,25 @@ class CleanRun:
     ) -> int | None:
         """The expired keys the clean left that it would delete (not those it spares), for the metrics: not
         counted after a skip, or after a signal, which asks for a quick exit."""
-        from statestore_cli.ops import commands
+        from statestore_cli.ops import cleaning
 
-        if isinstance(result, commands.CleanSkipped):
+        if isinstance(result, cleaning.CleanSkipped):
             return None
         if result.stopped in (StopReason.INTERRUPTED, StopReason.TERMINATED):
             return None
         try:
-            return commands.count_expired_keys(settings, now, older_than, include_unfinished=include_unfinished)
+            return cleaning.count_expired_keys(store, now, older_than, include_unfinished=include_unfinished)
         except StateStoreError as exc:
             self.problems.append(Problem("the expired keys left were not counted", exc))
             return None
 
     def _record(self, result: CleanReport | CleanSkipped, remaining: int | None) -> None:
-        from statestore_cli.ops import commands
+        from statestore_cli.ops.cleaning import CleanSkipped
 
         assert self.recorder is not None
         self.recorded = True
         try:
-            if isinstance(result, commands.CleanSkipped):
+            if isinstance(result, CleanSkipped):
                 self.recorder.finish(self.skip_code)
             else:
                 self.recorder.finish(

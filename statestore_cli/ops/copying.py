@@ -17,8 +17,7 @@ from sqlalchemy.engine import Connection
 from statestore_cli.backends.accessors import AssetStateStoreAccessor, DagRunStateStoreAccessor, TaskStateStoreAccessor
 from statestore_cli.backends.base import BaseStoreBackend, stored_ref
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.backends.stores import accessor, open_backend
-from statestore_cli.config import Settings
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import retry_deadlocks, translate_errors
 from statestore_cli.errors import (
     BackendError,
@@ -89,17 +88,17 @@ def target_scope(source: StoreScope, to: KeyFilter) -> StoreScope:
     )
 
 
-def plan_copy(settings: Settings, source: StoreScope, target: StoreScope, keys: Sequence[str] = ()) -> CopyPlan:
+def plan_copy(store: Store, source: StoreScope, target: StoreScope, keys: Sequence[str] = ()) -> CopyPlan:
     """What ``copy_keys`` would write (``keys``: those of the source only; empty: all of them), read without
     writing: the question before a move or an overwrite counts from it."""
-    store = _metastore(settings)
-    with store.connection() as conn:
-        plan, _ = _read(store, conn, source, target, keys)
+    metastore = store.metastore_backend("`copy`")
+    with metastore.connection() as conn:
+        plan, _ = _read(metastore, conn, source, target, keys)
     return plan
 
 
 def copy_keys(
-    settings: Settings,
+    store: Store,
     source: StoreScope,
     target: StoreScope,
     keys: Sequence[str] = (),
@@ -111,25 +110,25 @@ def copy_keys(
     them from the source in the same transaction. A key the target holds already is refused (an
     ``InvalidInputError`` naming it, nothing written) unless ``overwrite``. With a worker-side backend, the
     moved source objects are deleted after the commit, as ``delete`` deletes them."""
-    store = _metastore(settings)
-    hooks = _Hooks(settings, source, target)
+    metastore = store.metastore_backend("`copy`")
+    hooks = _Hooks(store, source, target)
 
     def transaction() -> tuple[CopyPlan, list[tuple[str, str]]]:
-        with store.engine.begin() as conn:
-            plan, entries = _read(store, conn, source, target, keys)
+        with metastore.engine.begin() as conn:
+            plan, entries = _read(metastore, conn, source, target, keys)
             if plan.clashes and not overwrite:
                 raise clash_error(plan)
             carried = []
             for entry in entries:
                 value, old_ref = hooks.carry(entry)
-                store.set(target, entry.key, value, expires_at=entry.expires_at, session=conn, overwrite=overwrite)
+                metastore.set(target, entry.key, value, expires_at=entry.expires_at, session=conn, overwrite=overwrite)
                 if move:
-                    store.delete(source, entry.key, session=conn)
+                    metastore.delete(source, entry.key, session=conn)
                 if old_ref is not None and stored_ref(json.loads(value)) != old_ref:
                     carried.append((entry.key, old_ref))
             return plan, carried
 
-    with translate_errors(store.engine):
+    with translate_errors(metastore.engine):
         try:
             plan, carried = retry_deadlocks(transaction)
         except IntegrityConflictError:
@@ -154,13 +153,6 @@ def clash_error(plan: CopyPlan) -> InvalidInputError:
     )
 
 
-def _metastore(settings: Settings) -> MetastoreBackend:
-    store = open_backend(settings)
-    if not isinstance(store, MetastoreBackend):
-        raise BackendError(f"`copy` needs the metastore backend; [state_store] backend is {settings.backend}")
-    return store
-
-
 def _read(
     store: MetastoreBackend, conn: Connection, source: StoreScope, target: StoreScope, keys: Sequence[str]
 ) -> tuple[CopyPlan, list[Entry]]:
@@ -171,7 +163,7 @@ def _read(
         )
     if isinstance(source, AssetScope):
         if store.find_asset_id(conn, source, create=False) is None:
-            from statestore_cli.ops.commands import missing_asset
+            from statestore_cli.ops.keys import missing_asset
 
             raise missing_asset(store, source)
         assert isinstance(target, AssetScope)
@@ -206,13 +198,13 @@ class _Hooks:
     """A worker-side backend's part in a copy: references read through the source scope's hooks and
     written through the target's. Dag-run keys have no hooks, nor does a store without the option."""
 
-    def __init__(self, settings: Settings, source: StoreScope, target: StoreScope) -> None:
-        self.settings = settings
+    def __init__(self, store: Store, source: StoreScope, target: StoreScope) -> None:
+        self.settings = store.settings
         self.source: Accessor | None = None
         self.target: Accessor | None = None
-        if settings.worker_backend and not isinstance(source, DagRunScope):
-            self.source = accessor(settings, source)
-            self.target = accessor(settings, target, oversize="error")
+        if self.settings.worker_backend and not isinstance(source, DagRunScope):
+            self.source = store.accessor(source)
+            self.target = store.accessor(target, oversize="error")
 
     @property
     def worker(self) -> BaseStoreBackend | None:

@@ -23,7 +23,6 @@ A key given twice in the file counts as its later line says, as ``import`` would
 from __future__ import annotations
 
 import contextlib
-import heapq
 import json
 import os
 import shutil
@@ -37,9 +36,7 @@ from sqlalchemy import String, select, type_coerce
 from sqlalchemy.engine import Connection
 
 from statestore_cli.backends.key_conditions import dag_run_store, run_filters, stores_selected, task_filters
-from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.backends.stores import open_backend
-from statestore_cli.config import Settings
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import translate_errors
 from statestore_cli.db.engines import impl_of
 from statestore_cli.db.layout import Layout, layout_of
@@ -48,6 +45,7 @@ from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.model.entries import KeyFilter
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.model.timestamps import iso_utc
+from statestore_cli.ops.external_sort import external_sort
 from statestore_cli.ops.records import AssetRow, BadRecord, DagRunRow, TaskRow, load_strict, parse_line, read_lines
 
 FETCH = 1000  # rows per fetch from the store, as export reads them
@@ -105,16 +103,13 @@ class _Counts:
 class DiffRun:
     """One diff: ``differences()`` yields them in key order; ``summary()`` after it is exhausted."""
 
-    def __init__(self, settings: Settings, filt: KeyFilter, source: str, stdin: IO[bytes] | None = None) -> None:
-        backend = open_backend(settings, writes=False)
-        if not isinstance(backend, MetastoreBackend):
-            raise BackendError(f"`diff` needs the metastore backend; [state_store] backend is {settings.backend}")
-        self.engine = backend.engine
+    def __init__(self, store: Store, filt: KeyFilter, source: str, stdin: IO[bytes] | None = None) -> None:
+        self.engine = store.metastore_backend("`diff`").engine
         impl_of(self.engine).check_asset_text(filt.name, filt.uri)
         self.filt = filt
         self.source = source
         self.stdin = stdin
-        self.max_value_bytes = settings.max_value_storage_bytes
+        self.max_value_bytes = store.settings.max_value_storage_bytes
         self.counts = _Counts()
         self.start = time.monotonic()
 
@@ -142,7 +137,9 @@ class DiffRun:
                 self.counts = _Counts()
                 self.counts.sorted_file = False
                 stream.seek(0)
-                filed = _last_of_each(_external_sort(self._numbered(stream, wanted), folder, self._reread))
+                filed = _last_of_each(
+                    external_sort(self._numbered(stream, wanted), folder, self._reread, RUN_LINES, RUN_BYTES)
+                )
                 with self._connect() as conn:
                     yield from self._merge(_checked_order(_store_sides(conn, self.filt)), filed)
             finally:
@@ -354,56 +351,6 @@ def _last_of_each(sides: Iterator[Side]) -> Iterator[Side]:
         held = side
     if held is not None:
         yield held
-
-
-def _external_sort(
-    lines: Iterator[tuple[tuple[Any, ...], int, bytes]], folder: Path, reread: Callable[[int, bytes], Side]
-) -> Iterator[Side]:
-    """``lines`` (key, line number, text) in key order (then by line number), holding at most a run of
-    ``RUN_LINES`` lines (``RUN_BYTES`` of text) in memory: each run sorted and written to ``folder``, then
-    the runs merged, each line parsed again as it comes out."""
-    runs: list[Path] = []
-    run: list[tuple[tuple[Any, ...], int, bytes]] = []
-    size = 0
-    for item in lines:
-        run.append(item)
-        size += len(item[2])
-        if len(run) >= RUN_LINES or size >= RUN_BYTES:
-            runs.append(_write_run(run, folder, len(runs)))
-            run, size = [], 0
-    if not runs:  # the whole file fitted in one run: no file needed
-        run.sort(key=lambda item: item[:2])
-        for _key, number, text in run:
-            yield reread(number, text)
-        return
-    if run:
-        runs.append(_write_run(run, folder, len(runs)))
-    del run
-    handles = [open(path, "rb") for path in runs]  # noqa: SIM115  (closed below)
-    try:
-        merged = heapq.merge(*(_read_run(h, reread) for h in handles), key=lambda item: item[:2])
-        for _key, _number, side in merged:
-            yield side
-    finally:
-        for handle in handles:
-            handle.close()
-
-
-def _write_run(run: list[tuple[tuple[Any, ...], int, bytes]], folder: Path, index: int) -> Path:
-    run.sort(key=lambda item: item[:2])
-    path = folder / f"run-{index}"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the file's values: owner-only
-    with open(fd, "wb") as out:
-        for _key, number, text in run:
-            out.write(b"%d\t" % number + text.rstrip(b"\r\n") + b"\n")
-    return path
-
-
-def _read_run(handle: IO[bytes], reread: Callable[[int, bytes], Side]) -> Iterator[tuple[tuple[Any, ...], int, Side]]:
-    for line in handle:
-        number, _, text = line.partition(b"\t")
-        side = reread(int(number), text)
-        yield side.sort, int(number), side
 
 
 # -- the store ----------------------------------------------------------------------------------------

@@ -30,8 +30,7 @@ from sqlalchemy.sql import ColumnElement
 
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.backends.stores import open_backend, open_worker_backend
-from statestore_cli.config import Settings
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import retry_deadlocks, translate_errors
 from statestore_cli.db.layout import layout_of
 from statestore_cli.db.mysql_text import check_asset_text
@@ -387,23 +386,15 @@ def describe_run_or_dag(dag_id: str, run_id: str | None) -> str:
     return f"dag_id={dag_id}" + (f" run_id={run_id}" if run_id is not None else "")
 
 
-def _metastore_only(settings: Settings, what: str) -> MetastoreBackend:
-    backend = open_backend(settings)
-    if not isinstance(backend, MetastoreBackend):
-        raise BackendError(f"{what} needs the metastore backend; [state_store] backend is {settings.backend}")
-    return backend
-
-
 def _run_tables(conn: Connection) -> tuple[Table, ...]:
     """The tables holding keys of a run: the task store, and the dag-run store where the layout has one."""
     layout = layout_of(conn)
     return (layout.task, *((layout.dag_run_store,) if layout.dag_run_store is not None else ()))
 
 
-def count_task_keys(settings: Settings, dag_id: str, run_id: str | None = None) -> int:
+def count_task_keys(store: Store, dag_id: str, run_id: str | None = None) -> int:
     """How many keys a dag (or one of its runs) holds: its task keys, and its dag-run keys (Airflow 3.4)."""
-    store = _metastore_only(settings, "counting the keys of a run or dag")
-    with store.connection() as conn:
+    with store.metastore_backend("counting the keys of a run or dag").connection() as conn:
         counts = [
             select(func.count()).select_from(t).where(_task_selection(t, dag_id, run_id)) for t in _run_tables(conn)
         ]
@@ -426,7 +417,7 @@ def _clear_worker(worker: BaseStoreBackend | None, tasks: list[TaskScope]) -> No
 
 
 def clear_task_keys(
-    settings: Settings,
+    store: Store,
     dag_id: str,
     run_id: str | None = None,
     batch_size: int | None = None,
@@ -436,24 +427,25 @@ def clear_task_keys(
     3.4), ``batch_size`` per commit (default ``state_cleanup_batch_size``; 0: one statement); returns
     (keys deleted, batches). With ``backup`` every key is written to it first, each batch synced before it
     commits, and a worker-side backend's objects are kept (the backup's references point at them)."""
-    store = _metastore_only(settings, "clearing a whole run or dag")
-    size = settings.state_cleanup_batch_size if batch_size is None else batch_size
+    metastore = store.metastore_backend("clearing a whole run or dag")
+    size = store.settings.state_cleanup_batch_size if batch_size is None else batch_size
     if size < 0:
         raise InvalidInputError(f"batch size must be 0 (one statement) or a positive number, got {size}")
+    engine = metastore.engine
     if backup is not None:
-        return _clear_backed_up(store.engine, dag_id, run_id, size, backup)
-    worker = open_worker_backend(settings)
-    with store.connection() as conn:
+        return _clear_backed_up(engine, dag_id, run_id, size, backup)
+    worker = store.worker_backend
+    with metastore.connection() as conn:
         tables = _run_tables(conn)
         tasks = _tasks_of(conn, _task_selection(tables[0], dag_id, run_id)) if worker is not None else []
     tally = _Tally()
     deleted = batches = 0
     try:
-        with translate_errors(store.engine):
+        with translate_errors(engine):
             for table in tables:
                 where = _task_selection(table, dag_id, run_id)
-                walk = _task_selection(table, dag_id, run_id, walking=store.engine.dialect.name)
-                done = _delete_batched(store.engine, table.c.id, where, size, time.sleep, walk, tally)
+                walk = _task_selection(table, dag_id, run_id, walking=engine.dialect.name)
+                done = _delete_batched(engine, table.c.id, where, size, time.sleep, walk, tally)
                 deleted, batches = deleted + done[0], batches + done[1]
     except BackendError as exc:
         raise failed_midway(exc, "clear", tally.deleted, tally.batches) from None
@@ -483,9 +475,9 @@ def _clear_backed_up(engine: Engine, dag_id: str, run_id: str | None, size: int,
 
 
 # -- deleting runs and assets of a standalone store ---------------------------------------------------------
-def require_standalone(settings: Settings, what: str) -> None:
+def require_standalone(store: Store, what: str) -> None:
     """Raise ``InvalidInputError`` when the database is Airflow's: ``what`` is done with Airflow there."""
-    _standalone_only(_metastore_only(settings, what), what)
+    _standalone_only(store.metastore_backend(what), what)
 
 
 def _standalone_only(store: MetastoreBackend, what: str) -> None:
@@ -497,12 +489,12 @@ def _standalone_only(store: MetastoreBackend, what: str) -> None:
             )
 
 
-def delete_run(settings: Settings, dag_id: str, run_id: str) -> int:
+def delete_run(store: Store, dag_id: str, run_id: str) -> int:
     """Delete a dag run of a standalone store; the cascade removes its task keys. Returns how many went."""
-    store = _metastore_only(settings, "deleting a run")
-    _standalone_only(store, "delete dag runs")
-    worker = open_worker_backend(settings)
-    with store.connection() as conn:
+    metastore = store.metastore_backend("deleting a run")
+    _standalone_only(metastore, "delete dag runs")
+    worker = store.worker_backend
+    with metastore.connection() as conn:
         task = layout_of(conn).task
         where = _task_selection(task, dag_id, run_id)
         keys = int(conn.execute(select(func.count()).select_from(task).where(where)).scalar_one())
@@ -514,10 +506,9 @@ def delete_run(settings: Settings, dag_id: str, run_id: str) -> int:
     return keys
 
 
-def count_run_keys(settings: Settings, dag_id: str, run_id: str) -> int | None:
+def count_run_keys(store: Store, dag_id: str, run_id: str) -> int | None:
     """The task keys of a run (None: no such run)."""
-    store = _metastore_only(settings, "deleting a run")
-    with store.connection() as conn:
+    with store.metastore_backend("deleting a run").connection() as conn:
         found = conn.execute(select(dag_run.c.id).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)).first()
         if found is None:
             return None
@@ -537,10 +528,10 @@ class FoundAsset(NamedTuple):
     active: bool
 
 
-def find_asset(settings: Settings, scope: AssetScope) -> FoundAsset:
+def find_asset(store: Store, scope: AssetScope) -> FoundAsset:
     """The one asset (active or not) ``scope`` names, with its key count; ``NotFoundError`` when none."""
-    store = _metastore_only(settings, "deleting an asset")
-    check_asset_text(store.engine.dialect.name, scope.name, scope.uri)
+    metastore = store.metastore_backend("deleting an asset")
+    check_asset_text(metastore.engine.dialect.name, scope.name, scope.uri)
     conds = [asset.c.id == scope.asset_id] if scope.asset_id is not None else []
     conds += [asset.c.name == scope.name] if scope.name else []
     conds += [asset.c.uri == scope.uri] if scope.uri else []
@@ -549,7 +540,7 @@ def find_asset(settings: Settings, scope: AssetScope) -> FoundAsset:
         select(asset_active.c.name).where(asset_active.c.name == asset.c.name, asset_active.c.uri == asset.c.uri)
     )
     query = select(asset.c.id, asset.c.name, asset.c.uri, keys, is_active).where(*conds).limit(2)
-    with store.connection() as conn:
+    with metastore.connection() as conn:
         rows = conn.execute(query).all()
     if not rows:
         raise NotFoundError(f"no asset {scope.describe()}")
@@ -559,58 +550,58 @@ def find_asset(settings: Settings, scope: AssetScope) -> FoundAsset:
     return FoundAsset(int(asset_id), name, uri, int(count), bool(active))
 
 
-def delete_asset(settings: Settings, scope: AssetScope) -> FoundAsset:
+def delete_asset(store: Store, scope: AssetScope) -> FoundAsset:
     """Delete an asset of a standalone store (active or not); the cascade removes its keys and its
     ``asset_active`` row. Returns the asset as it was, with the number of keys that went."""
-    store = _metastore_only(settings, "deleting an asset")
-    _standalone_only(store, "delete assets")
-    found = find_asset(settings, scope)
-    with store.connection() as conn:
+    metastore = store.metastore_backend("deleting an asset")
+    _standalone_only(metastore, "delete assets")
+    found = find_asset(store, scope)
+    with metastore.connection() as conn:
         keys = int(
             conn.execute(select(func.count()).select_from(_akv).where(_akv.c.asset_id == found.asset_id)).scalar_one()
         )
         if conn.execute(delete(asset).where(asset.c.id == found.asset_id)).rowcount == 0:
             raise NotFoundError(f"no asset {scope.describe()}")
-    worker = open_worker_backend(settings)
+    worker = store.worker_backend
     if worker is not None:
         worker.clear(AssetScope(asset_id=found.asset_id, name=found.name, uri=found.uri))
     return found._replace(keys=keys)
 
 
 # -- task instance events ---------------------------------------------------------------------------------
-def task_instance_succeeded(settings: Settings, scope: TaskScope) -> int | None:
+def task_instance_succeeded(store: Store, scope: TaskScope) -> int | None:
     """A task instance reached ``success``: with ``[state_store] clear_on_success`` its task keys go (its
     map index only; asset keys never), then a worker-side backend's ``clear()`` runs. Returns the keys
     deleted: 0 when the setting is off, None when a custom backend does not say."""
-    if not settings.clear_on_success:
+    if not store.settings.clear_on_success:
         return 0
-    return _clear_task_instance(settings, scope)
+    return _clear_task_instance(store, scope)
 
 
-def task_instance_cleared(settings: Settings, scope: TaskScope, *, keep_task_state: bool = False) -> int | None:
+def task_instance_cleared(store: Store, scope: TaskScope, *, keep_task_state: bool = False) -> int | None:
     """A task instance is being cleared (to run again): its task keys are discarded, unless
     ``keep_task_state``, then a worker-side backend's ``clear()`` runs. Returns the keys deleted (0 when
     kept, None when a custom backend does not say)."""
     if keep_task_state:
         return 0
-    return _clear_task_instance(settings, scope)
+    return _clear_task_instance(store, scope)
 
 
-def _clear_task_instance(settings: Settings, scope: TaskScope) -> int | None:
+def _clear_task_instance(store: Store, scope: TaskScope) -> int | None:
     if not isinstance(scope, TaskScope):
         raise InvalidInputError("a task instance event needs a TaskScope")
-    from statestore_cli.ops.commands import clear_scope
+    from statestore_cli.ops.keys import clear_scope
 
-    return clear_scope(settings, scope)
+    return clear_scope(store, scope)
 
 
-def plan_sweep(settings: Settings) -> Iterator[SweptAsset]:
+def plan_sweep(store: Store) -> Iterator[SweptAsset]:
     """What ``sweep`` deletes, grouped by asset."""
-    return by_asset(iter_inactive(_metastore_only(settings, "the asset sweep").engine))
+    return by_asset(iter_inactive(store.metastore_backend("the asset sweep").engine))
 
 
 def sweep(
-    settings: Settings,
+    store: Store,
     batch_size: int | None = None,
     backup: BackupFile | None = None,
     only: Collection[int] | None = None,
@@ -619,7 +610,7 @@ def sweep(
     with ``backup``, each written to it first (a worker-side backend's objects are then kept). ``only``: the ids
     of the assets ``plan_sweep`` showed and the operator confirmed; an asset that went inactive since keeps
     its keys (None: every inactive asset)."""
-    store = _metastore_only(settings, "the asset sweep")
-    size = settings.state_cleanup_batch_size if batch_size is None else batch_size
-    worker = None if backup is not None else open_worker_backend(settings)
-    return sweep_inactive(store.engine, size, worker, backup=backup, only=only)
+    engine = store.metastore_backend("the asset sweep").engine
+    size = store.settings.state_cleanup_batch_size if batch_size is None else batch_size
+    worker = None if backup is not None else store.worker_backend
+    return sweep_inactive(engine, size, worker, backup=backup, only=only)

@@ -14,8 +14,7 @@ from typing import NamedTuple
 
 from statestore_cli.backends.base import BaseStoreBackend, StoredRef
 from statestore_cli.backends.metastore import MetastoreBackend
-from statestore_cli.backends.stores import open_backend, open_worker_backend
-from statestore_cli.config import Settings
+from statestore_cli.backends.store import Store
 from statestore_cli.errors import (
     EXIT_OK,
     EXIT_OPERATIONAL,
@@ -65,7 +64,7 @@ class OrphanReport(NamedTuple):
 
 
 def find_orphans(
-    settings: Settings,
+    store: Store,
     now: datetime,
     *,
     grace: timedelta = DEFAULT_GRACE,
@@ -77,14 +76,14 @@ def find_orphans(
     ``delete``, removes them at once, as ``plan_orphan_delete`` and then ``delete_orphans`` would (the
     caller has decided: nothing asks)."""
     if not delete:
-        worker, metastore = _open(settings, delete=False)
-        return _listing(settings, worker, metastore, now, grace, older_than)
-    plan = plan_orphan_delete(settings, now, grace=grace, older_than=older_than, all_unreferenced=all_unreferenced)
-    return delete_orphans(settings, plan)
+        worker, metastore = _open(store, delete=False)
+        return _listing(store, worker, metastore, now, grace, older_than)
+    plan = plan_orphan_delete(store, now, grace=grace, older_than=older_than, all_unreferenced=all_unreferenced)
+    return delete_orphans(store, plan)
 
 
 def plan_orphan_delete(
-    settings: Settings,
+    store: Store,
     now: datetime,
     *,
     grace: timedelta = DEFAULT_GRACE,
@@ -95,16 +94,16 @@ def plan_orphan_delete(
     must be at least ``grace``. Refused when the database references none of the objects the backend holds
     (a wrong database or backend root makes every object look orphaned) unless ``all_unreferenced``."""
     _check_ages(grace, older_than)
-    worker, metastore = _open(settings, delete=True)
-    plan = _listing(settings, worker, metastore, now, grace, older_than)
+    worker, metastore = _open(store, delete=True)
+    plan = _listing(store, worker, metastore, now, grace, older_than)
     _refuse_a_store_referencing_none(plan, all_unreferenced)
     return plan
 
 
-def delete_orphans(settings: Settings, plan: OrphanReport) -> OrphanReport:
+def delete_orphans(store: Store, plan: OrphanReport) -> OrphanReport:
     """Deletes the orphans of ``plan`` (from ``plan_orphan_delete``) past their grace window, and only those:
     an object orphaned since the plan was not asked about. One a row points to again is left alone."""
-    worker, metastore = _open(settings, delete=True)
+    worker, metastore = _open(store, delete=True)
     return plan._replace(orphans=_delete(worker, metastore, plan.orphans))
 
 
@@ -134,8 +133,9 @@ def _refuse_a_store_referencing_none(plan: OrphanReport, all_unreferenced: bool)
         )
 
 
-def _open(settings: Settings, delete: bool) -> tuple[BaseStoreBackend, MetastoreBackend]:
-    worker = open_worker_backend(settings)
+def _open(store: Store, delete: bool) -> tuple[BaseStoreBackend, MetastoreBackend]:
+    settings = store.settings
+    worker = store.worker_backend
     if worker is None:
         raise ConfigError(
             "`orphans` looks for a worker-side backend's objects, and [workers] state_store_backend is not set"
@@ -144,7 +144,7 @@ def _open(settings: Settings, delete: bool) -> tuple[BaseStoreBackend, Metastore
         raise BackendError(f"{settings.worker_backend} cannot list what it stores: it does not implement list_refs()")
     if delete and type(worker).delete_ref is BaseStoreBackend.delete_ref:
         raise BackendError(f"{settings.worker_backend} cannot delete by reference: it does not implement delete_ref()")
-    metastore = open_backend(settings, writes=False)  # only read: what is deleted is the worker backend's
+    metastore = store.backend  # only read: what is deleted is the worker backend's
     if not isinstance(metastore, MetastoreBackend):
         raise BackendError(
             f"`orphans` reads the references from the metastore; [state_store] backend is {settings.backend}"
@@ -153,14 +153,15 @@ def _open(settings: Settings, delete: bool) -> tuple[BaseStoreBackend, Metastore
 
 
 def _listing(
-    settings: Settings,
+    store: Store,
     worker: BaseStoreBackend,
     metastore: MetastoreBackend,
     now: datetime,
     grace: timedelta,
     older_than: timedelta | None,
 ) -> OrphanReport:
-    listed = _list_refs(settings, worker)  # objects first, rows second: a write in between is referenced
+    settings = store.settings
+    listed = _list_refs(settings.worker_backend, worker)  # objects first, rows second: a write in between is referenced
     referenced = metastore.references()
     orphans = [_orphan(item, now, grace) for item in listed if item.ref not in referenced]
     if older_than is not None:
@@ -169,13 +170,11 @@ def _listing(
     return OrphanReport(settings.worker_backend, len(listed), orphans, grace, older_than, pointed_to)
 
 
-def _list_refs(settings: Settings, worker: BaseStoreBackend) -> list[StoredRef]:
+def _list_refs(name: str | None, worker: BaseStoreBackend) -> list[StoredRef]:
     try:
         return [StoredRef(*item) for item in worker.list_refs()]
     except Exception as exc:  # user code: any failure is the backend's
-        raise BackendError(
-            f"{settings.worker_backend}.list_refs() failed: {type(exc).__name__}: {first_line(exc)}"
-        ) from None
+        raise BackendError(f"{name}.list_refs() failed: {type(exc).__name__}: {first_line(exc)}") from None
 
 
 def _orphan(item: StoredRef, now: datetime, grace: timedelta) -> Orphan:

@@ -29,8 +29,7 @@ from statestore_cli.backends.metastore import (
     stores_selected,
     task_filters,
 )
-from statestore_cli.backends.stores import open_backend
-from statestore_cli.config import Settings
+from statestore_cli.backends.store import Store
 from statestore_cli.db.database import retry_deadlocks, translate_errors
 from statestore_cli.db.layout import Layout, layout_of
 from statestore_cli.db.mysql_text import check_asset_text, index_equal, padless, twin_problem
@@ -87,13 +86,6 @@ _ASSET_IDENTITY = (_asset_kv.c.asset_id, _asset_kv.c.key)
 _ASSETS_PRESENT = select(*_ASSET_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_ASSET_IDENTITY)))
 
 
-def _metastore(settings: Settings, command: str, *, writes: bool) -> MetastoreBackend:
-    backend = open_backend(settings, writes=writes)
-    if not isinstance(backend, MetastoreBackend):
-        raise BackendError(f"`{command}` needs the metastore backend; [state_store] backend is {settings.backend}")
-    return backend
-
-
 # -- export --------------------------------------------------------------------------------------------
 class ExportSummary(NamedTuple):
     task: int
@@ -106,11 +98,11 @@ class ExportSummary(NamedTuple):
         return self.task + self.dag_run + self.asset
 
 
-def export_records(settings: Settings, filt: KeyFilter) -> Iterator[dict[str, Any]]:
+def export_records(store: Store, filt: KeyFilter) -> Iterator[dict[str, Any]]:
     """The keys ``filt`` selects as export records (dicts in the line format), in ``list``'s order:
     task keys by dag, run, task, region, map index and key, then dag-run keys (Airflow 3.4) by dag, run
     and key, then asset keys by name, uri and key."""
-    engine = _metastore(settings, "export", writes=False).engine
+    engine = store.metastore_backend("`export`").engine
     check_asset_text(engine.dialect.name, filt.name, filt.uri)
     return _records(engine, filt)
 
@@ -195,12 +187,12 @@ def _not_json(key: str, scope: str, exc: ValueError) -> BackendError:
     )
 
 
-def write_export(settings: Settings, filt: KeyFilter, out: IO[str]) -> ExportSummary:
+def write_export(store: Store, filt: KeyFilter, out: IO[str]) -> ExportSummary:
     """Write the selected keys to ``out`` as JSON Lines; returns how many of each store."""
     start = time.monotonic()
     counts = {"task": 0, "dag_run": 0, "asset": 0}
     lines: list[str] = []
-    for record in export_records(settings, filt):
+    for record in export_records(store, filt):
         counts[record["store"]] += 1
         lines.append(encode_line(record))
         if len(lines) == FETCH:
@@ -214,7 +206,7 @@ def write_export(settings: Settings, filt: KeyFilter, out: IO[str]) -> ExportSum
 EXPORT_MODE = 0o600  # a new export: owner-only, since it holds every value it selects
 
 
-def export_file(settings: Settings, filt: KeyFilter, path: Path) -> ExportSummary:
+def export_file(store: Store, filt: KeyFilter, path: Path) -> ExportSummary:
     """Write the export to ``path`` atomically: a temporary file beside it, renamed over it when complete,
     so a failed or interrupted export never leaves a partial file where a complete one is expected.
 
@@ -232,7 +224,7 @@ def export_file(settings: Settings, filt: KeyFilter, path: Path) -> ExportSummar
     temporary = Path(name)
     try:
         with open(fd, "w", encoding="utf-8") as handle:
-            summary = write_export(settings, filt, handle)
+            summary = write_export(store, filt, handle)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
@@ -309,7 +301,7 @@ class _Batch(NamedTuple):
 
 
 def import_records(
-    settings: Settings,
+    store: Store,
     lines: Iterable[str | bytes],
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
@@ -321,7 +313,8 @@ def import_records(
     ``on_progress`` is called after each batch with the number of lines read so far."""
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise InvalidInputError(f"batch_size must be 1 to {MAX_BATCH_SIZE:,}, got {batch_size}", parameter="batch_size")
-    importer = _Importer(_metastore(settings, "import", writes=True), settings.max_value_storage_bytes, dry_run)
+    metastore = store.metastore_backend("`import`")
+    importer = _Importer(metastore, store.settings.max_value_storage_bytes, dry_run)
     importer.on_progress = on_progress
     try:
         return importer.run(lines, batch_size)
