@@ -90,7 +90,7 @@ def clean(
     """Delete expired task keys (those ``older_than`` past their expiry, when given); returns the
     report, or ``CleanSkipped`` with the reason the clean was skipped (then ``backup`` is not created).
     With ``backup`` every deleted row is written to it, each batch synced to disk before it commits. The
-    keys of unfinished task instances are kept unless ``include_unfinished`` (see ``cleanup.cleaned``)."""
+    keys of unfinished task instances are kept unless ``include_unfinished`` (see ``clean_selection.cleaned``)."""
     cutoff, grace = clean_window(store, now, older_than)
     reason = _skip_reason(store.settings)
     if reason:

@@ -5,14 +5,17 @@ dialect name serves every connection (``impl_of``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Table, case, func, select
+from sqlalchemy import Integer, Table, bindparam, case, delete, func, select
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row
 from sqlalchemy.engine.url import URL
 from sqlalchemy.sql import ColumnElement, FromClause, Select
+
+from statestore_cli.errors import PARAMETER
 
 Narrow = Callable[[Select[Any]], Select[Any]]  # a query with the caller's WHERE added
 
@@ -158,6 +161,73 @@ class EngineImpl:
             narrow(select(func.count())).where(column >= low, column < high).scalar_subquery() for low, high in ranges
         ]
         return [int(n) for n in conn.execute(select(*counts)).one()]
+
+    # -- batched deletes (clean, clear, assets sweep) ------------------------------------------------
+    def pause_between_batches(self, batch_seconds: float) -> float | None:
+        """How long a batched delete waits before its next batch, the last one having taken
+        ``batch_seconds``; None: it goes on at once (a server queues the writers waiting meanwhile)."""
+        return None
+
+    def tune_for_deletes(self, conn: Connection) -> None:
+        """Set ``conn``'s session up for deleting many key rows (the caller discards the connection after)."""
+
+    def set_statement_timeout(self, conn: Connection, seconds: float) -> str | None:
+        """Bound each statement of a clean's session to ``seconds``; returns why it could not be, or None."""
+        return f"{self.name} has no statement timeout"
+
+    def unindexed(self, column: Any) -> Any:
+        """``column`` as a batched delete walking the primary key compares it: where the engine would
+        otherwise read the rows through the column's index instead, written so that it cannot."""
+        return column
+
+    def delete_counted(
+        self, conn: Connection, table: Table, where: ColumnElement[bool], column: Any
+    ) -> tuple[list[Any], int | None]:
+        """Delete the rows of ``table`` that ``where`` selects, in the caller's transaction: ``column``'s value
+        of each row deleted, and how many rows the database says went (None: it did not say)."""
+        values = list(conn.execute(delete(table).where(where).returning(column)).scalars())
+        return values, len(values)
+
+    def clean_batch_step(
+        self,
+        conn: Connection,
+        table: Table,
+        now: datetime,
+        where: ColumnElement[bool],
+        window: ColumnElement[bool],
+        batch_size: int,
+        spare: bool,
+    ) -> Callable[[int], tuple[int | None, int | None]]:
+        """One batch of a clean of ``table``, walking its primary key: given the id it starts after, it deletes
+        (in the caller's transaction) the rows of the next ``batch_size`` that ``where`` selects and returns
+        their rowcount and the id the next batch starts after (None: the clean of the table is done).
+        ``window``: the rows a batch looks at (the expired ones); ``where``: those of them it deletes (less
+        the keys a clean keeps, with ``spare``); ``now``: the clean's cutoff.
+
+        Here one statement, ``DELETE ... WHERE id IN (the next ids) RETURNING id``: each batch reads the next
+        stretch of the table, instead of re-scanning the expiry index past everything the earlier batches
+        deleted, and the ids of one batch at most are ever held. Where one statement reads one snapshot and
+        no other writer runs until it ends (SQLite), the ids the subquery chose are still the rows ``where``
+        selects: asking it again would only repeat its work."""
+        after = bindparam("after", type_=Integer)
+        ids = select(table.c.id).where(table.c.id > after, where).order_by(table.c.id).limit(batch_size)
+        stmt = delete(table).where(table.c.id.in_(ids.scalar_subquery())).returning(table.c.id)
+
+        def step(start: int) -> tuple[int | None, int | None]:
+            deleted = conn.execute(stmt, {"after": start}).scalars().all()
+            return len(deleted), max(deleted, default=None)
+
+        return step
+
+    def exclusive_clean(self, conn: Connection) -> AbstractContextManager[None]:
+        """Hold the one-clean-at-a-time lock of this database for the block, or fail at once
+        (``CleanRunningError``)."""
+        raise NotImplementedError(f"no lock for an exclusive clean on {self.name}")
+
+
+def another_clean_running(where: str) -> str:
+    """The message of an exclusive clean that found another one holding the lock of ``where``."""
+    return f"another {PARAMETER} clean is running on {where}"
 
 
 IMPL_CLASS = EngineImpl

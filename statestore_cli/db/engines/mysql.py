@@ -3,20 +3,22 @@ primary key. What MariaDB does differently is said where it matters (``self.name
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Integer, Table, func, null, select
+from sqlalchemy import Integer, Table, bindparam, delete, func, null, select, text
 from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.functions import FunctionElement
 
-from statestore_cli.db.engines.base import EngineImpl
+from statestore_cli.db.database import describe_engine
+from statestore_cli.db.engines.base import EngineImpl, another_clean_running
 from statestore_cli.db.mysql_text import check_asset_text, index_equal, twin_problem, twins
-from statestore_cli.db.schema import dag_run
-from statestore_cli.errors import InvalidInputError
+from statestore_cli.db.schema import dag_run, qualified, store_schema
+from statestore_cli.errors import CleanRunningError, InvalidInputError
 
 TIMESTAMP_MAX = datetime(2038, 1, 19, 3, 14, 7, tzinfo=UTC)  # the last instant a MySQL TIMESTAMP holds
 
@@ -121,6 +123,103 @@ class MySQLImpl(EngineImpl):
             # of dag_run's (dag_id, run_id) index instead, and an Airflow database holds every run ever made.
             .prefix_with("STRAIGHT_JOIN", dialect=self.name)
         )
+
+    # -- batched deletes (clean, clear, assets sweep) ------------------------------------------------
+    def set_statement_timeout(self, conn: Connection, seconds: float) -> str | None:
+        if self.name != "mariadb":
+            return "MySQL has no statement timeout for DELETE"
+        conn.exec_driver_sql(f"SET SESSION max_statement_time = {seconds:.3f}")
+        return None
+
+    def delete_counted(
+        self, conn: Connection, table: Table, where: ColumnElement[bool], column: Any
+    ) -> tuple[list[Any], int | None]:
+        if conn.dialect.delete_returning:  # MariaDB's single-table DELETE ... RETURNING
+            return super().delete_counted(conn, table, where, column)
+        # MySQL has no RETURNING: the rows are locked as they are read, then deleted.
+        values = list(conn.execute(select(column).where(where).with_for_update()).scalars())
+        return values, conn.execute(delete(table).where(where)).rowcount
+
+    def clean_batch_step(
+        self,
+        conn: Connection,
+        table: Table,
+        now: datetime,
+        where: ColumnElement[bool],
+        window: ColumnElement[bool],
+        batch_size: int,
+        spare: bool,
+    ) -> Callable[[int], tuple[int | None, int | None]]:
+        # MySQL and MariaDB refuse a LIMIT in an IN sub-select and have no (MySQL) or only a single-table
+        # (MariaDB) DELETE ... RETURNING, so a batch here is two statements: find the id that ends the next
+        # ``batch_size`` expired rows, then delete the expired rows up to it (less the keys a clean keeps: the
+        # keep rule is asked of that range alone, not of every expired key the batch end walks past). Both
+        # walk the primary key from where the last batch ended. A ``DELETE ... LIMIT`` instead re-scans the
+        # expiry index from its start every time, past every row earlier batches deleted: InnoDB keeps those
+        # as delete-marked records until purge removes them, and purge lags on busy servers and stops behind
+        # any long read transaction, so each batch got slower than the one before. FORCE INDEX keeps both
+        # statements on the primary key even where the optimizer's estimate for the expiry index is low.
+        # Another clean may have taken the rows of a range already: the walk goes on past it, and ends with
+        # the batch that had fewer than ``batch_size`` rows left.
+        after = bindparam("after", type_=Integer)
+        end = (
+            select(table.c.id)
+            .with_hint(table, "FORCE INDEX (PRIMARY)")
+            .where(table.c.id > after, window)
+            .order_by(table.c.id)
+            .limit(1)
+            .offset(batch_size - 1)
+        )
+        now_param = bindparam("now", now, type_=table.c.expires_at.type)
+        upper = bindparam("upper", type_=Integer)
+        upto = text(_range_delete(conn, table, upper=True, spare=spare)).bindparams(now_param, upper)
+        rest = text(_range_delete(conn, table, upper=False, spare=spare)).bindparams(now_param)
+
+        def step(start: int) -> tuple[int | None, int | None]:
+            last = conn.execute(end, {"after": start}).scalar()
+            if last is None:
+                return conn.execute(rest, {"after": start}).rowcount, None
+            return conn.execute(upto, {"after": start, "upper": last}).rowcount, last
+
+        return step
+
+    def exclusive_clean(self, conn: Connection) -> AbstractContextManager[None]:
+        return _named_lock(conn)
+
+
+@contextmanager
+def _named_lock(conn: Connection) -> Iterator[None]:
+    # MySQL's named locks are server-wide: name the database (the schema, where one is configured)
+    params = {"k": f"statestore-clean:{store_schema(conn) or conn.engine.url.database}"}
+    got = bool(conn.execute(text("SELECT GET_LOCK(:k, 0)"), params).scalar())
+    conn.commit()
+    if not got:
+        raise CleanRunningError(another_clean_running(describe_engine(conn.engine)), parameter="exclusive")
+    try:
+        yield
+    finally:
+        conn.execute(text("SELECT RELEASE_LOCK(:k)"), params)
+        conn.commit()
+
+
+def _range_delete(conn: Connection, table: Table, upper: bool, spare: bool) -> str:
+    """``DELETE t FROM t FORCE INDEX (PRIMARY) WHERE`` the expired rows after ``:after`` (up to ``:upper``):
+    the condition of a clean's window, written out, since SQLAlchemy renders no multi-table DELETE with a
+    hint (MySQL accepts an index hint in a DELETE only in that form). Names come from ``table``, as the
+    layout has them, the table's qualified with ``[database] sql_alchemy_schema`` when that is set.
+    ``spare``: the keys of unfinished task instances are kept (``Layout.unfinished_sql``)."""
+    from statestore_cli.db.layout import layout_of
+
+    quote = conn.dialect.identifier_preparer
+    name = qualified(conn, table.name)
+    pk, expiry = (f"{name}.{quote.quote(table.c[c].name)}" for c in ("id", "expires_at"))
+    bound = f"AND {pk} <= :upper " if upper else ""
+    kept = layout_of(conn).unfinished_sql(conn, table, name) if spare else None
+    return (
+        f"DELETE {name} FROM {name} FORCE INDEX (PRIMARY) "
+        f"WHERE {pk} > :after {bound}AND {expiry} IS NOT NULL AND {expiry} < :now"
+        + ("" if kept is None else f" AND NOT {kept}")
+    )
 
 
 class Utf8Bytes(FunctionElement[Any]):

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, case, func, select
+from sqlalchemy import Integer, Table, any_, bindparam, case, delete, func, select
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import ColumnElement
 
-from statestore_cli.db.engines.base import EngineImpl, Narrow
+from statestore_cli.db.database import describe_engine, set_per_transaction
+from statestore_cli.db.engines.base import EngineImpl, Narrow, another_clean_running
+from statestore_cli.db.schema import store_schema
+from statestore_cli.errors import CleanRunningError
 
 
 class PostgreSQLImpl(EngineImpl):
@@ -39,6 +47,99 @@ class PostgreSQLImpl(EngineImpl):
         inner = narrow(select(number.label("n"))).where(column >= ranges[0][0], column < ranges[-1][1]).subquery()
         found = {int(n): int(count) for n, count in conn.execute(select(inner.c.n, func.count()).group_by(inner.c.n))}
         return [int(found.get(i, 0)) for i in range(len(ranges))]
+
+    # -- batched deletes (clean, clear, assets sweep) ------------------------------------------------
+    def set_statement_timeout(self, conn: Connection, seconds: float) -> str | None:
+        # Nothing is set on the session: the statement timeout starts each transaction (each batch) with the
+        # engine's lock timeout in one statement, and ends with it, so a pooler's server connection keeps none.
+        set_per_transaction(conn, "statement_timeout", math.ceil(seconds * 1000))
+        return None
+
+    def clean_batch_step(
+        self,
+        conn: Connection,
+        table: Table,
+        now: datetime,
+        where: ColumnElement[bool],
+        window: ColumnElement[bool],
+        batch_size: int,
+        spare: bool,
+    ) -> Callable[[int], tuple[int | None, int | None]]:
+        # The batch takes the next ``batch_size`` expired rows and deletes those ``where`` allows; the next
+        # batch starts after the window, kept rows or not. Asking the keep rule in the window's select
+        # instead would make the planner join every expired key with the task instances for each batch.
+        # Rows another cleaner holds are skipped, not waited for: two cleans share the work. The ids go in
+        # as an array so the delete looks them up by primary key; only the count and the window's last id
+        # come back.
+        after = bindparam("after", type_=Integer)
+        ids = select(table.c.id).where(table.c.id > after, window).order_by(table.c.id).limit(batch_size)
+        taken = ids.with_for_update(skip_locked=True).cte("window")
+        chosen = table.c.id == any_(func.array(select(taken.c.id).scalar_subquery()))
+        gone = delete(table).where(chosen, where).returning(table.c.id).cte("gone")
+        stmt = select(
+            select(func.count()).select_from(gone).scalar_subquery(),
+            select(func.max(taken.c.id)).scalar_subquery(),
+        )
+
+        def step(start: int) -> tuple[int | None, int | None]:
+            count, last = conn.execute(stmt, {"after": start}).one()
+            return int(count), last
+
+        return step
+
+    def exclusive_clean(self, conn: Connection) -> AbstractContextManager[None]:
+        return _transaction_lock(conn.engine, _lock_key(store_schema(conn)))
+
+
+# PostgreSQL's advisory locks are per database already: a fixed key ("statestore" in hex), and with a
+# [database] sql_alchemy_schema one per schema, so two stores in two schemas of one database do not
+# keep each other's exclusive clean waiting.
+_LOCK_KEY = 0x73746174657374
+
+
+def _lock_key(schema: str | None) -> int:
+    import zlib
+
+    return _LOCK_KEY if schema is None else _LOCK_KEY + 1 + zlib.crc32(schema.encode("utf-8"))
+
+
+# Taken in the lock's transaction: the transaction then sits idle for the whole clean, and a server (or
+# role, or database) setting of idle_in_transaction_session_timeout would end the session, and the
+# lock with it, while the clean still runs. The key is written into the statement: a statement sent
+# with parameters (psycopg's extended protocol) leaves its portal, and the snapshot the portal holds,
+# open until the next statement, which would hold back vacuum for the whole clean.
+_TAKE_LOCK = "SELECT set_config('idle_in_transaction_session_timeout', '0', true), pg_try_advisory_xact_lock({key})"
+
+
+@contextmanager
+def _transaction_lock(engine: Engine, key: int) -> Iterator[None]:
+    """The advisory lock of PostgreSQL, held by a transaction on a connection of its own, open from
+    before the first batch to after the last, then rolled back.
+
+    A session-level lock would outlive us behind a pooler in transaction mode (PgBouncer, as Airflow's
+    Helm chart runs it): it stays with the server connection, which the pooler keeps, and which serves
+    other clients, a second clean among them, for which it would be granted again (advisory locks are
+    re-entrant within a session). A transaction-level lock ends with its transaction, however that ends:
+    the pooler gives the open transaction one server connection for all of it, and when our process dies
+    the server (or the pooler, which then discards that server connection) rolls it back. READ COMMITTED:
+    the idle transaction then holds no snapshot and writes nothing, so it keeps vacuum from nothing the
+    clean deletes; it holds one connection of the pool while the clean runs."""
+    holder = engine.connect()
+    try:
+        holder.execution_options(isolation_level="READ COMMITTED")
+        holder.begin()
+        got = bool(holder.exec_driver_sql(_TAKE_LOCK.format(key=int(key))).one()[1])
+        if not got:
+            raise CleanRunningError(another_clean_running(describe_engine(engine)), parameter="exclusive")
+        yield
+    finally:
+        try:
+            holder.rollback()
+            holder.close()
+        except sa_exc.DBAPIError:
+            # The session is gone (a server restart, an administrator's pg_terminate_backend): so is the
+            # lock, and the batches the clean committed stay committed; the clean's outcome stands.
+            holder.invalidate()
 
 
 IMPL_CLASS = PostgreSQLImpl

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,8 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.engine.url import URL
 from sqlalchemy.sql import ColumnElement, FromClause, Select
 
-from statestore_cli.db.engines.base import EngineImpl
+from statestore_cli.db.engines.base import EngineImpl, another_clean_running
+from statestore_cli.errors import CleanRunningError
 
 _SAMPLES = 64  # rows sampled to place the dag_id bounds of a split pass
 
@@ -77,6 +80,48 @@ class SQLiteImpl(EngineImpl):
             return list(conn.execute(query))
         finally:
             conn.exec_driver_sql(f"PRAGMA cache_size={int(cache)}")
+
+    # -- batched deletes (clean, clear, assets sweep) ------------------------------------------------
+    def pause_between_batches(self, batch_seconds: float) -> float | None:
+        # SQLite has one write lock and no queue: a writer waiting on it retries every 100 ms at most, and
+        # would almost never find it free between two batches. A pause of a quarter of the batch's time
+        # (100 ms at most) lets waiting writers in.
+        return min(0.1, batch_seconds / 4)
+
+    def tune_for_deletes(self, conn: Connection) -> None:
+        # Nothing references the key tables, so deleting from them cannot break a foreign key; with the
+        # checks on, SQLite would still look for references of every row it deletes.
+        conn.exec_driver_sql("PRAGMA foreign_keys = OFF")
+        # A 4 MiB page cache (the default is 2) keeps the index pages that consecutive batches share, for a
+        # fixed, small amount of memory.
+        conn.exec_driver_sql("PRAGMA cache_size = -4096")
+
+    def set_statement_timeout(self, conn: Connection, seconds: float) -> str | None:
+        return "SQLite has no statement timeout"
+
+    def unindexed(self, column: Any) -> Any:
+        # Walking the primary key, SQLite would otherwise read every remaining row of the dag from the index
+        # on (dag_id, run_id, ...) for each batch.
+        return column.concat("")
+
+    # clean_batch_step: the default's one DELETE ... RETURNING, which SQLite runs on one snapshot.
+
+    def exclusive_clean(self, conn: Connection) -> AbstractContextManager[None]:
+        return _file_lock(conn.engine.url.database)
+
+
+@contextmanager
+def _file_lock(path: str | None) -> Iterator[None]:
+    # SQLite has no advisory lock; flock() on the database file is one, and Linux keeps it apart from
+    # the fcntl() byte-range locks SQLite itself takes on the same file.
+    import fcntl
+
+    with open(path or "", "rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CleanRunningError(another_clean_running(str(path)), parameter="exclusive") from None
+        yield
 
 
 def _sample_sql(task: Table) -> str:
