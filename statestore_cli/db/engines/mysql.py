@@ -3,7 +3,7 @@ primary key. What MariaDB does differently is said where it matters (``self.name
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -121,6 +121,32 @@ class MySQLImpl(EngineImpl):
             # of dag_run's (dag_id, run_id) index instead, and an Airflow database holds every run ever made.
             .prefix_with("STRAIGHT_JOIN", dialect=self.name)
         )
+
+    # -- bulk writes (import) ----------------------------------------------------------------------------
+    pads_unique_text = True  # every collation here is PAD SPACE
+    mysql_column_limits = True
+
+    def quoted_column(self, name: str) -> str:
+        return "`key`" if name == "key" else name
+
+    def insert_if_missing_statement(self, table: str, columns: Sequence[str]) -> str:
+        marks = ", ".join([self.param_mark] * len(columns))
+        return f"INSERT IGNORE INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+
+    def upsert_statement(
+        self, table: str, columns: Sequence[str], conflict: Sequence[str], update: Sequence[str]
+    ) -> str:
+        # PyMySQL's executemany turns it into multi-row inserts.
+        sets = ", ".join(f"{c} = VALUES({c})" for c in update)
+        return self._insert_head(table, columns) + " ON DUPLICATE KEY UPDATE " + sets
+
+    def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
+        # 1 for an inserted row and 2 for an updated one (1 when nothing changed: SQLAlchemy connects with
+        # CLIENT_FOUND_ROWS).
+        return rows, 2 * rows
+
+    def instant_binder(self) -> Callable[[datetime | None], Any]:
+        return lambda m: None if m is None else m.replace(tzinfo=None)  # naive UTC: sessions run at +00:00
 
 
 class Utf8Bytes(FunctionElement[Any]):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,13 @@ class SQLiteImpl(EngineImpl):
             return list(conn.execute(query))
         finally:
             conn.exec_driver_sql(f"PRAGMA cache_size={int(cache)}")
+
+    # -- bulk writes (import) ----------------------------------------------------------------------------
+    param_mark = "?"  # the sqlite3 module's qmark style
+
+    def instant_binder(self) -> Callable[[datetime | None], Any]:
+        # Text ``YYYY-MM-DD HH:MM:SS.ffffff``: what Airflow writes, and compares as text.
+        return lambda m: None if m is None else m.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def _sample_sql(task: Table) -> str:
