@@ -13,11 +13,11 @@ from statestore_cli.ops.records import AssetRow, BadRecord, DagRunRow, TaskRow
 
 
 # What a refused import line was writing, for the error.
-def _dag_run(row: TaskRow | DagRunRow) -> str:
+def describe_dag_run(row: TaskRow | DagRunRow) -> str:
     return f"dag run dag_id={row.dag_id!r} run_id={row.run_id!r}"
 
 
-def _task_key(row: TaskRow) -> str:
+def describe_task_key(row: TaskRow) -> str:
     region = f" region_id={row.region_id}" if row.region_id != NIL_REGION else ""
     return (
         f"key {row.key!r} for dag_id={row.dag_id} run_id={row.run_id} task_id={row.task_id} map_index={row.map_index}"
@@ -25,27 +25,29 @@ def _task_key(row: TaskRow) -> str:
     )
 
 
-def _dag_run_key(row: DagRunRow) -> str:
+def describe_dag_run_key(row: DagRunRow) -> str:
     return f"key {row.key!r} for dag run dag_id={row.dag_id} run_id={row.run_id}"
 
 
-def _asset(row: AssetRow) -> str:
+def describe_asset(row: AssetRow) -> str:
     return f"asset name={row.name!r} uri={row.uri!r}"
 
 
-def _asset_key(row: AssetRow) -> str:
+def describe_asset_key(row: AssetRow) -> str:
     return f"key {row.key!r} for asset name={row.name} uri={row.uri}"
 
 
-def _refuse_twin_lines(tasks: Sequence[TaskRow], dag_runs: Sequence[DagRunRow], assets: Sequence[AssetRow]) -> None:
+def refuse_twin_lines(tasks: Sequence[TaskRow], dag_runs: Sequence[DagRunRow], assets: Sequence[AssetRow]) -> None:
     """MySQL/MariaDB: refuse a batch with two lines whose runs, assets or keys differ only in trailing
     spaces, which a unique index there takes for one row (the later line would overwrite the earlier)."""
-    _twin_lines([*tasks, *dag_runs], lambda r: (r.dag_id, r.run_id), ("dag_id", "run_id"), _dag_run)
+    _twin_lines([*tasks, *dag_runs], lambda r: (r.dag_id, r.run_id), ("dag_id", "run_id"), describe_dag_run)
     names = ("dag_id", "run_id", "task_id", "region_id", "map_index", "key")
-    _twin_lines(tasks, lambda r: (r.dag_id, r.run_id, r.task_id, r.region_id, r.map_index, r.key), names, _task_key)
-    _twin_lines(dag_runs, lambda r: (r.dag_id, r.run_id, r.key), ("dag_id", "run_id", "key"), _dag_run_key)
-    _twin_lines(assets, lambda r: (r.name, r.uri), ("name", "uri"), _asset)
-    _twin_lines(assets, lambda r: (r.name, r.uri, r.key), ("name", "uri", "key"), _asset_key)
+    _twin_lines(
+        tasks, lambda r: (r.dag_id, r.run_id, r.task_id, r.region_id, r.map_index, r.key), names, describe_task_key
+    )
+    _twin_lines(dag_runs, lambda r: (r.dag_id, r.run_id, r.key), ("dag_id", "run_id", "key"), describe_dag_run_key)
+    _twin_lines(assets, lambda r: (r.name, r.uri), ("name", "uri"), describe_asset)
+    _twin_lines(assets, lambda r: (r.name, r.uri, r.key), ("name", "uri", "key"), describe_asset_key)
 
 
 def _twin_lines(
@@ -59,7 +61,7 @@ def _twin_lines(
             raise BadRecord(row.line, twin_problem(what(row), names, mine, identity(first), f"line {first.line}'s"))
 
 
-def _refuse_stored_twins(
+def refuse_stored_twins(
     stored: Iterable[tuple[Any, ...]],
     wanted: dict[Any, Any],
     names: Sequence[str],
@@ -85,7 +87,7 @@ def _refuse_stored_twins(
             )
 
 
-def _casefold(identity: tuple[Any, ...]) -> tuple[Any, ...]:
+def casefold_identity(identity: tuple[Any, ...]) -> tuple[Any, ...]:
     """An identity as a case-insensitive PAD SPACE index sees it, near enough: texts folded, spaces gone
     from their ends (Airflow 3.4's ``dag_run_state_store.key`` may have such a collation on MySQL)."""
     return tuple(v.casefold() if isinstance(v, str) else v for v in padless(identity))

@@ -16,29 +16,31 @@ from statestore_cli.db.mysql_text import index_equal
 from statestore_cli.db.schema import ASSET_WRITER_COLUMNS, asset, asset_active, asset_state_store, dag_run
 from statestore_cli.ops.records import BadRecord
 
-_asset_kv = asset_state_store
+asset_kv = asset_state_store
 LOOKUP = 1000  # keys per existence query of an import (SQLite allows 32,766 parameters in one statement)
 
 
-def _in(column: Any, name: str) -> Any:
+def in_list(column: Any, name: str) -> Any:
     return column.in_(bindparam(name, expanding=True))
 
 
 # The import's queries, built once: statements built per batch would leave their reference cycles to the
 # garbage collector, and memory would grow with the input until it ran.
 _FIND_RUNS = select(dag_run.c.id, dag_run.c.dag_id, dag_run.c.run_id).where(
-    _in(dag_run.c.dag_id, "dag_ids"), _in(dag_run.c.run_id, "run_ids")
+    in_list(dag_run.c.dag_id, "dag_ids"), in_list(dag_run.c.run_id, "run_ids")
 )
-_FIND_ASSETS = select(asset.c.id, asset.c.name, asset.c.uri).where(_in(asset.c.name, "names"), _in(asset.c.uri, "uris"))
+_FIND_ASSETS = select(asset.c.id, asset.c.name, asset.c.uri).where(
+    in_list(asset.c.name, "names"), in_list(asset.c.uri, "uris")
+)
 _CLASH = select(asset_active.c.name, asset_active.c.uri).where(
     # As the unique indexes compare (on MySQL without trailing spaces), since those are what refuse a row.
     or_(index_equal(asset_active.c.name, bindparam("name")), index_equal(asset_active.c.uri, bindparam("uri")))
 )
-_ASSET_IDENTITY = (_asset_kv.c.asset_id, _asset_kv.c.key)
-_ASSETS_PRESENT = select(*_ASSET_IDENTITY).where(*(_in(c, f"v{i}") for i, c in enumerate(_ASSET_IDENTITY)))
+_ASSET_IDENTITY = (asset_kv.c.asset_id, asset_kv.c.key)
+ASSETS_PRESENT = select(*_ASSET_IDENTITY).where(*(in_list(c, f"v{i}") for i, c in enumerate(_ASSET_IDENTITY)))
 
 
-def _find_runs(conn: Connection, runs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
+def find_runs(conn: Connection, runs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
     """Every run whose dag id is one of ``runs``' and run id one of theirs: a superset of ``runs``, with
     on MySQL the runs differing from them only in trailing spaces; the caller picks the exact ones."""
     wanted = set(runs)
@@ -47,15 +49,15 @@ def _find_runs(conn: Connection, runs: Iterable[tuple[str, str]]) -> Iterator[tu
         yield (dag_id, run_id), int(run_pk)
 
 
-def _find_assets(conn: Connection, pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
-    """As ``_find_runs``, for assets by name and uri."""
+def find_assets(conn: Connection, pairs: Iterable[tuple[str, str]]) -> Iterator[tuple[tuple[str, str], int]]:
+    """As ``find_runs``, for assets by name and uri."""
     wanted = set(pairs)
     params = {"names": sorted({n for n, _ in wanted}), "uris": sorted({u for _, u in wanted})}
     for asset_pk, name, uri in conn.execute(_FIND_ASSETS, params):
         yield (name, uri), int(asset_pk)
 
 
-def _first_rows(rows: Sequence[Any], parent: Callable[[Any], tuple[str, str]]) -> dict[tuple[str, str], Any]:
+def first_rows(rows: Sequence[Any], parent: Callable[[Any], tuple[str, str]]) -> dict[tuple[str, str], Any]:
     """Each dag run (or asset) of ``rows`` with the first row that names it."""
     first: dict[tuple[str, str], Any] = {}
     for r in rows:
@@ -63,7 +65,7 @@ def _first_rows(rows: Sequence[Any], parent: Callable[[Any], tuple[str, str]]) -
     return first
 
 
-def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
+def check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
     """A new asset may not share its name or its uri with an active asset (Airflow's rule)."""
     clash = conn.execute(_CLASH, {"name": name, "uri": uri}).first()
     if clash is not None:
@@ -74,7 +76,7 @@ def _check_no_clash(conn: Connection, name: str, uri: str, line: int) -> None:
         )
 
 
-def _stored(conn: Connection, query: Any, identities: list[tuple[Any, ...]]) -> set[tuple[Any, ...]]:
+def stored_identities(conn: Connection, query: Any, identities: list[tuple[Any, ...]]) -> set[tuple[Any, ...]]:
     """The stored rows (values of a store's unique columns, as ``query`` selects them) among which are
     those of ``identities``: the caller picks the exact matches (and on MySQL the trailing-space twins).
 
@@ -89,7 +91,7 @@ def _stored(conn: Connection, query: Any, identities: list[tuple[Any, ...]]) -> 
     return found
 
 
-def _task_upsert(impl: EngineImpl, layout: Layout, table: str) -> str:
+def task_upsert(impl: EngineImpl, layout: Layout, table: str) -> str:
     """The task rows' upsert into ``table`` (its name, qualified as it must be), with the layout's names,
     conflicting on its whole unique key (the region included where it has one)."""
     task = layout.task
@@ -104,5 +106,5 @@ def _task_upsert(impl: EngineImpl, layout: Layout, table: str) -> str:
 _ASSET_COLUMNS = ("asset_id", "key", "value", "updated_at", *ASSET_WRITER_COLUMNS)
 
 
-def _asset_upsert(impl: EngineImpl, table: str) -> str:
+def asset_upsert(impl: EngineImpl, table: str) -> str:
     return impl.upsert_statement(table, _ASSET_COLUMNS, ("asset_id", "key"), _ASSET_COLUMNS[2:])

@@ -25,26 +25,26 @@ from statestore_cli.db.schema import asset, asset_active, dag_run, qualified
 from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.ops.import_twins import (
-    _asset,
-    _asset_key,
-    _casefold,
-    _dag_run,
-    _dag_run_key,
-    _refuse_stored_twins,
-    _refuse_twin_lines,
-    _task_key,
+    casefold_identity,
+    describe_asset,
+    describe_asset_key,
+    describe_dag_run,
+    describe_dag_run_key,
+    describe_task_key,
+    refuse_stored_twins,
+    refuse_twin_lines,
 )
 from statestore_cli.ops.import_writes import (
-    _ASSETS_PRESENT,
-    _asset_kv,
-    _asset_upsert,
-    _check_no_clash,
-    _find_assets,
-    _find_runs,
-    _first_rows,
-    _in,
-    _stored,
-    _task_upsert,
+    ASSETS_PRESENT,
+    asset_kv,
+    asset_upsert,
+    check_no_clash,
+    find_assets,
+    find_runs,
+    first_rows,
+    in_list,
+    stored_identities,
+    task_upsert,
 )
 from statestore_cli.ops.records import AssetRow, BadRecord, DagRunRow, TaskRow, check_mysql, parse_line, read_lines
 
@@ -241,7 +241,7 @@ class _Importer:
         dag_runs = {(r.dag_id, r.run_id, r.key): r for r in rows if isinstance(r, DagRunRow)}
         assets = {(r.name, r.uri, r.key): r for r in rows if isinstance(r, AssetRow)}
         if self.impl.pads_unique_text:
-            _refuse_twin_lines(list(tasks.values()), list(dag_runs.values()), list(assets.values()))
+            refuse_twin_lines(list(tasks.values()), list(dag_runs.values()), list(assets.values()))
         keyed: list[TaskRow | DagRunRow] = sorted([*tasks.values(), *dag_runs.values()], key=lambda r: r.line)
         runs, runs_created = self._run_ids(conn, keyed) if keyed else ({}, 0)
         task_counts = self._tasks(conn, list(tasks.values()), runs) if tasks else StoreCounts()
@@ -258,10 +258,10 @@ class _Importer:
         ]
         wanted = {k: r for k, r in zip(known, rows, strict=True) if k[0] is not None}
         present, upsert = self._task_statements(conn)
-        stored = _stored(conn, present, list(wanted))
+        stored = stored_identities(conn, present, list(wanted))
         if self.impl.pads_unique_text:
             names = ("dag_run", "task_id", *(("region_id",) if regions else ()), "map_index", "key")
-            _refuse_stored_twins(stored, wanted, names, _task_key)
+            refuse_stored_twins(stored, wanted, names, describe_task_key)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
             moment = self.impl.instant_binder()
@@ -291,8 +291,8 @@ class _Importer:
             layout = layout_of(conn, "write")
             task = layout.task
             identity = tuple(task.c[k] for k in layout.task_identity)
-            present = select(*identity).where(*(_in(c, f"v{i}") for i, c in enumerate(identity)))
-            self.task_statements = (present, _task_upsert(self.impl, layout, qualified(conn, task.name)))
+            present = select(*identity).where(*(in_list(c, f"v{i}") for i, c in enumerate(identity)))
+            self.task_statements = (present, task_upsert(self.impl, layout, qualified(conn, task.name)))
         return self.task_statements
 
     def _region_binder(self, conn: Connection) -> Callable[[Any], tuple[Any, ...]]:
@@ -312,9 +312,9 @@ class _Importer:
         known = [(runs[(r.dag_id, r.run_id)], r.key) for r in rows]
         wanted = {k: r for k, r in zip(known, rows, strict=True) if k[0] is not None}
         present, upsert = self._dag_run_statements(conn)
-        stored = _stored(conn, present, list(wanted))
+        stored = stored_identities(conn, present, list(wanted))
         if self.impl.pads_unique_text:
-            _refuse_stored_twins(stored, wanted, ("dag_run", "key"), _dag_run_key, fold=_casefold)
+            refuse_stored_twins(stored, wanted, ("dag_run", "key"), describe_dag_run_key, fold=casefold_identity)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
             moment = self.impl.instant_binder()
@@ -330,7 +330,7 @@ class _Importer:
         if self.dag_run_statements is None:
             table = dag_run_store(conn)
             identity = (table.c.dag_run_id, table.c.key)
-            present = select(*identity).where(*(_in(c, f"v{i}") for i, c in enumerate(identity)))
+            present = select(*identity).where(*(in_list(c, f"v{i}") for i, c in enumerate(identity)))
             columns = ("dag_run_id", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
             upsert = self.impl.upsert_statement(qualified(conn, table.name), columns, columns[:2], columns[-3:])
             self.dag_run_statements = (present, upsert)
@@ -341,8 +341,8 @@ class _Importer:
         self, conn: Connection, rows: Sequence[TaskRow | DagRunRow]
     ) -> tuple[dict[tuple[str, str], int | None], int]:
         """Each run's ``dag_run.id`` (None: a dry run would create it) and how many runs were created."""
-        first = _first_rows(rows, lambda r: (r.dag_id, r.run_id))
-        ids = self._stored_parents(conn, first, _find_runs, ("dag_id", "run_id"), _dag_run)
+        first = first_rows(rows, lambda r: (r.dag_id, r.run_id))
+        ids = self._stored_parents(conn, first, find_runs, ("dag_id", "run_id"), describe_dag_run)
         missing = [run for run in first if run not in ids]
         if not missing:
             return ids, 0
@@ -362,7 +362,7 @@ class _Importer:
         runs = self.impl.insert_if_missing_statement(qualified(conn, dag_run.name), ("dag_id", "run_id"))
         conn.exec_driver_sql(runs, missing)
         created = set(missing)
-        found = {run: pk for run, pk in _find_runs(conn, created) if run in created}
+        found = {run: pk for run, pk in find_runs(conn, created) if run in created}
         if len(found) != len(missing):
             raise BackendError("creating the dag runs of the imported keys left some of them missing")
         return ids | found, len(missing)
@@ -372,9 +372,9 @@ class _Importer:
         ids, created = self._asset_ids(conn, rows)
         known = [(ids[(r.name, r.uri)], r.key) for r in rows]
         wanted = {k: r for k, r in zip(known, rows, strict=True) if k[0] is not None}
-        stored = _stored(conn, _ASSETS_PRESENT, list(wanted))
+        stored = stored_identities(conn, ASSETS_PRESENT, list(wanted))
         if self.impl.pads_unique_text:
-            _refuse_stored_twins(stored, wanted, ("asset", "key"), _asset_key)
+            refuse_stored_twins(stored, wanted, ("asset", "key"), describe_asset_key)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
             moment = self.impl.instant_binder()
@@ -382,12 +382,12 @@ class _Importer:
                 (k[0], r.key, r.value, moment(r.updated_at), *r.updated_by)  # as _ASSET_COLUMNS
                 for k, r in zip(known, rows, strict=True)
             ]
-            self._write(conn, _asset_upsert(self.impl, qualified(conn, _asset_kv.name)), params, rows)
+            self._write(conn, asset_upsert(self.impl, qualified(conn, asset_kv.name)), params, rows)
         return StoreCounts(len(rows) - updated, updated), created
 
     def _asset_ids(self, conn: Connection, rows: list[AssetRow]) -> tuple[dict[tuple[str, str], int | None], int]:
-        first = _first_rows(rows, lambda r: (r.name, r.uri))
-        ids = self._stored_parents(conn, first, _find_assets, ("name", "uri"), _asset)
+        first = first_rows(rows, lambda r: (r.name, r.uri))
+        ids = self._stored_parents(conn, first, find_assets, ("name", "uri"), describe_asset)
         missing = [pair for pair in first if pair not in ids]
         if not missing:
             return ids, 0
@@ -398,7 +398,7 @@ class _Importer:
                 f"no asset name={name} uri={uri} in this Airflow database; assets are created by Airflow",
             )
         for name, uri in missing:
-            _check_no_clash(conn, name, uri, first[(name, uri)].line)
+            check_no_clash(conn, name, uri, first[(name, uri)].line)
             self._check_new_asset(name, uri, first[(name, uri)].line)
         if self.dry_run:
             fresh = [pair for pair in missing if pair not in self.new_assets]
@@ -409,7 +409,7 @@ class _Importer:
                 self.impl.insert_if_missing_statement(qualified(conn, table.name), ("name", "uri")), missing
             )
         created = set(missing)
-        found = {pair: pk for pair, pk in _find_assets(conn, created) if pair in created}
+        found = {pair: pk for pair, pk in find_assets(conn, created) if pair in created}
         if len(found) != len(missing):
             raise BackendError("creating the assets of the imported keys left some of them missing")
         return ids | found, len(missing)
@@ -439,7 +439,7 @@ class _Importer:
         refuses a line whose run or asset differs from a stored one only in trailing spaces."""
         found = dict(find(conn, first))
         if self.impl.pads_unique_text:
-            _refuse_stored_twins(found, first, names, what)
+            refuse_stored_twins(found, first, names, what)
         return {parent: pk for parent, pk in found.items() if parent in first}
 
     # -- writing -------------------------------------------------------------------------------------
