@@ -21,7 +21,7 @@ ALL_ENGINES = True
 ROOT = Path(statestore_cli.__file__).parent
 
 # Modules outside db/ that still name their engines; each leaves this list as its differences move to db/engines.
-NOT_YET_MOVED = {"ops/transfer.py", "ops/backup_rows.py", "ops/backup.py"}
+NOT_YET_MOVED = {"ops/backup_rows.py", "ops/backup.py"}
 # What asking for the engine looks like: its dialect's or URL's name, or a test of one.
 ASKS_THE_ENGINE = re.compile(r"\.dialect\.name|get_backend_name\(\)|\bdialect\s*(==|!=|in\b|not in\b)|MYSQL_ENGINES")
 

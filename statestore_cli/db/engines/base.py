@@ -224,6 +224,45 @@ class EngineImpl:
         (``CleanRunningError``)."""
         raise NotImplementedError(f"no lock for an exclusive clean on {self.name}")
 
+    # -- bulk writes (import) ----------------------------------------------------------------------------
+    # Whether the unique indexes ignore trailing spaces (PAD SPACE collations): two texts differing only
+    # there are one row, so a writer refuses such twins rather than overwrite one with the other.
+    pads_unique_text = False
+    # Whether a record must fit MySQL's columns (latin1 asset text, TIMESTAMP up to 2038) to be written.
+    mysql_column_limits = False
+    # The driver's parameter mark, for statements written out for ``executemany``.
+    param_mark = "%s"
+
+    def quoted_column(self, name: str) -> str:
+        """A column name as a written-out statement gives it (``key`` is a reserved word)."""
+        return '"key"' if name == "key" else name
+
+    def insert_if_missing_statement(self, table: str, columns: Sequence[str]) -> str:
+        """Insert a row unless one with the same unique values exists, for ``executemany``."""
+        marks = ", ".join([self.param_mark] * len(columns))
+        return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+
+    def upsert_statement(
+        self, table: str, columns: Sequence[str], conflict: Sequence[str], update: Sequence[str]
+    ) -> str:
+        """One row's ``INSERT ... ON CONFLICT DO UPDATE``, for ``executemany``: ``table`` its name
+        qualified as it must be, ``columns`` each parameter row's, ``update`` those a clash overwrites."""
+        targets = ", ".join(self.quoted_column(c) for c in conflict)
+        sets = ", ".join(f"{c} = excluded.{c}" for c in update)
+        return self._insert_head(table, columns) + f" ON CONFLICT ({targets}) DO UPDATE SET " + sets
+
+    def _insert_head(self, table: str, columns: Sequence[str]) -> str:
+        names = ", ".join(self.quoted_column(c) for c in columns)
+        return f"INSERT INTO {table} ({names}) VALUES ({', '.join([self.param_mark] * len(columns))})"
+
+    def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
+        """The least and most rows an upsert of ``rows`` rows may report written: one for each."""
+        return rows, rows
+
+    def instant_binder(self) -> Callable[[datetime | None], Any]:
+        """A UTC instant as the driver takes it for a timestamp column: aware, as it is."""
+        return lambda moment: moment
+
 
 def another_clean_running(where: str) -> str:
     """The message of an exclusive clean that found another one holding the lock of ``where``."""

@@ -186,6 +186,32 @@ class MySQLImpl(EngineImpl):
     def exclusive_clean(self, conn: Connection) -> AbstractContextManager[None]:
         return _named_lock(conn)
 
+    # -- bulk writes (import) ----------------------------------------------------------------------------
+    pads_unique_text = True  # every collation here is PAD SPACE
+    mysql_column_limits = True
+
+    def quoted_column(self, name: str) -> str:
+        return "`key`" if name == "key" else name
+
+    def insert_if_missing_statement(self, table: str, columns: Sequence[str]) -> str:
+        marks = ", ".join([self.param_mark] * len(columns))
+        return f"INSERT IGNORE INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+
+    def upsert_statement(
+        self, table: str, columns: Sequence[str], conflict: Sequence[str], update: Sequence[str]
+    ) -> str:
+        # PyMySQL's executemany turns it into multi-row inserts.
+        sets = ", ".join(f"{c} = VALUES({c})" for c in update)
+        return self._insert_head(table, columns) + " ON DUPLICATE KEY UPDATE " + sets
+
+    def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
+        # 1 for an inserted row and 2 for an updated one (1 when nothing changed: SQLAlchemy connects with
+        # CLIENT_FOUND_ROWS).
+        return rows, 2 * rows
+
+    def instant_binder(self) -> Callable[[datetime | None], Any]:
+        return lambda m: None if m is None else m.replace(tzinfo=None)  # naive UTC: sessions run at +00:00
+
 
 @contextmanager
 def _named_lock(conn: Connection) -> Iterator[None]:
