@@ -67,7 +67,7 @@ class Selection:
 
     ``order`` is unique within ``where`` (a row id; an asset's key within its asset) and is walked upwards;
     ``where`` selects the rows and is re-checked by the delete; ``walk`` is the same selection written so that
-    the engine walks ``order`` (see ``lifecycle._task_selection``), ``where`` when None. ``columns`` and
+    the engine walks ``order`` (see ``run_clear.run_keys``), ``where`` when None. ``columns`` and
     ``record`` make each row's export record in Python; ``lines``, where given, has the database build the
     lines instead (for a dialect; None: not there), much cheaper for the many rows of a clean."""
 
