@@ -239,8 +239,7 @@ class EngineImpl:
 
     def insert_if_missing_statement(self, table: str, columns: Sequence[str]) -> str:
         """Insert a row unless one with the same unique values exists, for ``executemany``."""
-        marks = ", ".join([self.param_mark] * len(columns))
-        return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+        return self._insert_head(table, columns) + " ON CONFLICT DO NOTHING"
 
     def upsert_statement(
         self, table: str, columns: Sequence[str], conflict: Sequence[str], update: Sequence[str]
@@ -251,9 +250,9 @@ class EngineImpl:
         sets = ", ".join(f"{c} = excluded.{c}" for c in update)
         return self._insert_head(table, columns) + f" ON CONFLICT ({targets}) DO UPDATE SET " + sets
 
-    def _insert_head(self, table: str, columns: Sequence[str]) -> str:
+    def _insert_head(self, table: str, columns: Sequence[str], verb: str = "INSERT") -> str:
         names = ", ".join(self.quoted_column(c) for c in columns)
-        return f"INSERT INTO {table} ({names}) VALUES ({', '.join([self.param_mark] * len(columns))})"
+        return f"{verb} INTO {table} ({names}) VALUES ({', '.join([self.param_mark] * len(columns))})"
 
     def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
         """The least and most rows an upsert of ``rows`` rows may report written: one for each."""

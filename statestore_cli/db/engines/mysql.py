@@ -194,8 +194,7 @@ class MySQLImpl(EngineImpl):
         return "`key`" if name == "key" else name
 
     def insert_if_missing_statement(self, table: str, columns: Sequence[str]) -> str:
-        marks = ", ".join([self.param_mark] * len(columns))
-        return f"INSERT IGNORE INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+        return self._insert_head(table, columns, verb="INSERT IGNORE")
 
     def upsert_statement(
         self, table: str, columns: Sequence[str], conflict: Sequence[str], update: Sequence[str]
