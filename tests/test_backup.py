@@ -40,14 +40,15 @@ from backups import (
 from cli_running import run_cli
 from faults import kill_session, named_session, row_locked
 from metrics_files import read_metrics
-from sqlalchemy import event, true
+from sqlalchemy import event, select
 from stores import sql
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
-from statestore_cli.db.schema import task_state_store
+from statestore_cli.db.engines import impl_of
+from statestore_cli.db.layout import layout_of
 from statestore_cli.model.timestamps import iso_utc
-from statestore_cli.ops import backup_rows, copy_lines, row_lines
+from statestore_cli.ops import export_lines
 from statestore_cli.ops.backup_file import BackupFile
 from statestore_cli.ops.cleanup import delete_expired
 from statestore_cli.ops.records import encode_line, is_json, printable, task_record
@@ -122,49 +123,36 @@ def test_a_backup_line_is_the_export_line_byte_for_byte(db_url, tmp_path, batch)
     assert [line for line in export(db_url) if json.loads(line)["store"] == "task"] == before
 
 
-@pytest.mark.parametrize(
-    ("copied", "line"),
-    [
-        (b"2026-11-30 01:02:03+00", b'"2026-11-30T01:02:03+00:00"'),
-        (b"2026-11-30 01:02:03.5+00", b'"2026-11-30T01:02:03.500000+00:00"'),
-        (b"0999-01-01 00:00:00.000001+00", b'"0999-01-01T00:00:00.000001+00:00"'),
-        (b"2026-11-30 01:02:03.123456+00", b'"2026-11-30T01:02:03.123456+00:00"'),
-    ],
-)
-def test_a_timestamp_postgresql_copies_is_written_as_export_writes_it(copied, line):
-    assert copy_lines.moment(copied) == line
+def test_every_engine_reads_a_timestamp_in_the_one_stored_form(db_url):
+    """A backed-up delete reads its timestamps as Airflow's SQLite text form in UTC on every engine (what the lines
+    are made from a chunk at a time): microseconds always six digits, a zero fraction too, the instant kept."""
+    seed(db_url, expired=0, live=0)
+    backend = MetastoreBackend(make_engine(db_url))
+    moments = [datetime(2026, 11, 30, 1, 2, 3, 123400, tzinfo=UTC), datetime(2026, 12, 1, 23, 59, 59, tzinfo=UTC)]
+    for n, moment in enumerate(moments):
+        backend.set(TaskScope(DAG, RUN, TASK), long_key(n), "1", expires_at=moment)
+    with backend.engine.connect() as conn:
+        impl = impl_of(conn)
+        table = layout_of(conn).task
+        stored = select(impl.stored_moment(table.c.expires_at)).order_by(table.c.expires_at)
+        read = conn.execute(stored).scalars().all()
+    backend.engine.dispose()
+    assert read == ["2026-11-30 01:02:03.123400", "2026-12-01 23:59:59.000000"]
+    assert export_lines.moments(read) == ['"2026-11-30T01:02:03.123400+00:00"', '"2026-12-01T23:59:59+00:00"']
 
 
-def test_a_block_of_timestamps_is_made_as_each_one_is():
-    """A block's full-length timestamps are made together (and those whose fraction the server trimmed, padded
-    first), the others one by one, in their places: the same lines as ``moment`` makes each; a block in another
-    form (a five-digit year, BC) as each one would."""
-    full = [b"2026-11-30 01:02:%02d.%06d+00" % (n % 60, 100001 + 7919 * n) for n in range(40)]
-    trimmed = [b"2026-11-30 01:02:03.1+00", b"2026-11-30 01:02:03.12+00", b"2026-11-30 23:59:59.12345+00"]
-    short = [b"2026-11-30 01:02:03+00", b"2026-11-30 01:02:03.5+00", b"\\N"]
-    column = [*full[:10], short[0], *full[10:20], *trimmed, *full[20:30], short[1], *full[30:], short[2]]
-    expected = [b"null" if t == b"\\N" else copy_lines.moment(t) for t in column]
-    assert copy_lines.expiries(column) == expected
-    assert copy_lines.moments(column[:-1]) == expected[:-1]
-    assert copy_lines.moments([]) == []
-    odd_forms = (b"10000-01-01 00:00:00.12345+00", b"0044-03-15 00:00:00.123+00 BC")  # 29 bytes, not the form
-    for odd in (*odd_forms, b"10000-01-01 00:00:00.1+00"):  # the last: as long as a trimmed fraction
-        with pytest.raises(copy_lines.Unmade):
-            copy_lines.moments([*full, odd, odd])
+def _chunk_lines(rows: list[tuple], checked: bool = True) -> str | None:
+    """The lines ``export_lines`` makes of a chunk of task rows (id, then the task columns), with the engine's
+    JSON check of each value beside it (``checked``) or each checked here."""
+    shape = export_lines.task_shape(False, checked)
+    return export_lines.block([(*row, int(is_json(row[-1]))) if checked else row for row in rows], shape)
 
 
-def _sqlite_lines(rows: list[tuple]) -> str | None:
-    """The lines the backed-up delete of a clean on SQLite makes of ``rows`` (id, then the task columns)."""
-    lines = backup_rows.task_rows(task_state_store, true()).lines("sqlite")
-    assert lines is not None and lines.block is not None
-    strict = len(lines.columns) > 8  # json_valid(value) follows where SQLite's follows RFC 8259
-    return lines.block([(*row, int(is_json(row[-1]))) if strict else row for row in rows])
-
-
-def test_a_chunk_of_sqlite_rows_makes_the_export_line_of_each():
-    """On SQLite a chunk of rows is made into lines a column at a time: each the export's line of its key, byte
-    for byte, whatever the chunk mixes (a fraction of zero, which export leaves out; no expiry; ids that JSON
-    escapes beside plain ones; a line break in a value, made a space)."""
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_chunk_of_rows_makes_the_export_line_of_each(checked):
+    """A chunk of rows is made into lines a column at a time: each the export's line of its key, byte for byte,
+    whatever the chunk mixes (a fraction of zero, which export leaves out; no expiry; ids that JSON escapes beside
+    plain ones; a line break in a value, made a space)."""
     stamps = [f"2026-11-30 01:02:{n % 60:02d}.{(n * 7919) % 1000000:06d}" for n in range(30)]
     stamps[3] = "2026-11-30 01:02:03.000000"
     odd = 'a\tb "c" \\ é \x01\u202e'
@@ -189,13 +177,13 @@ def test_a_chunk_of_sqlite_rows_makes_the_export_line_of_each():
         expiry = None if expires is None else iso_utc(expires)
         return encode_line(task_record(dag, run, task, None, index, key, iso_utc(updated), expiry, json.loads(value)))
 
-    made = _sqlite_lines(rows)
+    made = _chunk_lines(rows, checked)
     assert made is not None and made.endswith("\n")
     expected = [export_line(row) for row in rows]
     expected[10] = expected[10].replace('{"a": 1}', '{"a":   1}')  # the value as stored, its line break a space
     assert printable(made).split("\n")[:-1] == expected
     assert '"updated_at": "2026-11-30T01:02:03+00:00"' in made
-    assert _sqlite_lines([]) == ""
+    assert _chunk_lines([], checked) == ""
 
 
 @pytest.mark.parametrize(
@@ -206,32 +194,21 @@ def test_a_chunk_of_sqlite_rows_makes_the_export_line_of_each():
         (7, "2026-11-30 01:02:03.1234567"),
         (6, "\uff12026-11-30 01:02:03.000000"),  # a digit that is not an ASCII one (a fullwidth 2)
         (8, "{not json"),
+        (8, "NaN"),
+        (8, 5),  # a value that is not text (a column without TEXT affinity would keep a number)
         (2, 7),  # a number where text belongs
         (4, "1"),  # text where the map index belongs
     ],
 )
-def test_a_chunk_of_sqlite_rows_with_a_field_in_another_form_makes_no_lines(place, field):
-    """None: the batch is then made again from its rows in Python (export's way), which reads any form."""
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_chunk_with_a_field_in_another_form_makes_no_lines(place, field, checked):
+    """None: each row's line is then made from its record (export's way), which reads any form."""
     row = (1, "dag", "run", "task", -1, "key", "2026-11-30 01:02:03.000001", None, "1")
-    assert _sqlite_lines([row]) is not None
-    assert _sqlite_lines([row, (*row[:place], field, *row[place + 1 :])]) is None
-
-
-def test_where_sqlite_checks_no_value_a_value_that_is_not_text_makes_no_lines():
-    """On SQLite 3.42-3.44 (whose json_valid takes JSON5) each value is checked in Python instead: a value that is
-    not text (a column without TEXT affinity would keep a number) makes no line, as a value that is not JSON."""
-    shape = row_lines.Shape(['{"key": "', '", "value": '], [row_lines.strings, row_lines.values], False, is_json)
-    assert row_lines.lines([(1, "k", "[1, 2]")], shape) == '{"key": "k", "value": [1, 2]}\n'
-    for value in (5, "[1,", "NaN"):
-        assert row_lines.lines([(1, "k", "1"), (2, "k", value)], shape) is None
-
-
-@pytest.mark.parametrize(
-    "copied", [b"0044-03-15 00:00:00+00 BC", b"10000-01-01 00:00:00+00", b"infinity", b"2026-11-30 01:02:03+01"]
-)
-def test_a_timestamp_no_line_can_hold_as_postgresql_copies_it_is_unmade(copied):
-    with pytest.raises(copy_lines.Unmade):
-        copy_lines.moment(copied)
+    assert _chunk_lines([row], checked) is not None
+    odd = (*row[:place], field, *row[place + 1 :])
+    valid = isinstance(odd[-1], str) and is_json(odd[-1])
+    rows = [(*row, 1), (*odd, int(valid))] if checked else [row, odd]
+    assert export_lines.block(rows, export_lines.task_shape(False, checked)) is None
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

@@ -20,8 +20,6 @@ from statestore_cli.db.engines.sqlite import SQLiteImpl
 ALL_ENGINES = True
 ROOT = Path(statestore_cli.__file__).parent
 
-# Modules outside db/ that still name their engines; each leaves this list as its differences move to db/engines.
-NOT_YET_MOVED = {"ops/backup_rows.py", "ops/backup.py"}
 # What asking for the engine looks like: its dialect's or URL's name, or a test of one.
 ASKS_THE_ENGINE = re.compile(r"\.dialect\.name|get_backend_name\(\)|\bdialect\s*(==|!=|in\b|not in\b)|MYSQL_ENGINES")
 
@@ -67,11 +65,11 @@ def test_value_bytes_and_code_point_order_on_the_database(db_url):
     assert got == sorted(words)
 
 
-def test_operations_moved_to_the_implementations_never_ask_which_engine_they_run_on():
+def test_operations_never_ask_which_engine_they_run_on():
     asking = []
     for path in sorted(ROOT.rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith("db/") or relative in NOT_YET_MOVED:
+        if relative.startswith("db/"):
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if ASKS_THE_ENGINE.search(line):

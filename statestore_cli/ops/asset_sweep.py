@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, bindparam, exists, select
@@ -200,13 +199,11 @@ def _sweep_at_once_backed_up(conn: Connection, backup: BackupFile, only: Collect
 
     def attempt() -> list[SweptAsset]:
         gone: Counter[tuple[int, str, str]] = Counter()
-        rows = assets_rows(swept(only))
 
-        def record(row: Any) -> dict[str, Any]:
+        def heard(row: Any) -> None:
             gone[(row[0], row[1], row[2])] += 1
-            return rows.record(row)
 
-        backed_up_batch(conn, replace(rows, record=record), backup, 0)
+        backed_up_batch(conn, assets_rows(swept(only), heard), backup, 0)
         return [SweptAsset(i, n, u, (), count) for (i, n, u), count in gone.items()]
 
     return sorted(retry_deadlocks(attempt), key=lambda a: (a.name, a.uri, a.asset_id))

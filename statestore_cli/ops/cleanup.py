@@ -144,7 +144,7 @@ def _batch_step(
         selection = rows(table, where)
 
         def backed_up(after: int) -> tuple[int, Any]:
-            return backed_up_batch(conn, selection, backup, batch_size, after or None, read_beside=True)
+            return backed_up_batch(conn, selection, backup, batch_size, after or None)
 
         return backed_up
     if batch_size == 0:

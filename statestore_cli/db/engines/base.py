@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Integer, Table, bindparam, case, delete, func, select
+from sqlalchemy import Integer, String, Table, bindparam, case, delete, func, select, type_coerce
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row
 from sqlalchemy.engine.url import URL
 from sqlalchemy.sql import ColumnElement, FromClause, Select
@@ -261,6 +261,77 @@ class EngineImpl:
     def instant_binder(self) -> Callable[[datetime | None], Any]:
         """A UTC instant as the driver takes it for a timestamp column: aware, as it is."""
         return lambda moment: moment
+
+    # -- backed-up deletes (--backup) ----------------------------------------------------------------
+    # Ids per DELETE ... IN (...) of a backed-up batch's rows: well within any engine's limit of parameters.
+    ids_per_delete = 10_000
+
+    def stored_moment(self, column: Any) -> Any:
+        """A timestamp column as a backup reads it: Airflow's SQLite text form in UTC, ``YYYY-MM-DD
+        HH:MM:SS.ffffff``, which ``ops.export_lines`` makes ISO 8601 a chunk at a time (no datetime per row)."""
+        return type_coerce(column, String)
+
+    def json_value(self, column: Any) -> tuple[Any, Any | None]:
+        """The value column as a backup reads it, and a column that is 1 where the value is JSON as the
+        standard has it (None: each value is checked as it is read). An engine may instead refuse such a value
+        in the statement itself (a ``DataError``); the batch is then made again without this check."""
+        return column, func.json_valid(column)
+
+    def delete_returning(
+        self,
+        conn: Connection,
+        table: Table,
+        order: Any,
+        where: ColumnElement[bool],
+        walked: ColumnElement[bool],
+        columns: Sequence[Any],
+        size: int,
+        after: Any,
+        *,
+        skip_locked: bool,
+        primary_walk: bool,
+    ) -> tuple[Sequence[Row[Any]], Any] | None:
+        """Delete the next ``size`` rows after ``after`` (walking ``order`` upwards; ``walked``: the rows as the
+        walk reads them, ``where``: as the delete checks them again) in the caller's transaction, returning
+        each row's ``order`` value and ``columns``; and the ``order`` value the next delete starts after (None:
+        the walk is done). None where the engine has no ``DELETE ... RETURNING``. ``skip_locked``: rows another
+        transaction holds are skipped rather than waited for, where the engine can; ``primary_walk``:
+        ``order`` is the table's primary key."""
+        if not conn.dialect.delete_returning:
+            return None
+        start = [order > after] if after is not None else []
+        ids = select(order).where(walked, *start).order_by(order).limit(size)
+        statement = delete(table).where(self._taken(order, ids, skip_locked), where).returning(order, *columns)
+        rows = conn.execute(statement).all()
+        return rows, (max(row[0] for row in rows) if len(rows) == size else None)
+
+    def _taken(self, order: Any, ids: Select[Any], skip_locked: bool) -> ColumnElement[bool]:
+        """The rows whose ``order`` value ``ids`` selects, as a delete names them."""
+        return order.in_(ids.scalar_subquery())  # type: ignore[no-any-return]
+
+    def lock_before_reading(self, conn: Connection) -> None:
+        """Begin the caller's transaction so that what it reads stays as read until it commits, where a
+        locking read (``locked_read``) cannot."""
+
+    def locked_read(
+        self, query: Select[Any], table: Table, lock_of: Table | None, skip_locked: bool, primary_walk: bool
+    ) -> Select[Any]:
+        """``query``, the rows it reads locked until the transaction ends (only ``lock_of``'s where given)."""
+        return query.with_for_update(skip_locked=skip_locked, of=lock_of)
+
+    def delete_listed(
+        self, conn: Connection, table: Table, order: Any, where: ColumnElement[bool], ids: Sequence[Any]
+    ) -> int | None:
+        """Delete the rows of ``table`` whose ``order`` value is one of ``ids`` and that ``where`` still
+        selects; how many went (None: the database did not say)."""
+        statement = delete(table).where(order.in_(bindparam("ids", expanding=True)), where)
+        deleted = 0
+        for start in range(0, len(ids), self.ids_per_delete):
+            count = conn.execute(statement, {"ids": list(ids[start : start + self.ids_per_delete])}).rowcount
+            if count is None or count < 0:
+                return None
+            deleted += count
+        return deleted
 
 
 def another_clean_running(where: str) -> str:

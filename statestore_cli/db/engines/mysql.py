@@ -8,8 +8,8 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Integer, Table, bindparam, delete, func, null, select, text
-from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy import Integer, String, Table, bindparam, delete, func, null, select, text, type_coerce
+from sqlalchemy.engine import Connection, CursorResult, Row
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.functions import FunctionElement
@@ -210,6 +210,47 @@ class MySQLImpl(EngineImpl):
 
     def instant_binder(self) -> Callable[[datetime | None], Any]:
         return lambda m: None if m is None else m.replace(tzinfo=None)  # naive UTC: sessions run at +00:00
+
+    # -- backed-up deletes (--backup) ----------------------------------------------------------------
+    def stored_moment(self, column: Any) -> Any:
+        return type_coerce(func.date_format(column, "%Y-%m-%d %H:%i:%s.%f"), String)  # naive UTC: sessions at +00:00
+
+    def delete_returning(
+        self,
+        conn: Connection,
+        table: Table,
+        order: Any,
+        where: ColumnElement[bool],
+        walked: ColumnElement[bool],
+        columns: Sequence[Any],
+        size: int,
+        after: Any,
+        *,
+        skip_locked: bool,
+        primary_walk: bool,
+    ) -> tuple[Sequence[Row[Any]], Any] | None:
+        # MariaDB's single-table DELETE ... RETURNING (MySQL has none), walked as the clean without a backup
+        # walks: find the value that ends the next ``size`` rows (no LIMIT in an IN sub-select here), then
+        # delete the rows up to it.
+        if not conn.dialect.delete_returning:
+            return None
+        start = [order > after] if after is not None else []
+        end = select(order).where(walked, *start).order_by(order).limit(1).offset(size - 1)
+        if primary_walk:
+            end = end.with_hint(table, "FORCE INDEX (PRIMARY)")
+        upper = conn.execute(end).scalar()
+        bounds = [*start, *([order <= upper] if upper is not None else [])]
+        rows = conn.execute(delete(table).where(*bounds, where).returning(order, *columns)).all()
+        return rows, upper
+
+    def locked_read(
+        self, query: Select[Any], table: Table, lock_of: Table | None, skip_locked: bool, primary_walk: bool
+    ) -> Select[Any]:
+        # On the primary key even where the optimizer's estimate for another index is low; no SKIP LOCKED
+        # (MySQL before 8.0, MariaDB before 10.6 have none): locked rows are waited for.
+        if primary_walk:
+            query = query.with_hint(table, "FORCE INDEX (PRIMARY)")
+        return query.with_for_update()
 
 
 @contextmanager

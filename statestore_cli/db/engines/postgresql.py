@@ -8,10 +8,26 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, Table, any_, bindparam, case, delete, func, select
+from sqlalchemy import (
+    ARRAY,
+    JSON,
+    Integer,
+    String,
+    Table,
+    Text,
+    any_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    literal_column,
+    select,
+    type_coerce,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql import ColumnElement, Select
 
 from statestore_cli.db.database import describe_engine, set_per_transaction
 from statestore_cli.db.engines.base import EngineImpl, Narrow, another_clean_running
@@ -89,6 +105,28 @@ class PostgreSQLImpl(EngineImpl):
 
     def exclusive_clean(self, conn: Connection) -> AbstractContextManager[None]:
         return _transaction_lock(conn.engine, _lock_key(store_schema(conn)))
+
+    # -- backed-up deletes (--backup) ----------------------------------------------------------------
+    def stored_moment(self, column: Any) -> Any:
+        # A year before 1 keeps its era (" BC"), out of that form: its key is then named, never written wrong.
+        stored = func.to_char(func.timezone("UTC", column), "YYYY-MM-DD HH24:MI:SS.US BC")
+        return type_coerce(func.replace(stored, " AD", ""), String)
+
+    def json_value(self, column: Any) -> tuple[Any, Any | None]:
+        # No json_valid before PostgreSQL 16: the cast to json checks each value (a DataError for one that is
+        # not JSON) and gives back the text as stored, so every row that comes back holds JSON.
+        return cast(cast(column, JSON), Text), literal_column("1", Integer)
+
+    def _taken(self, order: Any, ids: Select[Any], skip_locked: bool) -> ColumnElement[bool]:
+        # As the clean without a backup takes its rows: locked by the subquery (those another cleaner holds
+        # skipped in a bounded batch), looked up by primary key from the array.
+        return order == any_(func.array(ids.with_for_update(skip_locked=skip_locked).scalar_subquery()))  # type: ignore[no-any-return]
+
+    def delete_listed(
+        self, conn: Connection, table: Table, order: Any, where: ColumnElement[bool], ids: Sequence[Any]
+    ) -> int | None:
+        chosen = order == any_(bindparam("ids", list(ids), type_=ARRAY(order.type)))  # one parameter, any count
+        return conn.execute(delete(table).where(chosen, where)).rowcount
 
 
 # PostgreSQL's advisory locks are per database already: a fixed key ("statestore" in hex), and with a

@@ -117,6 +117,26 @@ class SQLiteImpl(EngineImpl):
         # Text ``YYYY-MM-DD HH:MM:SS.ffffff``: what Airflow writes, and compares as text.
         return lambda m: None if m is None else m.replace(tzinfo=None).isoformat(" ", "microseconds")
 
+    # -- backed-up deletes (--backup) ----------------------------------------------------------------
+    ids_per_delete = 500  # builds before 3.32 take at most 999 parameters a statement
+
+    def json_value(self, column: Any) -> tuple[Any, Any | None]:
+        # json_valid(X) follows RFC 8259 before 3.42 (JSON5 came) and again since 3.45; between, each value
+        # is checked as it is read.
+        import sqlite3  # loaded by the driver already, by the time a backup runs
+
+        if (3, 42, 0) <= sqlite3.sqlite_version_info < (3, 45, 0):
+            return column, None
+        return column, func.json_valid(column)
+
+    def lock_before_reading(self, conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock now: nothing read changes before it is deleted
+
+    def locked_read(
+        self, query: Select[Any], table: Table, lock_of: Table | None, skip_locked: bool, primary_walk: bool
+    ) -> Select[Any]:
+        return query  # no row locks: the transaction holds the database's write lock (lock_before_reading)
+
 
 @contextmanager
 def _file_lock(path: str | None) -> Iterator[None]:

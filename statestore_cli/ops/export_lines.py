@@ -1,16 +1,16 @@
-"""Export lines made from a chunk of SQLite rows a column at a time (a backed-up delete on SQLite).
+"""Export lines made from rows a chunk at a time: what a backed-up delete (``--backup FILE``) writes of the rows it
+deletes, the lines ``export`` writes of the same keys (the format: ``statestore_cli.ops.records``).
 
-SQLite runs in this process, so whatever makes a line is paid here. One SQL expression per line (strings quoted
-by ``json_quote``, timestamps checked by ``GLOB`` and rewritten, some twenty concatenations) cost SQLite 3.1-3.6 s
-per 500,000 rows, where the raw columns cost 1.2-1.4 s. Here each column of a chunk of rows is made at once with
-joins, searches and slice assignments, as ``copy_lines`` does with what PostgreSQL's COPY sends: an id or key
-with no quote, backslash or control character in the whole chunk is JSON string text as it is; a timestamp in
-Airflow's SQLite text form (``YYYY-MM-DD HH:MM:SS.ffffff``, checked for the whole chunk by one regular
-expression) becomes ISO 8601 UTC as ``iso_utc`` writes it; a value is checked to be JSON (by SQLite's
-``json_valid`` where it follows RFC 8259, else here) and its line breaks become spaces.
+Each column of a chunk is made JSON at once, with joins, searches and slice assignments, rather than a record
+per row: an id or key with no quote, backslash or control character in the whole chunk is JSON string text as
+it is; a timestamp in Airflow's SQLite text form (``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC, the form every engine
+returns a backed-up delete's timestamps in: ``EngineImpl.stored_moment``) becomes ISO 8601 UTC as ``iso_utc``
+writes it; a value is checked to be JSON (by the engine, ``EngineImpl.json_value``, or here) and written as
+stored, its line breaks (which valid JSON has only between its tokens) made spaces.
 
-A chunk with a field in another form (a timestamp in another text form, a value that is not JSON, a number where
-text belongs) makes no lines: ``None``, and the caller makes the batch again from its rows, as ``export`` would.
+A chunk with a field in another form (a timestamp in another text form, a value that is not JSON, a number
+where text belongs) has each row's line made from its record instead (``Lines.record``), as ``export`` makes
+it: that reads any form, and names the key whose value is not JSON.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from statestore_cli.model.scopes import NIL_REGION
+from statestore_cli.ops.records import encode_line, is_json
 
 Column = Sequence[Any]
 _CONTROLS = bytes(range(0x20))
@@ -31,18 +32,33 @@ _PLACEHOLDER = "0001-01-01 00:00:00.000000"
 class Shape(NamedTuple):
     """A line as fields and the text around them: ``before[i]`` precedes field ``i`` (the row's field after
     its ``order`` value), ``finish[i]`` makes its column final (None: a field not in the line's form); the
-    line ends after the last. ``checked``: a ``json_valid(value)`` column follows the fields; without it
-    ``valid`` checks each value here."""
+    line ends after the last. ``checked``: a column that is 1 for a value that is JSON follows the fields;
+    without it each value is checked here."""
 
     before: Sequence[str]
     finish: Sequence[Callable[[Column], Column | None]]
     checked: bool
-    valid: Callable[[str], bool]
 
 
-def lines(rows: Sequence[Sequence[Any]], shape: Shape) -> str | None:
-    """The lines of ``rows`` (each its ``order`` value, then the fields, then ``json_valid`` where checked), each
-    ending in a line break, joined; None where a field is not in the form its line needs."""
+class Lines(NamedTuple):
+    """How rows (each its ``order`` value, then ``columns``) become lines: a chunk at a time by ``shape``
+    where it is given and the chunk is in its form, else each row's ``record``, encoded as export encodes it."""
+
+    columns: Sequence[Any]
+    record: Callable[[Any], dict[str, Any]]
+    shape: Shape | None = None
+
+    def text(self, rows: Sequence[Any]) -> str:
+        """The lines of ``rows``, each ending in a line break."""
+        made = block(rows, self.shape) if self.shape is not None else None
+        if made is not None:
+            return made
+        return "".join(encode_line(self.record(row)) + "\n" for row in rows)
+
+
+def block(rows: Sequence[Sequence[Any]], shape: Shape) -> str | None:
+    """The lines of ``rows`` (each its ``order`` value, then the fields, then the JSON check where ``checked``),
+    each ending in a line break, joined; None where a field is not in the form its line needs."""
     if not rows:
         return ""
     columns = list(zip(*rows, strict=True))
@@ -51,7 +67,7 @@ def lines(rows: Sequence[Sequence[Any]], shape: Shape) -> str | None:
     if shape.checked:
         if set(columns[width + 1]) != {1}:
             return None
-    elif not all(isinstance(value, str) and shape.valid(value) for value in values):
+    elif not all(isinstance(value, str) and is_json(value) for value in values):
         return None
     made: list[Column] = []
     for finish, column in zip(shape.finish, columns[1 : width + 1], strict=True):
@@ -71,8 +87,7 @@ def lines(rows: Sequence[Sequence[Any]], shape: Shape) -> str | None:
 
 def strings(column: Column) -> Column | None:
     """Ids and keys as the inside of JSON strings (``json.dumps(..., ensure_ascii=False)``): as they are unless
-    the chunk holds a quote, a backslash or a control character (byte searches: a third of a regular
-    expression's time)."""
+    the chunk holds a quote, a backslash or a control character (byte searches, not a regular expression)."""
     try:
         joined = "".join(column)
     except TypeError:  # a field that is not text
@@ -120,7 +135,7 @@ def expiries(column: Column) -> Column | None:
 
 
 def values(column: Column) -> Column | None:
-    """Stored values (JSON, checked by ``lines``) with their line breaks made spaces, as valid JSON has them
+    """Stored values (JSON, checked by ``block``) with their line breaks made spaces, as valid JSON has them
     only between its tokens, so that each key stays on one line."""
     try:
         joined = "".join(column)
@@ -134,3 +149,20 @@ def values(column: Column) -> Column | None:
 def regions(column: Column) -> Column | None:
     """The ``"region_id"`` member where a key has a region other than the nil one, else nothing."""
     return ["" if region is None or region == NIL_REGION else f', "region_id": "{region}"' for region in column]
+
+
+def task_shape(regions_too: bool, checked: bool) -> Shape:
+    """A task key's line from its dag_id, run_id, task_id, (region_id,) map_index, key, updated_at,
+    expires_at and value."""
+    before = ['{"store": "task", "dag_id": "', '", "run_id": "', '", "task_id": "']
+    before += ['"', ', "map_index": '] if regions_too else ['", "map_index": ']
+    before += [', "key": "', '", "updated_at": ', ', "expires_at": ', ', "value": ']
+    finish = [strings] * 3 + ([regions] if regions_too else []) + [numbers, strings, moments, expiries, values]
+    return Shape(before, finish, checked)
+
+
+def dag_run_shape(checked: bool) -> Shape:
+    """A dag-run key's line from its dag_id, run_id, key, updated_at, expires_at and value."""
+    before = ['{"store": "dag_run", "dag_id": "', '", "run_id": "', '", "key": "', '", "updated_at": ']
+    before += [', "expires_at": ', ', "value": ']
+    return Shape(before, [strings, strings, strings, moments, expiries, values], checked)
