@@ -138,7 +138,7 @@ def _batch_step(
 ) -> Step:
     """The function that runs one batch of ``table`` starting after a given id (0: the first), in the
     walk's transaction, or (with ``backup``) in one of its own, its lines synced before it commits."""
-    where = cleaned(conn, table, now, spare, per_batch=batch_size > 0)
+    where = cleaned(conn, table, now, spare, per_batch=batch_size > 0 or backup is not None)
     if backup is not None:
         rows = task_rows if store == "task" else dag_run_rows
         selection = rows(table, where)

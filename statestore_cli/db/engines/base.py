@@ -294,16 +294,45 @@ class EngineImpl:
         """Delete the next ``size`` rows after ``after`` (walking ``order`` upwards; ``walked``: the rows as the
         walk reads them, ``where``: as the delete checks them again) in the caller's transaction, returning
         each row's ``order`` value and ``columns``; and the ``order`` value the next delete starts after (None:
-        the walk is done). None where the engine has no ``DELETE ... RETURNING``. ``skip_locked``: rows another
-        transaction holds are skipped rather than waited for, where the engine can; ``primary_walk``:
-        ``order`` is the table's primary key."""
+        the walk is done). None where the engine has no ``DELETE ... RETURNING``. ``skip_locked`` (a bounded
+        batch): the rows are taken as the clean without a backup takes them, those another transaction holds
+        skipped where the engine can; else (the chunks of a one-statement run) they are a range of ``order``.
+        ``primary_walk``: ``order`` is the table's primary key."""
         if not conn.dialect.delete_returning:
             return None
         start = [order > after] if after is not None else []
+        if not skip_locked:
+            return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk)
         ids = select(order).where(walked, *start).order_by(order).limit(size)
         statement = delete(table).where(self._taken(order, ids, skip_locked), where).returning(order, *columns)
         rows = conn.execute(statement).all()
         return rows, (max(row[0] for row in rows) if len(rows) == size else None)
+
+    def _range_returning(
+        self,
+        conn: Connection,
+        table: Table,
+        order: Any,
+        where: ColumnElement[bool],
+        walked: ColumnElement[bool],
+        columns: Sequence[Any],
+        size: int,
+        start: list[ColumnElement[bool]],
+        primary_walk: bool,
+    ) -> tuple[Sequence[Row[Any]], Any]:
+        """``delete_returning`` as a range: find the ``order`` value that ends the next ``size`` rows, then
+        delete the rows up to it, one range scan of ``order``'s index (no list of ids to look up one by one)."""
+        end = select(order).where(walked, *start).order_by(order).limit(1).offset(size - 1)
+        if primary_walk:
+            end = self.on_primary_key(end, table)
+        upper = conn.execute(end).scalar()
+        bounds = [*start, *([order <= upper] if upper is not None else [])]
+        rows = conn.execute(delete(table).where(*bounds, where).returning(order, *columns)).all()
+        return rows, upper
+
+    def on_primary_key(self, query: Select[Any], table: Table) -> Select[Any]:
+        """``query`` made to read ``table`` by its primary key, where the engine might choose another index."""
+        return query
 
     def _taken(self, order: Any, ids: Select[Any], skip_locked: bool) -> ColumnElement[bool]:
         """The rows whose ``order`` value ``ids`` selects, as a delete names them."""

@@ -229,28 +229,22 @@ class MySQLImpl(EngineImpl):
         skip_locked: bool,
         primary_walk: bool,
     ) -> tuple[Sequence[Row[Any]], Any] | None:
-        # MariaDB's single-table DELETE ... RETURNING (MySQL has none), walked as the clean without a backup
-        # walks: find the value that ends the next ``size`` rows (no LIMIT in an IN sub-select here), then
-        # delete the rows up to it.
+        # MariaDB's single-table DELETE ... RETURNING (MySQL has none), always a range, as the clean without a
+        # backup walks: no LIMIT in an IN sub-select here, and no SKIP LOCKED before MariaDB 10.6.
         if not conn.dialect.delete_returning:
             return None
         start = [order > after] if after is not None else []
-        end = select(order).where(walked, *start).order_by(order).limit(1).offset(size - 1)
-        if primary_walk:
-            end = end.with_hint(table, "FORCE INDEX (PRIMARY)")
-        upper = conn.execute(end).scalar()
-        bounds = [*start, *([order <= upper] if upper is not None else [])]
-        rows = conn.execute(delete(table).where(*bounds, where).returning(order, *columns)).all()
-        return rows, upper
+        return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk)
+
+    def on_primary_key(self, query: Select[Any], table: Table) -> Select[Any]:
+        # The optimizer's estimate for another index may be low where the primary key walk is what is cheap.
+        return query.with_hint(table, "FORCE INDEX (PRIMARY)")
 
     def locked_read(
         self, query: Select[Any], table: Table, lock_of: Table | None, skip_locked: bool, primary_walk: bool
     ) -> Select[Any]:
-        # On the primary key even where the optimizer's estimate for another index is low; no SKIP LOCKED
-        # (MySQL before 8.0, MariaDB before 10.6 have none): locked rows are waited for.
-        if primary_walk:
-            query = query.with_hint(table, "FORCE INDEX (PRIMARY)")
-        return query.with_for_update()
+        # No SKIP LOCKED (MySQL before 8.0, MariaDB before 10.6 have none): locked rows are waited for.
+        return (self.on_primary_key(query, table) if primary_walk else query).with_for_update()
 
 
 @contextmanager

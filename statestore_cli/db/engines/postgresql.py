@@ -118,9 +118,9 @@ class PostgreSQLImpl(EngineImpl):
         return cast(cast(column, JSON), Text), literal_column("1", Integer)
 
     def _taken(self, order: Any, ids: Select[Any], skip_locked: bool) -> ColumnElement[bool]:
-        # As the clean without a backup takes its rows: locked by the subquery (those another cleaner holds
-        # skipped in a bounded batch), looked up by primary key from the array.
-        return order == any_(func.array(ids.with_for_update(skip_locked=skip_locked).scalar_subquery()))  # type: ignore[no-any-return]
+        # As the clean without a backup takes a batch's rows: locked by the subquery, those another cleaner holds
+        # skipped, looked up by primary key from the array.
+        return order == any_(func.array(ids.with_for_update(skip_locked=True).scalar_subquery()))  # type: ignore[no-any-return]
 
     def delete_listed(
         self, conn: Connection, table: Table, order: Any, where: ColumnElement[bool], ids: Sequence[Any]
