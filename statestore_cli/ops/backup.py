@@ -8,8 +8,9 @@ leaves in FILE every row it deleted. The rows written are exactly the rows delet
 ``DELETE ... RETURNING`` a batch is one such delete returning the columns of its rows' lines (the rows it picks
 locked by the delete itself; on a server, rows another cleaner holds skipped in a bounded batch, as without a
 backup); elsewhere (MySQL) the batch selects its rows locked, and deletes exactly those, the row count checked
-against the lines written. A one-statement run (``--batch-size 0``) is such deletes of ``CHUNK`` rows at a time,
-all in one transaction: one commit, as without a backup, and never a whole run's rows held at once.
+against the lines written. A one-statement run (``--batch-size 0``) is one delete whose rows the engine streams
+(``EngineImpl.stream_deleted``), or where it streams none such deletes of ``CHUNK`` rows at a time, all in one
+transaction: one commit, as without a backup, and never a whole run's rows held at once.
 
 A batch that fails before its commit is cut from the file again; one whose commit was under way when the
 connection went stays (its rows may or may not be gone), so the file may hold one batch more than was deleted,
@@ -20,6 +21,7 @@ syncs and cuts: ``backup_file``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, select
@@ -94,7 +96,15 @@ def _batch(
         return _chunk(conn, impl, selection, lines, backup, batch_size, after, skip_locked=True)
     if selection.tiebreak is not None:  # ``order`` is not unique: no walk on it, every row in one read
         return _select_then_delete(conn, impl, selection, lines, backup, 0, None, skip_locked=False)
+    returned = [selection.order, *lines.columns]
+    streamed = impl.stream_deleted(conn, selection.table, selection.where, returned, WRITE_CHUNK)
     deleted = 0
+    if streamed is not None:
+        with closing(streamed):  # a failure here ends the stream (and its hold on the connection) at once
+            for rows in streamed:
+                backup.add_lines(lines.text(rows))
+                deleted += len(rows)
+        return Batch(deleted, None)
     while True:
         chunk = _chunk(conn, impl, selection, lines, backup, CHUNK, after, skip_locked=False)
         deleted += chunk.deleted

@@ -4,7 +4,7 @@ dialect name serves every connection (``impl_of``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -307,6 +307,15 @@ class EngineImpl:
         statement = delete(table).where(self._taken(order, ids, skip_locked), where).returning(order, *columns)
         rows = conn.execute(statement).all()
         return rows, (max(row[0] for row in rows) if len(rows) == size else None)
+
+    def stream_deleted(
+        self, conn: Connection, table: Table, where: ColumnElement[bool], returned: Sequence[Any], chunk: int
+    ) -> Generator[list[tuple[Any, ...]], None, None] | None:
+        """Every row of ``table`` that ``where`` selects deleted in one statement, in the caller's transaction,
+        the ``returned`` columns of the rows it deleted streamed ``chunk`` rows at a time (never all of them
+        held); the stream checks at its end that as many rows came as were deleted. None where the engine
+        streams no delete: the caller deletes ranges of rows instead (``delete_returning``)."""
+        return None
 
     def _range_returning(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
@@ -28,11 +28,12 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.types import Uuid
 
 from statestore_cli.db.database import describe_engine, set_per_transaction
 from statestore_cli.db.engines.base import EngineImpl, Narrow, another_clean_running
 from statestore_cli.db.schema import store_schema
-from statestore_cli.errors import CleanRunningError
+from statestore_cli.errors import BackendError, CleanRunningError
 
 
 class PostgreSQLImpl(EngineImpl):
@@ -122,6 +123,20 @@ class PostgreSQLImpl(EngineImpl):
         # skipped, looked up by primary key from the array.
         return order == any_(func.array(ids.with_for_update(skip_locked=True).scalar_subquery()))  # type: ignore[no-any-return]
 
+    def stream_deleted(
+        self, conn: Connection, table: Table, where: ColumnElement[bool], returned: Sequence[Any], chunk: int
+    ) -> Generator[list[tuple[Any, ...]], None, None] | None:
+        # ``COPY (DELETE ... RETURNING ...) TO STDOUT`` (psycopg 3): the server streams the deleted rows as it
+        # deletes them, where the rows of a plain DELETE ... RETURNING cost the server and the client several
+        # times what the delete costs (a one-statement clean's backup went from 4x the clean to about 2x).
+        dbapi_conn: Any = conn.connection.dbapi_connection
+        if not hasattr(dbapi_conn, "pgconn"):  # psycopg2: ranges of rows instead
+            return None
+        compiled = _for_copy(conn, delete(table).where(where).returning(*returned))
+        sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
+        types = [_copy_type(column) for column in returned]
+        return _streamed(conn, dbapi_conn, sql, params, types, chunk)
+
     def delete_listed(
         self, conn: Connection, table: Table, order: Any, where: ColumnElement[bool], ids: Sequence[Any]
     ) -> int | None:
@@ -181,3 +196,54 @@ def _transaction_lock(engine: Engine, key: int) -> Iterator[None]:
 
 
 IMPL_CLASS = PostgreSQLImpl
+
+
+def _for_copy(conn: Connection, statement: Any) -> Any:
+    """``statement`` compiled for this connection, its schema (``[database] sql_alchemy_schema``) written into
+    its text: a COPY's text is sent as it is, where an execution would put the schema in."""
+    translate = conn.get_execution_options().get("schema_translate_map")
+    if not translate:
+        return statement.compile(dialect=conn.dialect)
+    return statement.compile(dialect=conn.dialect, schema_translate_map=translate, render_schema_translate=True)
+
+
+def _copy_type(column: Any) -> str:
+    """The PostgreSQL type psycopg reads a returned column's COPY text as."""
+    if isinstance(column.type, Integer):
+        return "int8"
+    return "uuid" if isinstance(column.type, Uuid) else "text"
+
+
+def _streamed(
+    conn: Connection, dbapi_conn: Any, sql: str, params: Any, types: list[str], chunk: int
+) -> Generator[list[tuple[Any, ...]], None, None]:
+    """The rows of the COPY ``sql``, ``chunk`` at a time, checked at the end against the rows it deleted;
+    psycopg's errors raised as SQLAlchemy raises them (a lost connection noticed as one)."""
+    errors = conn.dialect.loaded_dbapi
+    cursor = dbapi_conn.cursor()
+    count = 0
+    try:
+        with cursor.copy(sql, params) as copy:
+            copy.set_types(types)
+            rows: list[tuple[Any, ...]] = []
+            for row in copy.rows():
+                rows.append(row)
+                if len(rows) == chunk:
+                    yield rows
+                    count += len(rows)
+                    rows = []
+            if rows:
+                yield rows
+                count += len(rows)
+        deleted = cursor.rowcount  # the COPY's own count, once it has ended
+    except errors.Error as exc:
+        gone = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+        if gone:
+            conn.invalidate()
+        raise sa_exc.DBAPIError.instance(sql, params, exc, errors.Error, connection_invalidated=gone) from None
+    finally:
+        cursor.close()
+    if deleted != count:
+        raise BackendError(
+            f"the delete removed {deleted:,} rows and sent {count:,}: the batch was rolled back, run the command again"
+        )
