@@ -259,6 +259,7 @@ def airflow_postgres(tmp_path):
         yield url
 
 
+@pytest.mark.slow  # on the database servers
 def test_airflow_postgres_database_is_read_and_cleaned_in_place(airflow_postgres):
     def run(*args: str):
         result = run_cli(*args, conn=airflow_postgres)
