@@ -18,9 +18,9 @@ def main() -> None:
         # live until exit; collecting garbage every 700 new objects would run full collections over them
         # that free nothing. Garbage is still collected, just in larger rounds.
         gc.set_threshold(50_000)
-        from statestore_cli.cli.root_command import app
+        from statestore_cli.cli.root_command import app_for
 
-        app(prog_name="statestore")  # also under `python -m statestore_cli`
+        app_for(sys.argv[1:])(prog_name="statestore")  # also under `python -m statestore_cli`
     except BrokenPipeError:  # a closed pipe the CLI did not meet itself (shell completion's output)
         sys.exit(closed_pipe())
 

@@ -13,6 +13,8 @@ import json
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -58,6 +60,27 @@ def test_state_store_schema_is_airflows_statement_for_statement(db_url, tmp_path
         "idx_task_state_store_lookup",
     }
     assert ours == airflow
+
+
+def test_asset_ids_are_never_reused_on_sqlite(db_url):
+    """``asset.id`` is AUTOINCREMENT on SQLite, as Airflow makes it: the id of a deleted asset is not given again
+    (a key of the old asset must never become one of a new asset)."""
+    path = db_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO asset (name, uri) VALUES ('a', 's3://a')")
+        conn.execute("DELETE FROM asset")
+        conn.execute("INSERT INTO asset (name, uri) VALUES ('b', 's3://b')")
+        assert conn.execute("SELECT id FROM asset").fetchall() == [(2,)]
+        [(created,)] = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'asset'").fetchall()
+    assert "AUTOINCREMENT" in created
+
+
+def test_the_schema_loads_no_sqlite_dialect():
+    """The tables are declared without importing SQLAlchemy's SQLite dialect: a command on PostgreSQL or MySQL
+    never loads it (SQLite's option is given as the table is created)."""
+    probe = "import sys, statestore_cli.db.schema; print('sqlalchemy.dialects.sqlite' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout == "False\n"
 
 
 def test_schema_has_airflow_3_3_2_names_and_types(db_url):
@@ -236,6 +259,7 @@ def airflow_postgres(tmp_path):
         yield url
 
 
+@pytest.mark.slow  # on the database servers
 def test_airflow_postgres_database_is_read_and_cleaned_in_place(airflow_postgres):
     def run(*args: str):
         result = run_cli(*args, conn=airflow_postgres)

@@ -118,6 +118,7 @@ def test_sweep_backup_in_a_schema(store, tmp_path, batch):
     assert sorted(json.loads(line)["name"] for line in lines_of(backup)) == ["orders_eu"] * 2 + ["orders_us"] * 2
 
 
+@pytest.mark.slow  # on the database servers
 @pytest.mark.parametrize("args", [("clean", "--batch-size", "2"), ("clean", "--batch-size", "0")], ids=" ".join)
 def test_a_schema_name_that_must_be_quoted(tmp_path, monkeypatch, args):
     """A schema named with capitals and a hyphen is quoted wherever the statements name it."""

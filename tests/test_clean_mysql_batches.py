@@ -101,6 +101,7 @@ def measure_statements(engine: Engine) -> list[tuple[str, int]]:
     return seen
 
 
+@pytest.mark.slow  # on the database servers
 def test_every_batch_of_a_clean_touches_no_more_pages_than_the_first(store):
     engine = make_engine(store)
     statements = measure_statements(engine)
@@ -118,6 +119,7 @@ def test_every_batch_of_a_clean_touches_no_more_pages_than_the_first(store):
     assert sql(store, "SELECT count(*) FROM task_state_store WHERE expires_at < :now", now=NOW) == [(0,)]
 
 
+@pytest.mark.slow  # on the database servers
 def test_the_measurement_sees_a_batch_that_rescans_deleted_rows(store):
     """The counter can fail the test above: ``DELETE ... LIMIT`` batches grow under the same snapshot."""
     engine = engine_of(store)

@@ -133,6 +133,7 @@ def local_settings(clean_environment: Path) -> Iterator[Path]:
         sys.path.remove(str(folder))
 
 
+@pytest.mark.slow  # on the database servers
 def test_connect_args_reach_the_driver(local_settings, monkeypatch):
     """An application_name from an import path in $AIRFLOW_HOME/config, seen by the server itself."""
     url = require_server("postgresql")
@@ -150,6 +151,7 @@ def test_connect_args_reach_the_driver(local_settings, monkeypatch):
     assert seen == name
 
 
+@pytest.mark.slow  # on the database servers
 def test_engine_args_reach_create_engine(monkeypatch):
     url = require_server("postgresql")
     monkeypatch.setenv(
@@ -223,6 +225,7 @@ def test_bad_engine_args_are_exit_2(monkeypatch, clean_environment, raw, problem
     assert not (clean_environment / "airflow.db").exists()
 
 
+@pytest.mark.slow  # on the database servers
 def test_exclusive_cleans_of_two_schemas_of_one_postgresql_database_do_not_block_each_other(monkeypatch):
     """PostgreSQL's advisory locks are per database: the key of a clean's lock is the schema's, so a clean
     of one schema's store runs while another schema's holds its lock, and one of the same schema is refused."""

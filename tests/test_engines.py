@@ -65,6 +65,7 @@ def _dump(url: str) -> list[dict]:
     return sorted(out, key=lambda d: (d["task_id"], d["map_index"], d["key"]))
 
 
+@pytest.mark.slow  # on the database servers
 def test_every_engine_reads_back_exactly_what_was_written(tmp_path):
     dumps = {}
     for name in ("sqlite", *SERVERS):
@@ -170,6 +171,7 @@ def test_two_cleans_at_once_share_the_work_exactly(db_url, batch_size):
 
 
 # -- time zones ---------------------------------------------------------------------------------------------
+@pytest.mark.slow  # on the database servers
 def test_postgresql_session_time_zone_does_not_change_what_expires(tmp_path):
     with isolated_database("postgresql", tmp_path) as url:
         db_init(Store.open(load_settings(conn_override=url), create_file=True))
@@ -180,6 +182,7 @@ def test_postgresql_session_time_zone_does_not_change_what_expires(tmp_path):
         _check_time_zone_independence(tokyo_url, url)
 
 
+@pytest.mark.slow  # on the database servers
 def test_mariadb_server_time_zone_does_not_change_what_expires(tmp_path):
     """A server whose time zone is not UTC: every session starts in it. The session is started in it by the
     connection's init_command, not by SET GLOBAL, which would reach every other test's sessions too."""

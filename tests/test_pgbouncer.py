@@ -35,7 +35,7 @@ from statestore_cli.db.database import make_engine
 from statestore_cli.ops.cleanup import CleanControl, delete_expired
 from statestore_cli.ops.commands import db_init
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pgbouncer")]  # one PgBouncer per mode, in front of PostgreSQL
+pytestmark = pytest.mark.slow  # PgBouncer in front of PostgreSQL, a real process for each command
 
 MODES = ("transaction", "session", "direct")
 # Server connections per database and user: in transaction mode fewer than the clients, so they take
@@ -114,9 +114,13 @@ def _conninfo(url: str) -> str:
     return f"host={parsed.host} port={parsed.port or 5432} dbname={parsed.database} user={parsed.username}"
 
 
-@pytest.fixture(scope="module", params=MODES)
+# A group per mode (``xdist_group``): each mode's tests share its pool on one worker, and the three modes run
+# on three workers side by side, not one after another on a single worker.
+@pytest.fixture(
+    scope="module", params=[pytest.param(mode, marks=pytest.mark.xdist_group(f"pgbouncer-{mode}")) for mode in MODES]
+)
 def shared_pool(request: pytest.FixtureRequest) -> Iterator[Pool]:
-    """One database and one PgBouncer per mode for the module's tests (on one worker: ``xdist_group``), as a
+    """One database and one PgBouncer per mode for the mode's tests (on one worker: ``xdist_group``), as a
     pool serves one client after another: each test starts from what the previous one left on its server
     connections, so anything of ours left there fails that test's ``baseline``."""
     admin = require_server("postgresql")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from cli_running import run_cli
 from sqlalchemy.engine import make_url
 from stores import isolated_database
@@ -54,6 +55,7 @@ def test_a_path_from_the_environment_names_the_variable(tmp_path: Path, monkeypa
     )
 
 
+@pytest.mark.slow  # on the database servers
 def test_postgresql_without_tables_repeats_conn_with_a_password_placeholder(tmp_path: Path):
     with isolated_database("postgresql", tmp_path) as url:
         typed = make_url(url).set(password="s3cr3t-pw").render_as_string(hide_password=False)  # trust: ignored

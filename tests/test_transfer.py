@@ -182,6 +182,7 @@ def raw_rows(url: str) -> dict[str, list[tuple]]:
     }
 
 
+@pytest.mark.slow  # on the database servers
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_round_trip_through_every_engine_gives_identical_rows_and_files(db_url, tmp_path):
     """SQLite -> PostgreSQL -> MariaDB -> a new SQLite store: every export byte for byte the same, every

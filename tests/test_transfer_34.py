@@ -295,6 +295,7 @@ def test_bad_region_and_dag_run_lines_are_named_by_their_line(record, problem, t
         assert count(url, "task_state_store") == 0
 
 
+@pytest.mark.slow  # on the database servers
 def test_mysql_refuses_dag_run_keys_differing_only_in_trailing_spaces(tmp_path):
     with airflow_database("mariadb", HEAD_34, tmp_path) as url:
         add_run(url, "etl")

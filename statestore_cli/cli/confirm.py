@@ -3,7 +3,6 @@
 import shutil
 import sys
 
-from statestore_cli.cli.output.grid import wrap
 from statestore_cli.errors import InterruptedByUser, InvalidInputError, NotConfirmedError
 
 
@@ -21,6 +20,8 @@ def confirm_delete(yes: bool, action: str, question: str, nothing: str = "nothin
 def confirm(question: str, nothing: str = "nothing deleted") -> bool:
     """Ask ``question`` on the terminal (stderr, so stdout keeps only results): only y or yes confirms.
     Ctrl-C and end of input (Ctrl-D) end the command with their own error, on a line of their own."""
+    from statestore_cli.cli.output.grid import wrap  # the table layer: only a question at a terminal needs it
+
     sys.stdout.flush()
     # Broken between words at the terminal's width: the terminal would cut an asset's or a task's name in two.
     width = shutil.get_terminal_size().columns

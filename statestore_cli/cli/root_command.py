@@ -31,7 +31,7 @@ from statestore_cli.cli import backend_commands  # noqa: F401
 from statestore_cli.cli import lifecycle_commands  # noqa: F401
 # isort: on
 
-__all__ = ["app"]
+__all__ = ["app", "app_for"]
 
 
 def _version(value: bool) -> None:
@@ -80,3 +80,52 @@ for _typer in ALL_APPS:
     for _command in _typer.registered_commands:
         if _command.callback is not None and _command.callback.__doc__:
             _command.callback.__doc__ = reflow(_command.callback.__doc__)
+
+
+# The root options that take a value, and those that do not, as ``main`` declares them (a test keeps the two
+# in step). The eager ones (--help, --version, completion) print and exit: a command line with one of them
+# before the command gets the whole tree.
+ROOT_VALUED_OPTIONS = ("--config", "--conn", "--connect-timeout")
+ROOT_FLAG_OPTIONS = ("--debug",)
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The application to run ``statestore ARGV`` with: ``app`` with only the command the line names (a group
+    whole), or ``app`` itself where the line names none (help, a typo, a misplaced option, shell completion).
+
+    Typer builds the click command of every command and group before it reads a word of the command line:
+    a dozen commands' parameters read from their signatures, for the one the line runs. Which command that is
+    does not change what the command, its help or its errors say: none of them lists the other commands."""
+    import os
+
+    if any(name.startswith("_") and name.endswith("_COMPLETE") for name in os.environ):
+        return app
+    at = 0
+    while at < len(argv):
+        word = argv[at]
+        if word in ROOT_VALUED_OPTIONS:
+            at += 2
+        elif word in ROOT_FLAG_OPTIONS or (word.startswith("--") and word.split("=", 1)[0] in ROOT_VALUED_OPTIONS):
+            at += 1
+        else:
+            break
+    if at >= len(argv):
+        return app
+    name = argv[at]
+    commands = [c for c in app.registered_commands if _command_name(c) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if len(commands) + len(groups) != 1:
+        return app
+    import copy
+
+    only = copy.copy(app)
+    only.registered_commands, only.registered_groups = commands, groups
+    return only
+
+
+def _command_name(command: typer.models.CommandInfo) -> str | None:
+    if command.name:
+        return command.name
+    if command.callback is None:
+        return None
+    return typer.main.get_command_name(command.callback.__name__)

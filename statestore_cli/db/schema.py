@@ -24,6 +24,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    event,
 )
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -142,8 +143,17 @@ asset = Table(
     Column("name", _asset_text(), nullable=False),
     Column("uri", _asset_text(), nullable=False),
     Index("idx_asset_name_uri_unique", "name", "uri", unique=True),
-    sqlite_autoincrement=True,
 )
+
+
+@event.listens_for(asset, "before_create")
+def _sqlite_autoincrement(table: Table, connection: Connection, **_: Any) -> None:
+    """SQLite's ``AUTOINCREMENT`` on ``asset.id``, as Airflow creates it (ids never reused), set as the table
+    is created: given to ``Table`` as ``sqlite_autoincrement=True``, the option made SQLAlchemy import its
+    SQLite dialect when this module was imported, on every engine."""
+    if connection.dialect.name == "sqlite":
+        table.dialect_options["sqlite"]["autoincrement"] = True
+
 
 asset_active = Table(
     "asset_active",

@@ -33,8 +33,10 @@ NEVER_EXPIRE: Final = _NeverExpire()
 Retention = Union[timedelta, _NeverExpire, None]
 
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
-_COMPACT = re.compile(r"(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
-_ISO = re.compile(r"P(?:(\d+)W)?(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?")
+# Compiled on first use, not at import: help, the version and shell completion import this module and parse
+# no duration.
+_COMPACT = r"(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?"
+_ISO = r"P(?:(\d+)W)?(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?"
 _DURATION_HELP = "use 'never', a duration such as 90s, 15m, 6h, 7d or 1d12h, or ISO 8601 such as P7D or PT6H"
 
 
@@ -52,8 +54,8 @@ def parse_retention(text: str) -> timedelta | _NeverExpire:
 def parse_duration(text: str, what: str) -> timedelta:
     """``90s``, ``15m``, ``6h``, ``7d``, ``1w``, combinations such as ``1d12h``, or ISO 8601 ``P1DT12H``."""
     raw = text.strip()
-    compact = _COMPACT.fullmatch(raw.lower())
-    iso = _ISO.fullmatch(raw.upper())
+    compact = re.fullmatch(_COMPACT, raw.lower())
+    iso = re.fullmatch(_ISO, raw.upper())
     if raw and compact and any(compact.groups()):
         parts = compact.groups()
     elif iso and any(iso.groups()):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table, delete
 from sqlalchemy.engine import Connection, Engine
@@ -24,9 +24,6 @@ from statestore_cli.db.database import translate_errors
 from statestore_cli.db.engines import impl_of
 from statestore_cli.errors import EXIT_OK, PARAMETER, BackendError, Note, StopReason, failed_midway
 from statestore_cli.model.entries import Timeouts
-from statestore_cli.ops.backup import backed_up_batch
-from statestore_cli.ops.backup_file import BackupFile, with_backup
-from statestore_cli.ops.backup_rows import dag_run_rows, task_rows
 from statestore_cli.ops.batches import Hooks, Step, Tally, checked_batch_size, checked_rowcount, walk
 from statestore_cli.ops.clean_selection import (
     ExpiredRow,
@@ -39,6 +36,9 @@ from statestore_cli.ops.clean_selection import (
     spared_by_state,
     spares,
 )
+
+if TYPE_CHECKING:  # --backup's modules are imported only by a clean that writes a backup
+    from statestore_cli.ops.backup_file import BackupFile
 
 # What other modules took from here before the selection had a module of its own.
 __all__ = [
@@ -140,6 +140,9 @@ def _batch_step(
     walk's transaction, or (with ``backup``) in one of its own, its lines synced before it commits."""
     where = cleaned(conn, table, now, spare, per_batch=batch_size > 0 or backup is not None)
     if backup is not None:
+        from statestore_cli.ops.backup import backed_up_batch
+        from statestore_cli.ops.backup_rows import dag_run_rows, task_rows
+
         rows = task_rows if store == "task" else dag_run_rows
         selection = rows(table, where)
 
@@ -191,6 +194,8 @@ def delete_expired(
                 with translate_errors(engine):
                     stopped = walk(conn, step, tally, 0, own_transaction=backup is None, hooks=hooks)
             except BackendError as exc:
+                from statestore_cli.ops.backup_file import with_backup
+
                 midway = failed_midway(exc, "clean", tally.deleted, tally.batches, kind="expired ")
                 raise with_backup(midway, backup) from None
             by_store[store] = tally.deleted - store_started

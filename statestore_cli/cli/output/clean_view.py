@@ -12,8 +12,8 @@ from json.encoder import encode_basestring as _quote  # the C encoder json.dumps
 from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.failure import FLAGS
+from statestore_cli.cli.output.clean_sentences import expired_keys, spared_sentence
 from statestore_cli.cli.output.documents import iso
-from statestore_cli.cli.output.dry_run import expired_keys
 from statestore_cli.cli.output.safe_text import safe_json, safe_json_text
 from statestore_cli.errors import InterruptedByUser, StopReason
 from statestore_cli.model.timestamps import expired_before, human_iso
@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
     from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.cleanup import CleanReport, ExpiredRow
     from statestore_cli.ops.commands import CleanPlan
+
 
 _STOPPED = {
     StopReason.INTERRUPTED: "interrupted",
@@ -129,8 +130,6 @@ def _plan_json(plan: CleanPlan, read: list[int]) -> int:
 
 
 def _spared_line(out: Writer, spared: dict[str, int] | None, *, dry_run: bool) -> None:
-    from statestore_cli.cli.output.dry_run import spared_sentence
-
     kept = spared_sentence(spared, dry_run=dry_run)
     if kept:
         out.line(kept[0].lower() + kept[1:] if out.mode == "plain" else kept)

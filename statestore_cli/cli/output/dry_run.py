@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from statestore_cli.cli.output.clean_sentences import expired_keys, plural, spared_sentence
 from statestore_cli.cli.output.grid import Column, Out, TableStream, draw
 from statestore_cli.cli.output.safe_text import safe_text
 from statestore_cli.model.timestamps import format_duration, human, human_iso
@@ -29,34 +30,6 @@ SUMMARY = (
     Column("instances", right=True),
     Column("keys", right=True),
 )
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
-
-
-def expired_keys(total: int, dag_run: int = 0) -> str:
-    """The count people read: 12 expired task keys; where ``dag_run`` of them are dag-run keys (Airflow 3.4),
-    12 expired keys (10 task keys, 2 dag-run keys)."""
-    if not dag_run:
-        return _plural(total, "expired task key")
-    split = f"{_plural(total - dag_run, 'task key')}, {_plural(dag_run, 'dag-run key')}"
-    return f"{_plural(total, 'expired key')} ({split})"
-
-
-def spared_sentence(spared: dict[str, int] | None, *, dry_run: bool) -> str | None:
-    """What a clean keeps for unfinished task instances, by their state; None where it spared nothing."""
-    total = sum((spared or {}).values())
-    if not spared or not total:
-        return None
-    from statestore_cli.ops.cleanup import by_count
-
-    states = ", ".join(f"{n:,} {safe_text(state)}" for state, n in by_count(spared).items())
-    kept = "Would keep" if dry_run else "Kept"
-    return (
-        f"{kept} {_plural(total, 'expired task key')} of unfinished task instances ({states}): a retry may "
-        "need them; --include-unfinished deletes them too."
-    )
 
 
 @dataclass
@@ -101,7 +74,7 @@ class DryRunView:
             self._print_summary()
         hidden = total - self.listed
         if hidden:
-            self.out.message(f"{_plural(hidden, 'more row')} not listed above; --all lists every row.".split())
+            self.out.message(f"{plural(hidden, 'more row')} not listed above; --all lists every row.".split())
         self.out.message(
             [
                 *f"Dry run: {expired_keys(total, self.dag_run_keys)} would be deleted (expired before".split(),
@@ -159,12 +132,12 @@ class DryRunView:
         keys = f"{self.group_size:,}"
         if first.task_id is None:  # the run's own keys (Airflow 3.4's dag-run state store)
             task_id, map_index = "(dag run)", "-"
-            parts: tuple[str, ...] = ("dag-run keys", _plural(self.group_size, "key"))
+            parts: tuple[str, ...] = ("dag-run keys", plural(self.group_size, "key"))
         else:
             task_id, map_index = safe_text(first.task_id), str(first.map_index)
             if first.region_id is not None:  # the same task id and map index in a region (Airflow 3.4)
                 task_id += f" region {first.region_id}"
-            parts = (f"task_id {task_id}", f"map_index {map_index}", _plural(self.group_size, "key"))
+            parts = (f"task_id {task_id}", f"map_index {map_index}", plural(self.group_size, "key"))
         self.table.group((task_id, map_index, keys), parts)
         for row in self.group:
             self.table.row((safe_text(row.key), human_iso(row.expires_at)))
