@@ -89,8 +89,8 @@ def test_a_batch_skips_a_row_another_transaction_holds_as_without_a_backup(db_ur
 
 def test_two_cleans_at_once_in_batches_share_the_rows_and_back_up_each_once(db_url, tmp_path):
     """Two batched cleans with a backup each, at once on the same 3,000 expired keys: where their batches'
-    batches meet, one skips the rows the other holds; between them they delete every key once: the two backups hold each key exactly once, and
-    importing both puts every one back."""
+    batches meet, one skips the rows the other holds; between them they delete every key once: the two backups
+    hold each key exactly once, and importing both puts every one back."""
     seed_bulk(db_url, 3_000)
     before = task_lines(export(db_url), prefix="")
     backups = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
