@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Integer, String, Table, bindparam, case, delete, func, select, type_coerce
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row
 from sqlalchemy.engine.url import URL
-from sqlalchemy.sql import ColumnElement, FromClause, Select
+from sqlalchemy.sql import ColumnElement, Delete, FromClause, Select
 
 from statestore_cli.errors import PARAMETER
 
@@ -304,9 +304,13 @@ class EngineImpl:
         if not skip_locked:
             return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk)
         ids = select(order).where(walked, *start).order_by(order).limit(size)
-        statement = delete(table).where(self._taken(order, ids, skip_locked), where).returning(order, *columns)
-        rows = conn.execute(statement).all()
+        statement = delete(table).where(self._taken(order, ids, skip_locked), where)
+        rows = self.returned_rows(conn, statement, [order, *columns])
         return rows, (max(row[0] for row in rows) if len(rows) == size else None)
+
+    def returned_rows(self, conn: Connection, statement: Delete, returned: Sequence[Any]) -> Sequence[Any]:
+        """The ``returned`` columns of the rows ``statement`` deletes (``DELETE ... RETURNING``)."""
+        return conn.execute(statement.returning(*returned)).all()
 
     def stream_deleted(
         self, conn: Connection, table: Table, where: ColumnElement[bool], returned: Sequence[Any], chunk: int
@@ -336,7 +340,7 @@ class EngineImpl:
             end = self.on_primary_key(end, table)
         upper = conn.execute(end).scalar()
         bounds = [*start, *([order <= upper] if upper is not None else [])]
-        rows = conn.execute(delete(table).where(*bounds, where).returning(order, *columns)).all()
+        rows = self.returned_rows(conn, delete(table).where(*bounds, where), [order, *columns])
         return rows, upper
 
     def on_primary_key(self, query: Select[Any], table: Table) -> Select[Any]:

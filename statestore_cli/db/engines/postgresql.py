@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql import ColumnElement, Delete, Select
 from sqlalchemy.types import Uuid
 
 from statestore_cli.db.database import describe_engine, set_per_transaction
@@ -123,19 +123,17 @@ class PostgreSQLImpl(EngineImpl):
         # skipped, looked up by primary key from the array.
         return order == any_(func.array(ids.with_for_update(skip_locked=True).scalar_subquery()))  # type: ignore[no-any-return]
 
+    def returned_rows(self, conn: Connection, statement: Delete, returned: Sequence[Any]) -> Sequence[Any]:
+        copied = _copied(conn, statement, returned, 1000)
+        if copied is None:
+            return super().returned_rows(conn, statement, returned)
+        with closing(copied):
+            return [row for rows in copied for row in rows]
+
     def stream_deleted(
         self, conn: Connection, table: Table, where: ColumnElement[bool], returned: Sequence[Any], chunk: int
     ) -> Generator[list[tuple[Any, ...]], None, None] | None:
-        # ``COPY (DELETE ... RETURNING ...) TO STDOUT`` (psycopg 3): the server streams the deleted rows as it
-        # deletes them, where the rows of a plain DELETE ... RETURNING cost the server and the client several
-        # times what the delete costs (a one-statement clean's backup went from 4x the clean to about 2x).
-        dbapi_conn: Any = conn.connection.dbapi_connection
-        if not hasattr(dbapi_conn, "pgconn"):  # psycopg2: ranges of rows instead
-            return None
-        compiled = _for_copy(conn, delete(table).where(where).returning(*returned))
-        sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
-        types = [_copy_type(column) for column in returned]
-        return _streamed(conn, dbapi_conn, sql, params, types, chunk)
+        return _copied(conn, delete(table).where(where), returned, chunk)
 
     def delete_listed(
         self, conn: Connection, table: Table, order: Any, where: ColumnElement[bool], ids: Sequence[Any]
@@ -196,6 +194,21 @@ def _transaction_lock(engine: Engine, key: int) -> Iterator[None]:
 
 
 IMPL_CLASS = PostgreSQLImpl
+
+
+def _copied(
+    conn: Connection, statement: Delete, returned: Sequence[Any], chunk: int
+) -> Generator[list[tuple[Any, ...]], None, None] | None:
+    """The ``returned`` columns of the rows ``statement`` deletes, ``chunk`` rows at a time, through
+    ``COPY (DELETE ... RETURNING ...) TO STDOUT`` (psycopg 3; None with another driver): the server streams
+    the rows as it deletes them, where the rows of a plain ``DELETE ... RETURNING`` cost the server and the
+    client several times as much (a backed-up clean took 2.9-4.2x the clean without a backup that way)."""
+    dbapi_conn: Any = conn.connection.dbapi_connection
+    if not hasattr(dbapi_conn, "pgconn"):
+        return None
+    compiled = _for_copy(conn, statement.returning(*returned))
+    sql, params = f"COPY ({compiled.string}) TO STDOUT", compiled.construct_params()
+    return _streamed(conn, dbapi_conn, sql, params, [_copy_type(column) for column in returned], chunk)
 
 
 def _for_copy(conn: Connection, statement: Any) -> Any:
