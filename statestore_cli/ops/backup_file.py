@@ -7,32 +7,13 @@ from __future__ import annotations
 import os
 import shlex
 import stat
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, StateStoreError
 from statestore_cli.ops.records import printable, printable_utf8
 
 WRITE_CHUNK = 1000  # lines per write(): a few hundred KB at most held
 BACKUP_MODE = 0o600  # owner-only: the file holds every value the command deleted
-
-
-def _start_writeback() -> Callable[[int, int, int], Any] | None:
-    """Linux's ``sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE)``: the kernel starts writing what was
-    just written to disk and returns at once, so the fsync before each commit waits only for the end of the
-    batch. A hint: the fsync alone is what makes a batch durable. None where the C library lacks it.
-    (Writing 144 MB in 50 synced batches here: 0.21 s waiting in fsync without it, 0.13 s with it.)"""
-    try:
-        import ctypes
-
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (ImportError, OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return lambda fd, offset, length: call(fd, offset, length, 2)  # 2: SYNC_FILE_RANGE_WRITE
 
 
 class BackupFileError(BackendError):
@@ -119,7 +100,6 @@ class BackupFile:
         self._fd: int | None = None
         self._size = 0  # bytes written
         self._pending: list[str] = []
-        self._writeback: Callable[[int, int, int], Any] | None = None
 
     @property
     def started(self) -> bool:
@@ -140,7 +120,6 @@ class BackupFile:
                 raise
             raise _refuse(self.path, f"cannot be made owner-only ({exc.strerror})") from None
         self._fd = fd
-        self._writeback = _start_writeback() if sys.platform.startswith("linux") else None
         if created:  # the new name itself must survive a crash, not only the lines written under it
             self._sync_folder()
 
@@ -208,7 +187,6 @@ class BackupFile:
 
     def _write_bytes(self, data: bytes, count: int) -> None:
         view = memoryview(data)
-        start = self._size
         try:
             while view:
                 written = os.write(self._descriptor(), view)
@@ -217,8 +195,6 @@ class BackupFile:
         except OSError as exc:
             raise self._failed("write", exc) from None
         self.lines += count
-        if self._writeback is not None and self._size > start:
-            self._writeback(self._descriptor(), start, self._size - start)
 
     def sync(self) -> None:
         """Everything added so far is on disk when this returns (written, flushed, fsynced)."""

@@ -304,7 +304,7 @@ class EngineImpl:
         if not skip_locked:
             return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk)
         ids = select(order).where(walked, *start).order_by(order).limit(size)
-        statement = delete(table).where(self._taken(order, ids, skip_locked), where)
+        statement = delete(table).where(self._taken(order, ids), where)
         rows = self.returned_rows(conn, statement, [order, *columns])
         return rows, (max(row[0] for row in rows) if len(rows) == size else None)
 
@@ -347,7 +347,7 @@ class EngineImpl:
         """``query`` made to read ``table`` by its primary key, where the engine might choose another index."""
         return query
 
-    def _taken(self, order: Any, ids: Select[Any], skip_locked: bool) -> ColumnElement[bool]:
+    def _taken(self, order: Any, ids: Select[Any]) -> ColumnElement[bool]:
         """The rows whose ``order`` value ``ids`` selects, as a delete names them."""
         return order.in_(ids.scalar_subquery())  # type: ignore[no-any-return]
 

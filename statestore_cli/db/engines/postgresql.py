@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import AbstractContextManager, closing, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -118,17 +118,10 @@ class PostgreSQLImpl(EngineImpl):
         # not JSON) and gives back the text as stored, so every row that comes back holds JSON.
         return cast(cast(column, JSON), Text), literal_column("1", Integer)
 
-    def _taken(self, order: Any, ids: Select[Any], skip_locked: bool) -> ColumnElement[bool]:
+    def _taken(self, order: Any, ids: Select[Any]) -> ColumnElement[bool]:
         # As the clean without a backup takes a batch's rows: locked by the subquery, those another cleaner holds
         # skipped, looked up by primary key from the array.
         return order == any_(func.array(ids.with_for_update(skip_locked=True).scalar_subquery()))  # type: ignore[no-any-return]
-
-    def returned_rows(self, conn: Connection, statement: Delete, returned: Sequence[Any]) -> Sequence[Any]:
-        copied = _copied(conn, statement, returned, 1000)
-        if copied is None:
-            return super().returned_rows(conn, statement, returned)
-        with closing(copied):
-            return [row for rows in copied for row in rows]
 
     def stream_deleted(
         self, conn: Connection, table: Table, where: ColumnElement[bool], returned: Sequence[Any], chunk: int
@@ -201,8 +194,8 @@ def _copied(
 ) -> Generator[list[tuple[Any, ...]], None, None] | None:
     """The ``returned`` columns of the rows ``statement`` deletes, ``chunk`` rows at a time, through
     ``COPY (DELETE ... RETURNING ...) TO STDOUT`` (psycopg 3; None with another driver): the server streams
-    the rows as it deletes them, where the rows of a plain ``DELETE ... RETURNING`` cost the server and the
-    client several times as much (a backed-up clean took 2.9-4.2x the clean without a backup that way)."""
+    the rows as it deletes them, one statement however many there are, never all held: a one-statement
+    backup made of ranges of rows instead cost about half as much again (see bench/README.md)."""
     dbapi_conn: Any = conn.connection.dbapi_connection
     if not hasattr(dbapi_conn, "pgconn"):
         return None
