@@ -134,14 +134,13 @@ def _chunk(
         lines.columns,
         size,
         after,
+        lambda rows: backup.add_lines(lines.text(rows)),
         skip_locked=skip_locked,
         primary_walk=selection.primary_walk,
     )
     if returned is None:
         return _select_then_delete(conn, impl, selection, lines, backup, size, after, skip_locked=skip_locked)
-    rows, following = returned
-    _write(rows, lines, backup)
-    return Batch(len(rows), following)
+    return Batch(*returned)
 
 
 def _write(rows: Any, lines: Lines, backup: BackupFile) -> None:

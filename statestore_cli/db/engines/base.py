@@ -287,10 +287,11 @@ class EngineImpl:
         columns: Sequence[Any],
         size: int,
         after: Any,
+        take: Callable[[Sequence[Any]], object],
         *,
         skip_locked: bool,
         primary_walk: bool,
-    ) -> tuple[Sequence[Row[Any]], Any] | None:
+    ) -> tuple[int, Any] | None:
         """Delete the next ``size`` rows after ``after`` (walking ``order`` upwards; ``walked``: the rows as the
         walk reads them, ``where``: as the delete checks them again) in the caller's transaction, returning
         each row's ``order`` value and ``columns``; and the ``order`` value the next delete starts after (None:
@@ -302,15 +303,11 @@ class EngineImpl:
             return None
         start = [order > after] if after is not None else []
         if not skip_locked:
-            return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk)
+            return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk, take)
         ids = select(order).where(walked, *start).order_by(order).limit(size)
         statement = delete(table).where(self._taken(order, ids), where)
-        rows = self.returned_rows(conn, statement, [order, *columns])
-        return rows, (max(row[0] for row in rows) if len(rows) == size else None)
-
-    def returned_rows(self, conn: Connection, statement: Delete, returned: Sequence[Any]) -> Sequence[Any]:
-        """The ``returned`` columns of the rows ``statement`` deletes (``DELETE ... RETURNING``)."""
-        return conn.execute(statement.returning(*returned)).all()
+        count, last = _returned(conn, statement, [order, *columns], take)
+        return count, (last if count == size else None)
 
     def stream_deleted(
         self, conn: Connection, table: Table, where: ColumnElement[bool], returned: Sequence[Any], chunk: int
@@ -332,7 +329,8 @@ class EngineImpl:
         size: int,
         start: list[ColumnElement[bool]],
         primary_walk: bool,
-    ) -> tuple[Sequence[Row[Any]], Any]:
+        take: Callable[[Sequence[Any]], object],
+    ) -> tuple[int, Any]:
         """``delete_returning`` as a range: find the ``order`` value that ends the next ``size`` rows, then
         delete the rows up to it, one range scan of ``order``'s index (no list of ids to look up one by one)."""
         end = select(order).where(walked, *start).order_by(order).limit(1).offset(size - 1)
@@ -340,8 +338,8 @@ class EngineImpl:
             end = self.on_primary_key(end, table)
         upper = conn.execute(end).scalar()
         bounds = [*start, *([order <= upper] if upper is not None else [])]
-        rows = self.returned_rows(conn, delete(table).where(*bounds, where), [order, *columns])
-        return rows, upper
+        count, _ = _returned(conn, delete(table).where(*bounds, where), [order, *columns], take)
+        return count, upper
 
     def on_primary_key(self, query: Select[Any], table: Table) -> Select[Any]:
         """``query`` made to read ``table`` by its primary key, where the engine might choose another index."""
@@ -374,6 +372,20 @@ class EngineImpl:
                 return None
             deleted += count
         return deleted
+
+
+def _returned(
+    conn: Connection, statement: Delete, returned: Sequence[Any], take: Callable[[Sequence[Any]], object]
+) -> tuple[int, Any]:
+    """Run ``statement`` returning ``returned`` (the walked column first), handing ``take`` its rows a thousand
+    at a time (never a whole batch of them made Python objects at once); how many, and the highest first column."""
+    count, last = 0, None
+    for rows in conn.execute(statement.returning(*returned)).partitions(1000):
+        take(rows)
+        count += len(rows)
+        top = max(row[0] for row in rows)  # RETURNING gives the rows in no set order
+        last = top if last is None or top > last else last
+    return count, last
 
 
 def another_clean_running(where: str) -> str:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Integer, String, Table, bindparam, delete, func, null, select, text, type_coerce
-from sqlalchemy.engine import Connection, CursorResult, Row
+from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement, Select
 from sqlalchemy.sql.functions import FunctionElement
@@ -225,16 +225,17 @@ class MySQLImpl(EngineImpl):
         columns: Sequence[Any],
         size: int,
         after: Any,
+        take: Callable[[Sequence[Any]], object],
         *,
         skip_locked: bool,
         primary_walk: bool,
-    ) -> tuple[Sequence[Row[Any]], Any] | None:
+    ) -> tuple[int, Any] | None:
         # MariaDB's single-table DELETE ... RETURNING (MySQL has none), always a range, as the clean without a
         # backup walks: no LIMIT in an IN sub-select here, and no SKIP LOCKED before MariaDB 10.6.
         if not conn.dialect.delete_returning:
             return None
         start = [order > after] if after is not None else []
-        return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk)
+        return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk, take)
 
     def on_primary_key(self, query: Select[Any], table: Table) -> Select[Any]:
         # The optimizer's estimate for another index may be low where the primary key walk is what is cheap.
