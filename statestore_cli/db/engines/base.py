@@ -293,11 +293,12 @@ class EngineImpl:
         primary_walk: bool,
     ) -> tuple[int, Any] | None:
         """Delete the next ``size`` rows after ``after`` (walking ``order`` upwards; ``walked``: the rows as the
-        walk reads them, ``where``: as the delete checks them again) in the caller's transaction, returning
-        each row's ``order`` value and ``columns``; and the ``order`` value the next delete starts after (None:
-        the walk is done). None where the engine has no ``DELETE ... RETURNING``. ``skip_locked`` (a bounded
-        batch): the rows are taken as the clean without a backup takes them, those another transaction holds
-        skipped where the engine can; else (the chunks of a one-statement run) they are a range of ``order``.
+        walk reads them, ``where``: as the delete checks them again) in the caller's transaction, handing
+        ``take`` each row's ``order`` value and ``columns``, a thousand rows at a time; returns how many rows went
+        and the ``order`` value the next delete starts after (None: the walk is done). None where the engine has
+        no ``DELETE ... RETURNING``. ``skip_locked`` (a bounded batch): the rows are taken as the clean without a
+        backup takes them, those another transaction holds skipped where the engine can; else (the chunks of a
+        one-statement run) they are a range of ``order``.
         ``primary_walk``: ``order`` is the table's primary key."""
         if not conn.dialect.delete_returning:
             return None
