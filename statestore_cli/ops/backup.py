@@ -102,7 +102,7 @@ def _batch(
     if streamed is not None:
         with closing(streamed):  # a failure here ends the stream (and its hold on the connection) at once
             for rows in streamed:
-                backup.add_lines(lines.text(rows))
+                _write(rows, lines, backup)
                 deleted += len(rows)
         return Batch(deleted, None)
     while True:
@@ -134,7 +134,7 @@ def _chunk(
         lines.columns,
         size,
         after,
-        lambda rows: backup.add_lines(lines.text(rows)),
+        lambda rows: _write(rows, lines, backup),
         skip_locked=skip_locked,
         primary_walk=selection.primary_walk,
     )

@@ -265,6 +265,9 @@ class EngineImpl:
     # -- backed-up deletes (--backup) ----------------------------------------------------------------
     # Ids per DELETE ... IN (...) of a backed-up batch's rows: well within any engine's limit of parameters.
     ids_per_delete = 10_000
+    # Whether a bounded backed-up batch is a range of ``order`` too, not the ids a subquery takes (an engine
+    # that refuses a LIMIT in an IN sub-select).
+    backs_up_ranges = False
 
     def stored_moment(self, column: Any) -> Any:
         """A timestamp column as a backup reads it: Airflow's SQLite text form in UTC, ``YYYY-MM-DD
@@ -303,12 +306,18 @@ class EngineImpl:
         if not conn.dialect.delete_returning:
             return None
         start = [order > after] if after is not None else []
-        if not skip_locked:
-            return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk, take)
-        ids = select(order).where(walked, *start).order_by(order).limit(size)
-        statement = delete(table).where(self._taken(order, ids), where)
-        count, last = _returned(conn, statement, [order, *columns], take)
-        return count, (last if count == size else None)
+        returned = [order, *columns]
+        if skip_locked and not self.backs_up_ranges:
+            ids = select(order).where(walked, *start).order_by(order).limit(size)
+            count, last = _returned(conn, delete(table).where(self._taken(order, ids), where), returned, take)
+            return count, (last if count == size else None)
+        # A range: the ``order`` value that ends the next ``size`` rows, then the rows up to it, one range scan of
+        # ``order``'s index (no list of ids looked up one by one).
+        end = select(order).where(walked, *start).order_by(order).limit(1).offset(size - 1)
+        upper = conn.execute(self.on_primary_key(end, table) if primary_walk else end).scalar()
+        bounds = [*start, *([order <= upper] if upper is not None else [])]
+        count, _ = _returned(conn, delete(table).where(*bounds, where), returned, take)
+        return count, upper
 
     def stream_deleted(
         self, conn: Connection, table: Table, where: ColumnElement[bool], returned: Sequence[Any], chunk: int
@@ -318,29 +327,6 @@ class EngineImpl:
         held); the stream checks at its end that as many rows came as were deleted. None where the engine
         streams no delete: the caller deletes ranges of rows instead (``delete_returning``)."""
         return None
-
-    def _range_returning(
-        self,
-        conn: Connection,
-        table: Table,
-        order: Any,
-        where: ColumnElement[bool],
-        walked: ColumnElement[bool],
-        columns: Sequence[Any],
-        size: int,
-        start: list[ColumnElement[bool]],
-        primary_walk: bool,
-        take: Callable[[Sequence[Any]], object],
-    ) -> tuple[int, Any]:
-        """``delete_returning`` as a range: find the ``order`` value that ends the next ``size`` rows, then
-        delete the rows up to it, one range scan of ``order``'s index (no list of ids to look up one by one)."""
-        end = select(order).where(walked, *start).order_by(order).limit(1).offset(size - 1)
-        if primary_walk:
-            end = self.on_primary_key(end, table)
-        upper = conn.execute(end).scalar()
-        bounds = [*start, *([order <= upper] if upper is not None else [])]
-        count, _ = _returned(conn, delete(table).where(*bounds, where), [order, *columns], take)
-        return count, upper
 
     def on_primary_key(self, query: Select[Any], table: Table) -> Select[Any]:
         """``query`` made to read ``table`` by its primary key, where the engine might choose another index."""

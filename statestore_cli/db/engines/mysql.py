@@ -212,30 +212,12 @@ class MySQLImpl(EngineImpl):
         return lambda m: None if m is None else m.replace(tzinfo=None)  # naive UTC: sessions run at +00:00
 
     # -- backed-up deletes (--backup) ----------------------------------------------------------------
+    # MariaDB's single-table DELETE ... RETURNING (MySQL has none: delete_returning gives None there) walks ranges,
+    # as the clean without a backup does: no LIMIT in an IN sub-select, no SKIP LOCKED before MariaDB 10.6.
+    backs_up_ranges = True
+
     def stored_moment(self, column: Any) -> Any:
         return type_coerce(func.date_format(column, "%Y-%m-%d %H:%i:%s.%f"), String)  # naive UTC: sessions at +00:00
-
-    def delete_returning(
-        self,
-        conn: Connection,
-        table: Table,
-        order: Any,
-        where: ColumnElement[bool],
-        walked: ColumnElement[bool],
-        columns: Sequence[Any],
-        size: int,
-        after: Any,
-        take: Callable[[Sequence[Any]], object],
-        *,
-        skip_locked: bool,
-        primary_walk: bool,
-    ) -> tuple[int, Any] | None:
-        # MariaDB's single-table DELETE ... RETURNING (MySQL has none), always a range, as the clean without a
-        # backup walks: no LIMIT in an IN sub-select here, and no SKIP LOCKED before MariaDB 10.6.
-        if not conn.dialect.delete_returning:
-            return None
-        start = [order > after] if after is not None else []
-        return self._range_returning(conn, table, order, where, walked, columns, size, start, primary_walk, take)
 
     def on_primary_key(self, query: Select[Any], table: Table) -> Select[Any]:
         # The optimizer's estimate for another index may be low where the primary key walk is what is cheap.
