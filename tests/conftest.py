@@ -57,6 +57,13 @@ _RAM = Path("/dev/shm")
 if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os.X_OK):
     os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_RAM)
 
+# Hypothesis's caches (the Unicode character map its text strategies build, the constants it reads from the
+# modules it finds) in a folder kept between runs, beside the Airflow venv's (``airflow_venv``), not in the
+# checkout's .hypothesis: CI tests a fresh clone, where each worker that ran a property test built them again
+# (seconds of CPU each). No example is ever stored: the property tests run without a database, derandomised.
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(Path.home() / ".cache" / "statestore-tests" / "hypothesis")
+
 # The tests that interrupt a command (Ctrl-C, SIGINT, SIGQUIT) need it to start with the default handling of
 # those signals. A shell without job control starts a background job (`.ci/run &` in a script) with both
 # ignored, and an ignored signal stays ignored across exec: every process the tests started would go on.
