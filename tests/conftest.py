@@ -29,6 +29,7 @@ subset (``-m 'not slow'``) leaves it out.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import shutil
 import signal
@@ -106,6 +107,8 @@ def _rewrite_test_modules(config: pytest.Config) -> None:
     named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
     only_files = named and all(path.is_file() and path.parent == tests for path in named)
     modules = named if only_files else sorted(tests.glob("test_*.py"))
+    if _bytecode_written(modules):
+        return  # a run before wrote it all, and nothing changed since: the imports here would only cost time
     was, sys.dont_write_bytecode = sys.dont_write_bytecode, False
     try:
         for module in modules:
@@ -117,6 +120,21 @@ def _rewrite_test_modules(config: pytest.Config) -> None:
                 pass
     finally:
         sys.dont_write_bytecode = was
+
+
+def _bytecode_written(modules: list[Path]) -> bool:
+    """Whether ``_rewrite_test_modules`` wrote the bytecode of ``modules`` before (as pytest rewrites them), each
+    file newer than its source, and no helper module's bytecode it wrote then is older than its source now."""
+    rewritten = f".{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+    sources = [(path, path.parent / "__pycache__" / (path.stem + rewritten)) for path in modules]
+    for path in Path(__file__).resolve().parent.glob("*.py"):
+        cached = Path(importlib.util.cache_from_source(str(path)))
+        if not path.name.startswith("test_") and cached.exists():
+            sources.append((path, cached))
+    try:
+        return all(cached.stat().st_mtime >= path.stat().st_mtime for path, cached in sources)
+    except OSError:  # one is missing
+        return False
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
