@@ -29,6 +29,7 @@ subset (``-m 'not slow'``) leaves it out.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import shutil
 import signal
@@ -56,6 +57,13 @@ from statestore_cli.ops.commands import db_init
 _RAM = Path("/dev/shm")
 if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os.X_OK):
     os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_RAM)
+
+# Hypothesis's caches (the Unicode character map its text strategies build, the constants it reads from the
+# modules it finds) in a folder kept between runs, beside the Airflow venv's (``airflow_venv``), not in the
+# checkout's .hypothesis: CI tests a fresh clone, where each worker that ran a property test built them again
+# (seconds of CPU each). No example is ever stored: the property tests run without a database, derandomised.
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(Path.home() / ".cache" / "statestore-tests" / "hypothesis")
 
 # The tests that interrupt a command (Ctrl-C, SIGINT, SIGQUIT) need it to start with the default handling of
 # those signals. A shell without job control starts a background job (`.ci/run &` in a script) with both
@@ -99,6 +107,8 @@ def _rewrite_test_modules(config: pytest.Config) -> None:
     named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
     only_files = named and all(path.is_file() and path.parent == tests for path in named)
     modules = named if only_files else sorted(tests.glob("test_*.py"))
+    if _bytecode_written(modules):
+        return  # a run before wrote it all, and nothing changed since: the imports here would only cost time
     was, sys.dont_write_bytecode = sys.dont_write_bytecode, False
     try:
         for module in modules:
@@ -110,6 +120,21 @@ def _rewrite_test_modules(config: pytest.Config) -> None:
                 pass
     finally:
         sys.dont_write_bytecode = was
+
+
+def _bytecode_written(modules: list[Path]) -> bool:
+    """Whether ``_rewrite_test_modules`` wrote the bytecode of ``modules`` before (as pytest rewrites them), each
+    file newer than its source, and no helper module's bytecode it wrote then is older than its source now."""
+    rewritten = f".{sys.implementation.cache_tag}-pytest-{pytest.__version__}.pyc"
+    sources = [(path, path.parent / "__pycache__" / (path.stem + rewritten)) for path in modules]
+    for path in Path(__file__).resolve().parent.glob("*.py"):
+        cached = Path(importlib.util.cache_from_source(str(path)))
+        if not path.name.startswith("test_") and cached.exists():
+            sources.append((path, cached))
+    try:
+        return all(cached.stat().st_mtime >= path.stat().st_mtime for path, cached in sources)
+    except OSError:  # one is missing
+        return False
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -262,6 +262,17 @@ def sql(url: str, statement: str, **params: object) -> list[tuple]:
         engine.dispose()
 
 
+def sql_each(url: str, statement: str, rows: list[dict[str, object]]) -> None:
+    """Run one SQL statement (written as ``sql`` takes it) once for each of ``rows`` (its parameters), all in
+    one transaction on one connection: a seeding loop's rows, without a server session started for each."""
+    engine = engine_of(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(quote_key(statement, engine.dialect.name)), rows)
+    finally:
+        engine.dispose()
+
+
 def as_utc(value: object) -> datetime | None:
     """A timestamp column as any engine returns it (SQLite text, naive or aware datetime) in UTC."""
     if value is None:

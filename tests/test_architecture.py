@@ -24,6 +24,10 @@ PACKAGE = "statestore_cli"
 CLI = f"{PACKAGE}.cli"
 UI_LIBRARIES = ("typer", "rich", "click")
 
+# One worker runs the module (``xdist_group``): its tests share the package read once (``modules``, a second of
+# CPU), which every worker that was handed one of them read again.
+pytestmark = pytest.mark.xdist_group("architecture")
+
 
 def module_name(path: Path, root: Path = ROOT, package: str = PACKAGE) -> str:
     parts = [package, *path.relative_to(root).with_suffix("").parts]

@@ -22,7 +22,7 @@ from airflow_schema import BETWEEN, HEAD_34, HEAD_332, airflow_database
 from cli_running import run_cli
 from metrics_files import read_samples
 from servers import ENGINES
-from stores import as_utc, sql
+from stores import as_utc, sql, sql_each
 
 DAG = "billing_reconciliation_daily"
 RUN = "scheduled__2026-11-30T00:00:00+00:00"
@@ -76,18 +76,16 @@ class Db:
         run_pk = int(self.sql("SELECT id FROM dag_run WHERE dag_id = :d AND run_id = :r", d=DAG, r=RUN)[0][0])
         instances = [(_task(s), -1, s) for s in (*UNFINISHED, *FINISHED)] + [("mapped", 2, "running")]
         region = (", region_id", ", :region") if self.regions else ("", "")
-        for task_id, map_index, state in instances:
-            self.sql(
-                f"INSERT INTO task_instance (id, task_id, dag_id, run_id, {self.index}, state, try_number, pool, "
-                f"pool_slots{region[0]}) VALUES (:id, :t, :d, :r, :mi, :s, 1, 'default_pool', 1{region[1]})",
-                id=str(uuid.uuid4()),
-                t=task_id,
-                d=DAG,
-                r=RUN,
-                mi=map_index,
-                s=state,
-                region=self.region(NIL),
-            )
+        sql_each(
+            self.url,
+            f"INSERT INTO task_instance (id, task_id, dag_id, run_id, {self.index}, state, try_number, pool, "
+            f"pool_slots{region[0]}) VALUES (:id, :t, :d, :r, :mi, :s, 1, 'default_pool', 1{region[1]})",
+            [
+                {"id": str(uuid.uuid4()), "t": task_id, "d": DAG, "r": RUN, "mi": map_index, "s": state}
+                | ({"region": self.region(NIL)} if self.regions else {})
+                for task_id, map_index, state in instances
+            ],
+        )
         return run_pk
 
     def seed_keys(self, run_pk: int) -> None:
@@ -102,21 +100,26 @@ class Db:
             rows.append((_task("running"), -1, REGION, "job_id", PAST))
         quote = "`key`" if self.engine == "mariadb" else '"key"'
         region = (", region_id", ", :region") if self.regions else ("", "")
-        for task_id, map_index, where, key, expires in rows:
-            self.sql(
-                f"INSERT INTO task_state_store (dag_run_id, task_id, {self.index}{region[0]}, {quote}, dag_id, "
-                f"run_id, value, updated_at, expires_at) VALUES (:pk, :t, :mi{region[1]}, :k, :d, :r, :v, :u, :e)",
-                pk=run_pk,
-                t=task_id,
-                mi=map_index,
-                region=self.region(where),
-                k=key,
-                d=DAG,
-                r=RUN,
-                v=json.dumps({"job": f"{task_id}-{map_index}-{where.hex[:4]}"}),
-                u=self.moment(datetime(2026, 11, 30, 6, tzinfo=UTC)),
-                e=self.moment(expires),
-            )
+        sql_each(
+            self.url,
+            f"INSERT INTO task_state_store (dag_run_id, task_id, {self.index}{region[0]}, {quote}, dag_id, "
+            f"run_id, value, updated_at, expires_at) VALUES (:pk, :t, :mi{region[1]}, :k, :d, :r, :v, :u, :e)",
+            [
+                {
+                    "pk": run_pk,
+                    "t": task_id,
+                    "mi": map_index,
+                    "k": key,
+                    "d": DAG,
+                    "r": RUN,
+                    "v": json.dumps({"job": f"{task_id}-{map_index}-{where.hex[:4]}"}),
+                    "u": self.moment(datetime(2026, 11, 30, 6, tzinfo=UTC)),
+                    "e": self.moment(expires),
+                }
+                | ({"region": self.region(where)} if self.regions else {})
+                for task_id, map_index, where, key, expires in rows
+            ],
+        )
 
     def expired_left(self) -> set[tuple[str, int]]:
         now = self.moment(datetime.now(UTC))

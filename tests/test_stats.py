@@ -6,7 +6,7 @@ import json
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
-from stores import sql
+from stores import sql, sql_each
 
 from statestore_cli import AssetScope, MetastoreBackend, TaskScope
 from statestore_cli.db.database import make_engine
@@ -184,11 +184,12 @@ def test_a_pass_split_over_connections_adds_up_to_the_single_pass(db_url):
         expires = EDGES[i % len(EDGES)][1]
         rows.append((f"dag_{i % 7}", f"run_{i % 3}", f"k{i}", expires, '"' + "v" * (i % 11) + '"'))
     _put(db_url, rows)
-    for i in range(60):
-        moment = datetime(2026, 1, 1, tzinfo=UTC) + i * 3 * DAY + i * US
-        sql(
-            db_url, "UPDATE task_state_store SET updated_at = :m WHERE {key} = :k", m=_stored(db_url, moment), k=f"k{i}"
-        )
+    moments = [datetime(2026, 1, 1, tzinfo=UTC) + i * 3 * DAY + i * US for i in range(60)]
+    sql_each(
+        db_url,
+        "UPDATE task_state_store SET updated_at = :m WHERE {key} = :k",
+        [{"m": _stored(db_url, moment), "k": f"k{i}"} for i, moment in enumerate(moments)],
+    )
     single, single_passes = _passes(db_url, parallel_min_rows=10**9)
     split, split_passes = _passes(db_url, parallel_min_rows=1, workers=3)
     assert single_passes == 1

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from functools import cache
 from itertools import pairwise
 from typing import Any
 
@@ -34,7 +35,6 @@ from sqlalchemy import (
     Table,
     and_,
     exists,
-    inspect,
     literal_column,
     or_,
     select,
@@ -272,6 +272,16 @@ def _build(
     problems: tuple[tuple[str, str], ...] = (),
     found: dict[str, Any] | None = None,
 ) -> Layout:
+    tables = _tables(index_column, region_form, dag_run_store, task_instance)
+    return Layout(name, revision, *tables, problems=problems, found=found or {})
+
+
+@cache
+def _tables(
+    index_column: str, region_form: str | None, dag_run_store: bool, task_instance: tuple[str, bool] | None
+) -> tuple[Table, Table, Table, Table, Table, Table | None, Table | None]:
+    """A layout's tables, in ``Layout``'s order: made once per process for each shape of the tables (they are
+    never changed, as ``AIRFLOW_33``'s are shared by every standalone store), not again for each engine."""
     target = MetaData()
     parents = [t.to_metadata(target) for t in (schema.dag_run, schema.asset, schema.asset_active)]
     region = RegionId(region_form) if region_form else None
@@ -280,19 +290,7 @@ def _build(
     runs = schema.dag_run_state_table(target) if dag_run_store else None
     dag_run, asset_parent, asset_active = parents
     ti = None if task_instance is None else _task_instance_table(target, *task_instance, region)
-    return Layout(
-        name,
-        revision,
-        task,
-        asset,
-        dag_run,
-        asset_parent,
-        asset_active,
-        runs,
-        ti,
-        problems=problems,
-        found=found or {},
-    )
+    return task, asset, dag_run, asset_parent, asset_active, runs, ti
 
 
 def _task_instance_table(target: MetaData, index_column: str, region: bool, region_type: Any) -> Table:
@@ -350,18 +348,26 @@ def read_layout(conn: Connection) -> Layout:
         task_instance = _task_instance_columns(conn)
         if task_instance is None:
             return layout
-        return replace(layout, task_instance=_task_instance_table(MetaData(), *task_instance, None))
+        return replace(layout, task_instance=_task_instance_tables(*task_instance))
     return _read_tables(conn, str(revision))
+
+
+@cache
+def _task_instance_tables(index_column: str, region: bool) -> Table:
+    """The ``task_instance`` beside the 3.3 layout's tables, made once per process for each shape."""
+    return _task_instance_table(MetaData(), index_column, region, None)
 
 
 def _task_instance_columns(conn: Connection) -> tuple[str, bool] | None:
     """How Airflow's ``task_instance`` names its map index, and whether it has ``region_id``; None where the
     database has no such table, or one without the columns that pair it with a task key."""
-    inspector = inspect(conn)
-    where = store_schema(conn)
-    if not inspector.has_table("task_instance", schema=where):
+    return _pairing(impl_of(conn).table_columns(conn, store_schema(conn), "task_instance"))
+
+
+def _pairing(columns: frozenset[str] | None) -> tuple[str, bool] | None:
+    """``_task_instance_columns`` of the columns ``task_instance`` has (None: no such table)."""
+    if columns is None:
         return None
-    columns = {c["name"] for c in inspector.get_columns("task_instance", schema=where)}
     index_column = next((n for n in schema.MAP_INDEX_COLUMNS if n in columns), None)
     if index_column is None or not {"dag_id", "run_id", "task_id", "state"} <= columns:
         return None
@@ -381,25 +387,19 @@ def _with_revision(layout: Layout, revision: str) -> Layout:
 
 
 def _read_tables(conn: Connection, revision: str) -> Layout:
-    inspector = inspect(conn)
-    where = store_schema(conn)
-    tables = set(inspector.get_table_names(schema=where))
+    read = impl_of(conn).store_tables(conn, store_schema(conn))
+    tables, columns, uniques = read.tables, read.task_columns, list(read.unique_keys)
     if "task_state_store" not in tables:
         return _with_revision(AIRFLOW_33, revision)  # nothing to read: the missing tables are reported as today
-    columns = {c["name"]: c for c in inspector.get_columns("task_state_store", schema=where)}
-    constraints = inspector.get_unique_constraints("task_state_store", schema=where)
-    uniques = [tuple(map(str, u["column_names"])) for u in constraints]
-    indexes = inspector.get_indexes("task_state_store", schema=where)
-    uniques += [tuple(map(str, i["column_names"])) for i in indexes if i.get("unique")]
     found: dict[str, Any] = {"columns": sorted(columns), "unique_keys": sorted(set(uniques))}
     problems: list[tuple[str, str]] = []
     found_index = next((n for n in schema.MAP_INDEX_COLUMNS if n in columns), None)
     if found_index is None:
         problems.append(("read", "task_state_store has neither map_index nor region_index"))
     index_column = found_index or "map_index"
-    region_form = _region_form(columns["region_id"]["type"]) if "region_id" in columns else None
+    region_form = _region_form(read.region_type) if "region_id" in columns else None
     if "region_id" in columns and region_form is None:
-        stored_as = columns["region_id"]["type"]
+        stored_as = read.region_type
         problems.append(("read", f"task_state_store.region_id is stored as {stored_as}, a form not known"))
         region_form = "text"
     wanted = ("dag_run_id", "task_id", *(("region_id",) if region_form else ()), index_column, "key")
@@ -414,7 +414,7 @@ def _read_tables(conn: Connection, revision: str) -> Layout:
     if missing:
         problems.append(("read", f"task_state_store lacks the column(s) {', '.join(missing)}"))
     runs = "dag_run_state_store" in tables
-    task_instance = _task_instance_columns(conn) if "task_instance" in tables else None
+    task_instance = _pairing(read.task_instance)
     if task_instance is not None and region_form is None:
         task_instance = (task_instance[0], False)  # a region joins the pair only where both tables have one
     if index_column == "region_index":

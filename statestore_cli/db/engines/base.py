@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Integer, String, Table, bindparam, case, delete, func, select, type_coerce
+from sqlalchemy import Integer, String, Table, bindparam, case, delete, func, inspect, select, type_coerce
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row
 from sqlalchemy.engine.url import URL
 from sqlalchemy.sql import ColumnElement, Delete, FromClause, Select
@@ -18,6 +19,29 @@ from sqlalchemy.sql import ColumnElement, Delete, FromClause, Select
 from statestore_cli.errors import PARAMETER
 
 Narrow = Callable[[Select[Any]], Select[Any]]  # a query with the caller's WHERE added
+
+# The tables whose columns ``store_tables`` reads: the task table, and Airflow's table its keys pair with; and
+# every table whose presence it tells.
+TASK_TABLE, TASK_INSTANCE = "task_state_store", "task_instance"
+LAYOUT_TABLES = (TASK_TABLE, "dag_run_state_store", TASK_INSTANCE)
+
+
+@dataclass(frozen=True)
+class StoreTables:
+    """What ``db.layout`` reads of a database's tables to tell its layout, and nothing more.
+
+    ``tables``: which of ``LAYOUT_TABLES`` the schema has (as tables, not views); ``task_columns``: those of
+    ``task_state_store`` (empty where ``tables`` lacks it: then nothing else is read); ``unique_keys``: the
+    columns of its unique constraints and unique indexes, each in the key's order (a key may be given twice:
+    once as a constraint, once as the index behind it; an expression is "None"); ``region_type``: its
+    ``region_id`` column's type as SQLAlchemy reflects it (None where there is no such column);
+    ``task_instance``: the columns of ``task_instance`` (None where ``tables`` lacks it)."""
+
+    tables: frozenset[str]
+    task_columns: frozenset[str] = frozenset()
+    unique_keys: tuple[tuple[str, ...], ...] = ()
+    region_type: Any = None
+    task_instance: frozenset[str] | None = None
 
 
 class EngineImpl:
@@ -45,6 +69,31 @@ class EngineImpl:
     def read_one_snapshot(self, conn: Connection) -> Connection:
         """``conn`` set to read every statement of its transaction from one snapshot of the database."""
         return conn.execution_options(isolation_level="REPEATABLE READ")
+
+    def store_tables(self, conn: Connection, schema: str | None) -> StoreTables:
+        """What the layout needs of the tables in ``schema`` (None: the connection's default), here through
+        SQLAlchemy's reflection; an engine whose catalog answers it in fewer, lighter queries overrides it."""
+        inspector = inspect(conn)
+        tables = frozenset(inspector.get_table_names(schema=schema)).intersection(LAYOUT_TABLES)
+        if TASK_TABLE not in tables:
+            return StoreTables(tables)
+        columns = {c["name"]: c["type"] for c in inspector.get_columns(TASK_TABLE, schema=schema)}
+        keys: list[list[Any]] = [u["column_names"] for u in inspector.get_unique_constraints(TASK_TABLE, schema=schema)]
+        keys += [i["column_names"] for i in inspector.get_indexes(TASK_TABLE, schema=schema) if i.get("unique")]
+        return StoreTables(
+            tables,
+            frozenset(columns),
+            tuple(tuple(map(str, key)) for key in keys),
+            columns.get("region_id"),
+            self.table_columns(conn, schema, TASK_INSTANCE) if TASK_INSTANCE in tables else None,
+        )
+
+    def table_columns(self, conn: Connection, schema: str | None, table: str) -> frozenset[str] | None:
+        """The column names of ``table`` (a table or a view) in ``schema``; None where there is none."""
+        inspector = inspect(conn)
+        if not inspector.has_table(table, schema=schema):
+            return None
+        return frozenset(c["name"] for c in inspector.get_columns(table, schema=schema))
 
     # -- values and text -----------------------------------------------------------------------------
     def value_bytes(self, column: Any) -> Any:

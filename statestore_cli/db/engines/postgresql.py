@@ -21,8 +21,10 @@ from sqlalchemy import (
     cast,
     delete,
     func,
+    inspect,
     literal_column,
     select,
+    text,
     type_coerce,
 )
 from sqlalchemy import exc as sa_exc
@@ -31,7 +33,15 @@ from sqlalchemy.sql import ColumnElement, Delete, Select
 from sqlalchemy.types import Uuid
 
 from statestore_cli.db.database import describe_engine, set_per_transaction
-from statestore_cli.db.engines.base import EngineImpl, Narrow, another_clean_running
+from statestore_cli.db.engines.base import (
+    LAYOUT_TABLES,
+    TASK_INSTANCE,
+    TASK_TABLE,
+    EngineImpl,
+    Narrow,
+    StoreTables,
+    another_clean_running,
+)
 from statestore_cli.db.schema import store_schema
 from statestore_cli.errors import BackendError, CleanRunningError
 
@@ -106,6 +116,33 @@ class PostgreSQLImpl(EngineImpl):
 
     def exclusive_clean(self, conn: Connection) -> AbstractContextManager[None]:
         return _transaction_lock(conn.engine, _lock_key(store_schema(conn)))
+
+    # -- the layout ------------------------------------------------------------------------------------
+    def store_tables(self, conn: Connection, schema: str | None) -> StoreTables:
+        # Two catalog queries, where reflection asks a dozen and loads every enum and domain of the database
+        # first: the relations of the schema the layout names (with their columns), then the task table's
+        # unique indexes (every unique constraint has one).
+        relations = _relations(conn, schema, *LAYOUT_TABLES)
+        tables = frozenset(name for name, (is_table, _, _) in relations.items() if is_table)
+        if TASK_TABLE not in tables:
+            return StoreTables(tables)
+        _, oid, columns = relations[TASK_TABLE]
+        keys = conn.execute(_UNIQUE_KEYS, {"oid": oid}).scalars()
+        region = _reflected_type(columns["region_id"]) if "region_id" in columns else None
+        if region is None and "region_id" in columns:  # a type named otherwise: as reflection reads it
+            region = {c["name"]: c["type"] for c in inspect(conn).get_columns(TASK_TABLE, schema=schema)}["region_id"]
+        ti = relations.get(TASK_INSTANCE)
+        return StoreTables(
+            tables,
+            frozenset(columns),
+            tuple(tuple(map(str, key)) for key in keys),
+            region,
+            frozenset(ti[2]) if ti is not None and TASK_INSTANCE in tables else None,
+        )
+
+    def table_columns(self, conn: Connection, schema: str | None, table: str) -> frozenset[str] | None:
+        found = _relations(conn, schema, table).get(table)
+        return None if found is None else frozenset(found[2])
 
     # -- backed-up deletes (--backup) ----------------------------------------------------------------
     def stored_moment(self, column: Any) -> Any:
@@ -253,3 +290,58 @@ def _streamed(
         raise BackendError(
             f"the delete removed {deleted:,} rows and sent {count:,}: the batch was rolled back, run the command again"
         )
+
+
+# The relations of the schema named so, as SQLAlchemy's reflection sees them (tables, foreign tables, views
+# and materialized views; with no schema named, those the search path shows), each with whether reflection
+# counts it a table, its oid, and its columns (each with its type as format_type gives it).
+_RELATIONS = """
+SELECT c.relname, c.relkind IN ('r', 'p') AND c.relpersistence <> 't', c.oid::bigint, a.attname,
+       pg_catalog.format_type(a.atttypid, a.atttypmod)
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relname = ANY(:named) AND c.relkind IN ('r', 'p', 'f', 'v', 'm') AND {where}
+ORDER BY c.relname, a.attnum
+"""
+_IN_PATH = "pg_catalog.pg_table_is_visible(c.oid) AND n.nspname <> 'pg_catalog'"
+_RELATIONS_IN_PATH = text(_RELATIONS.format(where=_IN_PATH))
+_RELATIONS_IN_SCHEMA = text(_RELATIONS.format(where="n.nspname = :schema"))
+
+# The key columns of each unique index of a table but its primary key's, in the index's order (an expression
+# as NULL, as reflection gives it; INCLUDE columns left out).
+_UNIQUE_KEYS = text("""
+SELECT array_agg(a.attname ORDER BY k.ord)
+FROM pg_catalog.pg_index i
+CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = :oid AND i.indisunique AND NOT i.indisprimary AND k.ord <= i.indnkeyatts
+GROUP BY i.indexrelid
+ORDER BY i.indexrelid
+""")
+
+
+def _relations(conn: Connection, schema: str | None, *named: str) -> dict[str, tuple[bool, int, dict[str, str]]]:
+    """``_RELATIONS`` by name, of those ``named``: whether a table, its oid, and its columns (name -> type)."""
+    query, params = (_RELATIONS_IN_PATH, {}) if schema is None else (_RELATIONS_IN_SCHEMA, {"schema": schema})
+    found: dict[str, tuple[bool, int, dict[str, str]]] = {}
+    for name, is_table, oid, column, column_type in conn.execute(query, {"named": list(named), **params}):
+        entry = found.setdefault(name, (bool(is_table), int(oid), {}))
+        if column is not None:
+            entry[2][column] = column_type
+    return found
+
+
+def _reflected_type(formatted: str) -> Any:
+    """The type SQLAlchemy's reflection makes of a column that ``format_type`` names so, for the forms a
+    ``region_id`` is known to take; None for any other (the caller then reflects it)."""
+    from sqlalchemy.dialects.postgresql import BYTEA, CHAR, UUID, VARCHAR
+
+    if formatted == "uuid":
+        return UUID()
+    if formatted == "bytea":
+        return BYTEA()
+    for prefix, kind in (("character(", CHAR), ("character varying(", VARCHAR)):
+        if formatted.startswith(prefix) and formatted.endswith(")") and formatted[len(prefix) : -1].isdigit():
+            return kind(int(formatted[len(prefix) : -1]))
+    return None
