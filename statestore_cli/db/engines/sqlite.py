@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +108,6 @@ class SQLiteImpl(EngineImpl):
 
     def exclusive_clean(self, conn: Connection) -> AbstractContextManager[None]:
         return _file_lock(conn.engine.url.database)
-
-    # -- bulk writes (import) ----------------------------------------------------------------------------
-    param_mark = "?"  # the sqlite3 module's qmark style
-
-    def instant_binder(self) -> Callable[[datetime | None], Any]:
-        # Text ``YYYY-MM-DD HH:MM:SS.ffffff``: what Airflow writes, and compares as text.
-        return lambda m: None if m is None else m.replace(tzinfo=None).isoformat(" ", "microseconds")
 
     # -- backed-up deletes (--backup) ----------------------------------------------------------------
     ids_per_delete = 500  # builds before 3.32 take at most 999 parameters a statement
