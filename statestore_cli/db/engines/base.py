@@ -87,9 +87,9 @@ class EngineImpl:
         updates the ``update`` columns of the row it clashes with on ``conflict``. Built once per caller: its
         compiled form is cached on it, and its column types bind the values (aware datetimes, UUIDs).
 
-        How many rows a run of it reports written (its ``rowcount``) is ``upsert_rowcounts``. The rows of one execution must
-        not clash with each other: a multi-row form (PostgreSQL's, were it used) refuses to update one row
-        twice."""
+        How many rows a run of it reports written (its ``rowcount``) is ``upsert_rowcounts``. The rows of one
+        execution must not clash with each other: a multi-row form (PostgreSQL's insertmanyvalues, were it used)
+        refuses to update one row twice."""
         ins = self.insert(table)
         upsert = ins.on_conflict_do_update(
             index_elements=[table.c[k] for k in conflict], set_={c: ins.excluded[c] for c in update}
@@ -112,6 +112,11 @@ class EngineImpl:
         """Insert ``values``, or update the ``update`` columns of the row that clashes on ``conflict``
         (``upsert_of`` run for one row)."""
         return conn.execute(self.upsert_of(table, conflict, update), dict(values))
+
+    def instant_processor(self) -> Callable[[datetime | None], Any] | None:
+        """A UTC instant (an aware datetime) as the driver takes it for a timestamp column, in one step, where
+        that is cheaper than the column type's own steps (``schema.UtcTimestamp`` binds with it); None: its own."""
+        return None
 
     def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
         """The least and most rows a run of ``upsert_of`` with ``rows`` rows may report written: one for each."""
