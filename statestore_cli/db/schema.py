@@ -107,6 +107,11 @@ class UtcTimestamp(TypeDecorator[datetime]):
             return dialect.type_descriptor(mysql.TIMESTAMP(fsp=6))  # naive UTC: sessions run at +00:00
         return self.impl_instance
 
+    def bind_processor(self, dialect: Dialect) -> Any:
+        from statestore_cli.db.engines import impl_of
+
+        return impl_of(dialect.name).instant_processor() or super().bind_processor(dialect)
+
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None

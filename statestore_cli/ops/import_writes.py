@@ -1,6 +1,6 @@
 """How an import looks up and writes its batches: the existence queries (a thousand keys each), the dag
-runs and assets it finds or creates, and the upserts of many rows written out for ``executemany`` (each
-engine's form from its ``EngineImpl``)."""
+runs and assets it finds or creates, and the upserts of many rows (each engine's ``EngineImpl.upsert_of``, run
+with a list of rows for ``executemany``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from statestore_cli.db.engines.base import EngineImpl
 from statestore_cli.db.layout import Layout
 from statestore_cli.db.mysql_text import index_equal
 from statestore_cli.db.schema import ASSET_WRITER_COLUMNS, asset, asset_active, asset_state_store, dag_run
-from statestore_cli.ops.records import BadRecord
+from statestore_cli.ops.records import AssetRow, BadRecord
 
 asset_kv = asset_state_store
 LOOKUP = 1000  # keys per existence query of an import (SQLite allows 32,766 parameters in one statement)
@@ -91,20 +91,24 @@ def stored_identities(conn: Connection, query: Any, identities: list[tuple[Any, 
     return found
 
 
-def task_upsert(impl: EngineImpl, layout: Layout, table: str) -> str:
-    """The task rows' upsert into ``table`` (its name, qualified as it must be), with the layout's names,
-    conflicting on its whole unique key (the region included where it has one)."""
-    task = layout.task
-    keys = (*layout.task_identity[:-2], "map_index", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
-    columns = tuple(task.c[k].name for k in keys)
-    conflict = tuple(task.c[k].name for k in layout.task_identity)
-    return impl.upsert_statement(table, columns, conflict, ("value", "updated_at", "expires_at"))
+def task_upsert(impl: EngineImpl, layout: Layout) -> Any:
+    """The task rows' upsert, with the layout's table and column keys, conflicting on its whole unique key
+    (the region included where it has one)."""
+    return impl.upsert_of(layout.task, layout.task_identity, ("value", "updated_at", "expires_at"))
 
 
-# The asset rows' upsert: each parameter row is these columns' values (``updated_by`` in the order of
-# ``ASSET_WRITER_FIELDS``, as records.AssetRow holds it).
-_ASSET_COLUMNS = ("asset_id", "key", "value", "updated_at", *ASSET_WRITER_COLUMNS)
+def asset_upsert(impl: EngineImpl) -> Any:
+    """The asset rows' upsert: each row ``asset_row`` makes."""
+    return impl.upsert_of(asset_kv, ("asset_id", "key"), ("value", "updated_at", *ASSET_WRITER_COLUMNS))
 
 
-def asset_upsert(impl: EngineImpl, table: str) -> str:
-    return impl.upsert_statement(table, _ASSET_COLUMNS, ("asset_id", "key"), _ASSET_COLUMNS[2:])
+def asset_row(asset_id: int | None, row: AssetRow) -> dict[str, Any]:
+    """An asset key's row to write (``updated_by`` in the order of ``ASSET_WRITER_FIELDS``, as ``AssetRow``
+    holds it)."""
+    return {
+        "asset_id": asset_id,
+        "key": row.key,
+        "value": row.value,
+        "updated_at": row.updated_at,
+        **dict(zip(ASSET_WRITER_COLUMNS, row.updated_by, strict=True)),
+    }

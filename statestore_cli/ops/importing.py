@@ -21,7 +21,7 @@ from statestore_cli.backends.store import Store
 from statestore_cli.db.database import retry_deadlocks, translate_errors
 from statestore_cli.db.engines import impl_of
 from statestore_cli.db.layout import Layout, layout_of
-from statestore_cli.db.schema import asset, asset_active, dag_run, qualified
+from statestore_cli.db.schema import asset, asset_active, dag_run
 from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION
 from statestore_cli.ops.import_twins import (
@@ -36,7 +36,7 @@ from statestore_cli.ops.import_twins import (
 )
 from statestore_cli.ops.import_writes import (
     ASSETS_PRESENT,
-    asset_kv,
+    asset_row,
     asset_upsert,
     check_no_clash,
     find_assets,
@@ -127,8 +127,10 @@ class _Importer:
         self.new_names: dict[str, tuple[str, int]] = {}
         self.new_uris: dict[str, tuple[str, int]] = {}
         self.dry_conn: Connection | None = None
-        self.task_statements: tuple[Any, str] | None = None  # (existence query, upsert), for the layout
-        self.dag_run_statements: tuple[Any, str] | None = None
+        self.task_statements: tuple[Any, Any] | None = None  # (existence query, upsert), for the layout
+        self.dag_run_statements: tuple[Any, Any] | None = None
+        self.asset_statement: Any = None  # the asset keys' upsert
+        self.creates: dict[str, Any] = {}  # table name -> its insert-if-missing (dag runs, assets)
         self.layout: Layout | None = None
         self.on_progress: Callable[[int], None] | None = None
 
@@ -264,27 +266,25 @@ class _Importer:
             refuse_stored_twins(stored, wanted, names, describe_task_key)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
-            moment = self.impl.instant_binder()
-            region = self._region_binder(conn)
             params = [
-                (
-                    k[0],
-                    r.task_id,
-                    *region(r.region_id),
-                    r.map_index,
-                    r.key,
-                    r.dag_id,
-                    r.run_id,
-                    r.value,
-                    moment(r.updated_at),
-                    moment(r.expires_at),
-                )
+                {
+                    "dag_run_id": k[0],
+                    "task_id": r.task_id,
+                    **({"region_id": r.region_id} if regions else {}),
+                    "map_index": r.map_index,
+                    "key": r.key,
+                    "dag_id": r.dag_id,
+                    "run_id": r.run_id,
+                    "value": r.value,
+                    "updated_at": r.updated_at,
+                    "expires_at": r.expires_at,
+                }
                 for k, r in zip(known, rows, strict=True)
             ]
             self._write(conn, upsert, params, rows)
         return StoreCounts(len(rows) - updated, updated)
 
-    def _task_statements(self, conn: Connection) -> tuple[Any, str]:
+    def _task_statements(self, conn: Connection) -> tuple[Any, Any]:
         """The existence query and the upsert of task rows, built once for the database's layout: both on
         its whole unique key, the region included where it has regions."""
         if self.task_statements is None:
@@ -292,18 +292,8 @@ class _Importer:
             task = layout.task
             identity = tuple(task.c[k] for k in layout.task_identity)
             present = select(*identity).where(*(in_list(c, f"v{i}") for i, c in enumerate(identity)))
-            self.task_statements = (present, task_upsert(self.impl, layout, qualified(conn, task.name)))
+            self.task_statements = (present, task_upsert(self.impl, layout))
         return self.task_statements
-
-    def _region_binder(self, conn: Connection) -> Callable[[Any], tuple[Any, ...]]:
-        """A row's region as the driver takes it (nothing where the table has no region)."""
-        layout = layout_of(conn)
-        if not layout.has_region:
-            return lambda region: ()
-        processor = layout.task.c.region_id.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-        if processor is None:
-            return lambda region: (region,)
-        return lambda region: (processor(region),)
 
     # -- dag-run keys --------------------------------------------------------------------------------
     def _dag_runs(
@@ -317,22 +307,28 @@ class _Importer:
             refuse_stored_twins(stored, wanted, ("dag_run", "key"), describe_dag_run_key, fold=casefold_identity)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
-            moment = self.impl.instant_binder()
             params = [
-                (k[0], r.key, r.dag_id, r.run_id, r.value, moment(r.updated_at), moment(r.expires_at))
+                {
+                    "dag_run_id": k[0],
+                    "key": r.key,
+                    "dag_id": r.dag_id,
+                    "run_id": r.run_id,
+                    "value": r.value,
+                    "updated_at": r.updated_at,
+                    "expires_at": r.expires_at,
+                }
                 for k, r in zip(known, rows, strict=True)
             ]
             self._write(conn, upsert, params, rows)
         return StoreCounts(len(rows) - updated, updated)
 
-    def _dag_run_statements(self, conn: Connection) -> tuple[Any, str]:
+    def _dag_run_statements(self, conn: Connection) -> tuple[Any, Any]:
         """The existence query and the upsert of dag-run rows (``_check_layout`` saw the table exists)."""
         if self.dag_run_statements is None:
             table = dag_run_store(conn)
             identity = (table.c.dag_run_id, table.c.key)
             present = select(*identity).where(*(in_list(c, f"v{i}") for i, c in enumerate(identity)))
-            columns = ("dag_run_id", "key", "dag_id", "run_id", "value", "updated_at", "expires_at")
-            upsert = self.impl.upsert_statement(qualified(conn, table.name), columns, columns[:2], columns[-3:])
+            upsert = self.impl.upsert_of(table, ("dag_run_id", "key"), ("value", "updated_at", "expires_at"))
             self.dag_run_statements = (present, upsert)
         return self.dag_run_statements
 
@@ -359,8 +355,7 @@ class _Importer:
             fresh = [run for run in missing if run not in self.new_runs]
             self.new_runs.update(fresh)
             return ids | dict.fromkeys(missing), len(fresh)
-        runs = self.impl.insert_if_missing_statement(qualified(conn, dag_run.name), ("dag_id", "run_id"))
-        conn.exec_driver_sql(runs, missing)
+        conn.execute(self._create(dag_run), [{"dag_id": d, "run_id": r} for d, r in missing])
         created = set(missing)
         found = {run: pk for run, pk in find_runs(conn, created) if run in created}
         if len(found) != len(missing):
@@ -377,12 +372,10 @@ class _Importer:
             refuse_stored_twins(stored, wanted, ("asset", "key"), describe_asset_key)
         updated = sum(1 for identity in stored if identity in wanted)
         if not self.dry_run:
-            moment = self.impl.instant_binder()
-            params = [
-                (k[0], r.key, r.value, moment(r.updated_at), *r.updated_by)  # as _ASSET_COLUMNS
-                for k, r in zip(known, rows, strict=True)
-            ]
-            self._write(conn, asset_upsert(self.impl, qualified(conn, asset_kv.name)), params, rows)
+            if self.asset_statement is None:
+                self.asset_statement = asset_upsert(self.impl)
+            params = [asset_row(k[0], r) for k, r in zip(known, rows, strict=True)]
+            self._write(conn, self.asset_statement, params, rows)
         return StoreCounts(len(rows) - updated, updated), created
 
     def _asset_ids(self, conn: Connection, rows: list[AssetRow]) -> tuple[dict[tuple[str, str], int | None], int]:
@@ -404,10 +397,9 @@ class _Importer:
             fresh = [pair for pair in missing if pair not in self.new_assets]
             self.new_assets.update(fresh)
             return ids | dict.fromkeys(missing), len(fresh)
+        pairs = [{"name": name, "uri": uri} for name, uri in missing]
         for table in (asset, asset_active):
-            conn.exec_driver_sql(
-                self.impl.insert_if_missing_statement(qualified(conn, table.name), ("name", "uri")), missing
-            )
+            conn.execute(self._create(table), pairs)
         created = set(missing)
         found = {pair: pk for pair, pk in find_assets(conn, created) if pair in created}
         if len(found) != len(missing):
@@ -443,8 +435,17 @@ class _Importer:
         return {parent: pk for parent, pk in found.items() if parent in first}
 
     # -- writing -------------------------------------------------------------------------------------
-    def _write(self, conn: Connection, statement: str, params: list[tuple[Any, ...]], rows: Sequence[Any]) -> None:
-        count = conn.exec_driver_sql(statement, params).rowcount
+    def _create(self, table: Any) -> Any:
+        """The insert-if-missing of ``table``'s parents (dag runs, assets), built once."""
+        found = self.creates.get(table.name)
+        if found is None:
+            found = self.creates[table.name] = self.impl.insert_if_missing_of(table)
+        return found
+
+    def _write(self, conn: Connection, statement: Any, params: list[dict[str, Any]], rows: Sequence[Any]) -> None:
+        # One execution of the engine's upsert with every row of the batch (``executemany``): the batch holds
+        # each key once (``_apply``), so no two of its rows clash with each other.
+        count = conn.execute(statement, params).rowcount
         low, high = self.impl.upsert_rowcounts(len(params))  # what the engine counts for an insert, an update
         if count is None or not low <= count <= high:
             first, last = min(r.line for r in rows), max(r.line for r in rows)

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Integer, String, Table, bindparam, case, delete, func, inspect, select, type_coerce
 from sqlalchemy.engine import Connection, CursorResult, Engine, Row
 from sqlalchemy.engine.url import URL
-from sqlalchemy.sql import ColumnElement, Delete, FromClause, Select
+from sqlalchemy.sql import ColumnElement, Delete, FromClause, Insert, Select
 
 from statestore_cli.errors import PARAMETER
 
@@ -125,22 +125,51 @@ class EngineImpl:
         """Refuse a write of ``texts`` that the table's unique index would land on a stored row differing
         from it (only where the engine's collations compare texts loosely)."""
 
-    # -- writes of one row ---------------------------------------------------------------------------
+    # -- writes (one row, or many through ``executemany``) --------------------------------------------
     def insert(self, table: Table) -> Any:
         """The engine's ``INSERT`` construct, with its own conflict clauses."""
         return table.insert()
+
+    def upsert_of(self, table: Table, conflict: Sequence[str], update: Sequence[str]) -> Insert:
+        """The engine's upsert into ``table``: each row given at execution (a dict of column keys, which may
+        differ from the database's names: see ``layout``; a list of them for ``executemany``) is inserted, or
+        updates the ``update`` columns of the row it clashes with on ``conflict``. Built once per caller: its
+        compiled form is cached on it, and its column types bind the values (aware datetimes, UUIDs).
+
+        How many rows a run of it reports written (its ``rowcount``) is ``upsert_rowcounts``. The rows of one
+        execution must not clash with each other: a multi-row form (PostgreSQL's insertmanyvalues, were it used)
+        refuses to update one row twice."""
+        ins = self.insert(table)
+        upsert = ins.on_conflict_do_update(
+            index_elements=[table.c[k] for k in conflict], set_={c: ins.excluded[c] for c in update}
+        )
+        return self.counted(upsert)
+
+    def counted(self, statement: Insert) -> Insert:
+        """``statement`` keeping the rowcount of its run: SQLAlchemy closes the cursor of an ``INSERT`` without
+        ``RETURNING`` at once, after which psycopg's says -1."""
+        return statement.execution_options(preserve_rowcount=True)
+
+    def insert_if_missing_of(self, table: Table) -> Insert:
+        """The engine's insert into ``table`` of each row given at execution (one dict, or a list of them for
+        ``executemany``) unless a row with the same unique values exists already."""
+        return self.insert(table).on_conflict_do_nothing()  # type: ignore[no-any-return]
 
     def upsert(
         self, conn: Connection, table: Table, values: Mapping[str, Any], conflict: Sequence[str], update: Sequence[str]
     ) -> CursorResult[Any]:
         """Insert ``values``, or update the ``update`` columns of the row that clashes on ``conflict``
-        (column keys, which may differ from the database's names: see ``layout``)."""
-        ins = self.insert(table).values(**values)
-        return conn.execute(
-            ins.on_conflict_do_update(
-                index_elements=[table.c[k] for k in conflict], set_={c: ins.excluded[c] for c in update}
-            )
-        )
+        (``upsert_of`` run for one row)."""
+        return conn.execute(self.upsert_of(table, conflict, update), dict(values))
+
+    def instant_processor(self) -> Callable[[datetime | None], Any] | None:
+        """A UTC instant (an aware datetime) as the driver takes it for a timestamp column, in one step, where
+        that is cheaper than the column type's own steps (``schema.UtcTimestamp`` binds with it); None: its own."""
+        return None
+
+    def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
+        """The least and most rows a run of ``upsert_of`` with ``rows`` rows may report written: one for each."""
+        return rows, rows
 
     def insert_new(self, conn: Connection, table: Table, values: Mapping[str, Any]) -> CursorResult[Any]:
         """Insert a row that must be new: one clashing on a unique key fails with the database's error, in
@@ -149,7 +178,7 @@ class EngineImpl:
 
     def insert_if_missing(self, conn: Connection, table: Table, values: Mapping[str, Any]) -> None:
         """Insert a row unless one with the same unique values exists already."""
-        conn.execute(self.insert(table).values(**values).on_conflict_do_nothing())
+        conn.execute(self.insert_if_missing_of(table), dict(values))
 
     # -- deletes of many rows ------------------------------------------------------------------------
     def in_rowid_order(self, table: Table, where: ColumnElement[bool]) -> ColumnElement[bool]:
@@ -279,37 +308,6 @@ class EngineImpl:
     pads_unique_text = False
     # Whether a record must fit MySQL's columns (latin1 asset text, TIMESTAMP up to 2038) to be written.
     mysql_column_limits = False
-    # The driver's parameter mark, for statements written out for ``executemany``.
-    param_mark = "%s"
-
-    def quoted_column(self, name: str) -> str:
-        """A column name as a written-out statement gives it (``key`` is a reserved word)."""
-        return '"key"' if name == "key" else name
-
-    def insert_if_missing_statement(self, table: str, columns: Sequence[str]) -> str:
-        """Insert a row unless one with the same unique values exists, for ``executemany``."""
-        return self._insert_head(table, columns) + " ON CONFLICT DO NOTHING"
-
-    def upsert_statement(
-        self, table: str, columns: Sequence[str], conflict: Sequence[str], update: Sequence[str]
-    ) -> str:
-        """One row's ``INSERT ... ON CONFLICT DO UPDATE``, for ``executemany``: ``table`` its name
-        qualified as it must be, ``columns`` each parameter row's, ``update`` those a clash overwrites."""
-        targets = ", ".join(self.quoted_column(c) for c in conflict)
-        sets = ", ".join(f"{c} = excluded.{c}" for c in update)
-        return self._insert_head(table, columns) + f" ON CONFLICT ({targets}) DO UPDATE SET " + sets
-
-    def _insert_head(self, table: str, columns: Sequence[str], verb: str = "INSERT") -> str:
-        names = ", ".join(self.quoted_column(c) for c in columns)
-        return f"{verb} INTO {table} ({names}) VALUES ({', '.join([self.param_mark] * len(columns))})"
-
-    def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
-        """The least and most rows an upsert of ``rows`` rows may report written: one for each."""
-        return rows, rows
-
-    def instant_binder(self) -> Callable[[datetime | None], Any]:
-        """A UTC instant as the driver takes it for a timestamp column: aware, as it is."""
-        return lambda moment: moment
 
     # -- backed-up deletes (--backup) ----------------------------------------------------------------
     # Ids per DELETE ... IN (...) of a backed-up batch's rows: well within any engine's limit of parameters.

@@ -3,15 +3,15 @@ primary key. What MariaDB does differently is said where it matters (``self.name
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Integer, String, Table, bindparam, delete, func, null, select, text, type_coerce
-from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql import ColumnElement, Select
+from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.functions import FunctionElement
 
 from statestore_cli.db.database import describe_engine
@@ -86,14 +86,19 @@ class MySQLImpl(EngineImpl):
 
         return mysql.insert(table)
 
-    def upsert(
-        self, conn: Connection, table: Table, values: Mapping[str, Any], conflict: Sequence[str], update: Sequence[str]
-    ) -> CursorResult[Any]:
-        stmt = self.insert(table).values(**values)
-        return conn.execute(stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in update}))
+    def upsert_of(self, table: Table, conflict: Sequence[str], update: Sequence[str]) -> Insert:
+        # The clash is on any unique key (MySQL names none). Run with many rows, PyMySQL's executemany sends
+        # them as multi-row inserts.
+        ins = self.insert(table)
+        return self.counted(ins.on_duplicate_key_update({c: ins.inserted[c] for c in update}))
 
-    def insert_if_missing(self, conn: Connection, table: Table, values: Mapping[str, Any]) -> None:
-        conn.execute(self.insert(table).values(**values).prefix_with("IGNORE"))
+    def insert_if_missing_of(self, table: Table) -> Insert:
+        return self.insert(table).prefix_with("IGNORE")  # type: ignore[no-any-return]
+
+    def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
+        # 1 for an inserted row and 2 for an updated one (1 when nothing changed: SQLAlchemy connects with
+        # CLIENT_FOUND_ROWS).
+        return rows, 2 * rows
 
     # -- counting (`stats`) --------------------------------------------------------------------------
     def count_true(self, condition: ColumnElement[bool]) -> Any:
@@ -189,27 +194,6 @@ class MySQLImpl(EngineImpl):
     # -- bulk writes (import) ----------------------------------------------------------------------------
     pads_unique_text = True  # every collation here is PAD SPACE
     mysql_column_limits = True
-
-    def quoted_column(self, name: str) -> str:
-        return "`key`" if name == "key" else name
-
-    def insert_if_missing_statement(self, table: str, columns: Sequence[str]) -> str:
-        return self._insert_head(table, columns, verb="INSERT IGNORE")
-
-    def upsert_statement(
-        self, table: str, columns: Sequence[str], conflict: Sequence[str], update: Sequence[str]
-    ) -> str:
-        # PyMySQL's executemany turns it into multi-row inserts.
-        sets = ", ".join(f"{c} = VALUES({c})" for c in update)
-        return self._insert_head(table, columns) + " ON DUPLICATE KEY UPDATE " + sets
-
-    def upsert_rowcounts(self, rows: int) -> tuple[int, int]:
-        # 1 for an inserted row and 2 for an updated one (1 when nothing changed: SQLAlchemy connects with
-        # CLIENT_FOUND_ROWS).
-        return rows, 2 * rows
-
-    def instant_binder(self) -> Callable[[datetime | None], Any]:
-        return lambda m: None if m is None else m.replace(tzinfo=None)  # naive UTC: sessions run at +00:00
 
     # -- backed-up deletes (--backup) ----------------------------------------------------------------
     # MariaDB's single-table DELETE ... RETURNING (MySQL has none: delete_returning gives None there) walks ranges,
