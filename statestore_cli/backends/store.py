@@ -38,8 +38,11 @@ class Store:
     and a lock wait on SQLite names no --lock-timeout (see ``open_database``). ``create_file``: a missing
     SQLite file is created (``db init``) instead of refused."""
 
-    def __init__(self, settings: Settings, *, writes: bool = True, create_file: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, *, writes: bool = True, create_file: bool = False, command: str = "this command"
+    ) -> None:
         self.settings = settings
+        self.command = command  # what the store is opened for, as a refusal in API mode names it
         self.writes = writes
         self.create_file = create_file
         self._database: Database | None = None
@@ -49,9 +52,12 @@ class Store:
         self._worker_loaded = False
 
     @classmethod
-    def open(cls, settings: Settings, *, writes: bool = True, create_file: bool = False) -> Store:
-        """The store ``settings`` name; nothing is connected, nor any backend loaded, until an operation needs it."""
-        return cls(settings, writes=writes, create_file=create_file)
+    def open(
+        cls, settings: Settings, *, writes: bool = True, create_file: bool = False, command: str = "this command"
+    ) -> Store:
+        """The store ``settings`` name; nothing is connected, nor any backend loaded, until an operation needs it.
+        ``command``: what it is opened for, as a message names it (``statestore db check``)."""
+        return cls(settings, writes=writes, create_file=create_file, command=command)
 
     # -- what it owns, each made on first use -------------------------------------------------------------
     @property
@@ -63,7 +69,7 @@ class Store:
     def database(self) -> Database:
         """The one engine on ``[database] sql_alchemy_conn`` (with what its messages need)."""
         if self.api_mode:
-            raise needs_database("this command")
+            raise needs_database(self.command)
         if self._database is None:
             settings = self.settings
             self._database = open_database(

@@ -55,7 +55,8 @@ def store_of(ctx: typer.Context, *, writes: bool = True, create_file: bool = Fal
     found = ctx.meta.get(_STORE)
     if isinstance(found, Store):
         return found
-    store = ctx.with_resource(Store.open(settings_of(ctx), writes=writes, create_file=create_file))
+    command = f"`statestore {ctx.command_path.partition(' ')[2]}`"
+    store = ctx.with_resource(Store.open(settings_of(ctx), writes=writes, create_file=create_file, command=command))
     ctx.meta[_STORE] = store
     return store
 
