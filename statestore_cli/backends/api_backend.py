@@ -90,6 +90,13 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         self.client.call("DELETE", path, query=query, role=role)
         return 1
 
+    def drop(self, scope: TaskScope, key: str) -> int:
+        """Delete a key known to be there (one request; the API says nothing of one that went meanwhile)."""
+        path, query = self._key_route(scope, key, create=False)
+        assert path is not None
+        self.client.call("DELETE", path, query=query, role=ROLE_WRITE)
+        return 1
+
     # -- a scope -------------------------------------------------------------------------------------
     def clear(self, scope: StoreScope, *, all_map_indices: bool = False, session: Any = None) -> int | None:
         """Remove the scope's keys; how many went, counted first (None across map indices: no route counts them)."""
@@ -141,18 +148,19 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         wants_tasks = filt.store in (None, "task") and not filt.has_asset_fields
         wants_assets = filt.store in (None, "asset") and not filt.has_task_fields
         if wants_tasks:
-            for scope in self.task_instances(filt):
+            for scope, _state in self.task_instances(filt):
                 yield from (entry for entry in self.scope_entries(scope) if _key_matches(entry, filt))
         if wants_assets:
             for asset_id in self._assets(filt):
                 asset = AssetScope(asset_id=asset_id)
                 yield from (entry for entry in self.scope_entries(asset) if _key_matches(entry, filt))
 
-    def task_instances(self, filt: KeyFilter) -> list[TaskScope]:
-        """The task instances ``filt`` names, sorted as ``list`` orders keys (dag, run, task, map index)."""
+    def task_instances(self, filt: KeyFilter) -> list[tuple[TaskScope, str | None]]:
+        """The task instances ``filt`` names with their state (None: not set yet), sorted as ``list`` orders
+        keys (dag, run, task, map index)."""
         dags = [filt.dag_id] if filt.dag_id is not None else self._dag_ids()
         run = filt.run_id if filt.run_id is not None else "~"
-        found: list[TaskScope] = []
+        found: dict[TaskScope, str | None] = {}
         for dag_id in dags:
             path = f"/api/v2/dags/{segment(dag_id)}/dagRuns/{segment(run)}/taskInstances"
             query: dict[str, Any] = {}
@@ -161,8 +169,11 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             if filt.map_index is not None:
                 query["map_index"] = filt.map_index
             for row in self._pages(path, query, "task_instances", missing=f"no dag run dag_id={dag_id} run_id={run}"):
-                found.append(TaskScope(row["dag_id"], row["dag_run_id"], row["task_id"], int(row.get("map_index", -1))))
-        return sorted(set(found), key=lambda s: (s.dag_id, s.run_id, s.task_id, s.map_index))
+                scope = TaskScope(row["dag_id"], row["dag_run_id"], row["task_id"], int(row.get("map_index", -1)))
+                found[scope] = row.get("state")
+        return sorted(
+            found.items(), key=lambda item: (item[0].dag_id, item[0].run_id, item[0].task_id, item[0].map_index)
+        )
 
     def _dag_ids(self) -> list[str]:
         return sorted(row["dag_id"] for row in self._pages("/api/v2/dags", {}, "dags"))
@@ -234,6 +245,10 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
 
     def _asset_names(self, scope: StoreScope) -> tuple[int, str, str] | None:
         return self._asset(scope) if isinstance(scope, AssetScope) else None
+
+
+def _task_order(scope: TaskScope) -> tuple[str, str, str, int]:
+    return scope.dag_id, scope.run_id, scope.task_id, scope.map_index
 
 
 def _asset_query(scope: AssetScope) -> dict[str, Any]:

@@ -132,14 +132,18 @@ class Store:
             raise BackendError(f"{what} needs the metastore backend; [state_store] backend is {self.settings.backend}")
         return backend
 
+    def api_backend(self) -> ApiBackend:
+        """The REST API's backend (API mode only)."""
+        from statestore_cli.backends.api_backend import ApiBackend
+
+        backend = self.backend
+        assert isinstance(backend, ApiBackend), "not in API mode"
+        return backend
+
     def listing_backend(self, what: str) -> MetastoreBackend | ApiBackend:
         """The backend that lists keys across scopes (``entries``): the metastore, or the REST API's."""
         if self.api_mode:
-            from statestore_cli.backends.api_backend import ApiBackend
-
-            backend = self.backend
-            assert isinstance(backend, ApiBackend)
-            return backend
+            return self.api_backend()
         return self.metastore_backend(what)
 
     def accessor(self, scope: StoreScope, *, oversize: str = "warn") -> Accessor:
