@@ -163,7 +163,7 @@ def test_no_credentials_say_how_to_give_them(airflow_api: ApiServer) -> None:
 
 
 def test_commands_the_api_cannot_serve_name_the_database_way(api: ApiServer) -> None:
-    for args in (["stats"], ["db", "check"], ["clean", "--dry-run"], ["clear", "--dag-id", DAG_ID, "--yes"]):
+    for args in (["stats"], ["db", "check"], ["export"], ["clear", "--dag-id", DAG_ID, "--yes"]):
         refused = over_api(api, *args)
         assert refused.exit_code == 2, (args, refused.output)
         assert "--conn" in refused.stderr and refused.stdout == "", (args, refused.output)
@@ -218,3 +218,31 @@ def test_a_bad_api_url_is_refused_before_any_request(url: str) -> None:
     refused = run_cli("--api-url", url, "get", "--asset-id", "1", "k")
     assert refused.exit_code == 2, refused.output
     assert "hunter2" not in refused.stderr and "--api-url" in refused.stderr
+
+
+def test_clean_walks_the_api_and_deletes_what_a_clean_on_the_database_would(api: ApiServer, tmp_path) -> None:
+    past = ["--expires-at", "2026-01-01T00:00:00+00:00", "--force"]
+    for key in ("spark_job", "cursor"):
+        assert over_api(api, "set", *task(api, "shard", 0), key, "1", *past).exit_code == 0
+    assert over_api(api, "set", *task(api), "old_job", '"x"', *past).exit_code == 0
+    assert over_api(api, "set", *task(api, "shard", 0), "fresh", "1", "--retention", "1d").exit_code == 0
+    through_api = over_api(api, "clean", "--dry-run", "-o", "json")
+    from_db = on_db(api, "clean", "--dry-run", "-o", "json")
+    assert through_api.exit_code == 0, through_api.output
+    planned = json.loads(through_api.stdout)
+    assert planned["rows"] == json.loads(from_db.stdout)["rows"]
+    assert [(r["task_id"], r["key"]) for r in planned["rows"]] == [
+        ("load", "old_job"),
+        ("shard", "cursor"),
+        ("shard", "spark_job"),
+    ]
+    refused = over_api(api, "clean", "--backup", str(tmp_path / "b.jsonl"))
+    assert refused.exit_code == 2 and "--backup needs the metadata database" in refused.stderr, refused.output
+    assert not (tmp_path / "b.jsonl").exists()
+    done = over_api(api, "clean", "-o", "json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert (report["deleted"], report["complete"]) == (3, True) and report["api_requests"] > 3
+    left = json.loads(on_db(api, "list", *task(api, "shard", 0), "-o", "json").stdout)
+    assert "fresh" in [k["key"] for k in left] and not {"spark_job", "cursor"} & {k["key"] for k in left}
+    assert json.loads(on_db(api, "clean", "--dry-run", "-o", "json").stdout)["rows"] == []
