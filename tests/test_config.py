@@ -85,6 +85,7 @@ EXPECTED_DEFAULTS = {
     ("state_store", "api_username"): "",
     ("state_store", "api_password"): "",
     ("state_store", "api_ca_bundle"): "",
+    ("state_store", "api_concurrency"): 8,
     ("database", "sql_alchemy_schema"): "",
     ("database", "sql_alchemy_connect_args"): "",
     ("database", "sql_alchemy_engine_args"): "",
@@ -294,6 +295,8 @@ VALID = [
     ("state_store", "api_username", "ops-bot", "ops-bot"),
     ("state_store", "api_password", "s3cret!", "s3cret!"),
     ("state_store", "api_ca_bundle", "/etc/ssl/corp-ca.pem", "/etc/ssl/corp-ca.pem"),
+    ("state_store", "api_concurrency", "1", 1),
+    ("state_store", "api_concurrency", "64", 64),
     ("database", "sql_alchemy_schema", "airflow", "airflow"),
     ("database", "sql_alchemy_schema", "", ""),
     ("database", "sql_alchemy_connect_args", "local_settings.connect_args", "local_settings.connect_args"),
@@ -397,6 +400,8 @@ INVALID = [
     ("state_store", "api_username", "a\x7fb", TEXT_EXPECTED),
     ("state_store", "api_password", "pass\x1fword", TEXT_EXPECTED),
     ("state_store", "api_ca_bundle", "ca\x1b.pem", "a file path"),
+    ("state_store", "api_concurrency", "0", "a whole number from 1 to 64"),
+    ("state_store", "api_concurrency", "65", "a whole number from 1 to 64"),
     # [database] and [secrets] options Airflow shares
     ("database", "sql_alchemy_schema", "s" * 64, SCHEMA_EXPECTED),
     ("database", "sql_alchemy_schema", "a\x01b", SCHEMA_EXPECTED),
@@ -757,6 +762,7 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
                 "api_username": {"value": "", "source": "default"},
                 "api_password": {"value": "", "source": "default"},
                 "api_ca_bundle": {"value": "", "source": "default"},
+                "api_concurrency": {"value": 8, "source": "default"},
             },
             "workers": {"state_store_backend": {"value": "", "source": "default"}},
             "database": {
@@ -817,6 +823,7 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         "state_store.api_username\t\tdefault\n"
         "state_store.api_password\t\tdefault\n"
         "state_store.api_ca_bundle\t\tdefault\n"
+        "state_store.api_concurrency\t8\tdefault\n"
         f"workers.state_store_backend\tmypkg.workers.RefBackend\t{cfg}\n"
         f"database.sql_alchemy_conn\tsqlite:///{clean_environment}/airflow.db\tdefault\n"
         "database.sql_alchemy_schema\t\tdefault\n"

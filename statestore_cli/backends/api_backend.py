@@ -14,7 +14,8 @@ run of ``~`` for all of a dag's runs) and reads each one's keys.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -34,8 +35,9 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
     supports_regions = False
     can_replace = True
 
-    def __init__(self, client: ApiClient) -> None:
+    def __init__(self, client: ApiClient, *, concurrency: int = 8) -> None:
         self.client = client
+        self.concurrency = concurrency  # requests in flight at once while walking task instances
         self._asset_ids: dict[AssetScope, tuple[int, str, str] | None] = {}
 
     # -- one key -------------------------------------------------------------------------------------
@@ -135,6 +137,27 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             if not rows or offset >= int(page.get("total_entries", 0)):
                 return
 
+    def each_scope(self, scopes: Sequence[StoreScope]) -> Iterator[list[Entry]]:
+        """Each scope's keys (``scope_entries``), in the order of ``scopes``, read ``concurrency`` scopes at a
+        time: a walk is one request per task instance, each a round trip to the server."""
+        if self.concurrency <= 1 or len(scopes) <= 1:
+            yield from (list(self.scope_entries(scope)) for scope in scopes)
+            return
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        self.client.authorize()  # before the threads: one token exchange, not one per thread
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            ahead: deque[Future[list[Entry]]] = deque()
+            for scope in scopes:
+                ahead.append(pool.submit(self._keys_of, scope))
+                if len(ahead) >= 2 * self.concurrency:  # bounded: a slow reader holds few pages
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
+
+    def _keys_of(self, scope: StoreScope) -> list[Entry]:
+        return list(self.scope_entries(scope))
+
     def entries(self, filt: KeyFilter, *, limit: int | None = None, offset: int = 0) -> Iterator[Entry]:
         """The keys ``filt`` selects, task keys first, in scope and key order, as ``list`` shows them: each
         task instance's keys read in turn (no route lists keys across them), then each asset's."""
@@ -148,8 +171,9 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         wants_tasks = filt.store in (None, "task") and not filt.has_asset_fields
         wants_assets = filt.store in (None, "asset") and not filt.has_task_fields
         if wants_tasks:
-            for scope, _state in self.task_instances(filt):
-                yield from (entry for entry in self.scope_entries(scope) if _key_matches(entry, filt))
+            instances = [scope for scope, _state in self.task_instances(filt)]
+            for entries in self.each_scope(instances):
+                yield from (entry for entry in entries if _key_matches(entry, filt))
         if wants_assets:
             for asset_id in self._assets(filt):
                 asset = AssetScope(asset_id=asset_id)

@@ -10,6 +10,7 @@ is imported on a database command's path.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -58,6 +59,7 @@ class ApiClient:
         self.requests = 0  # requests sent, retries and the token exchange included
         self._token = credentials.token
         self._context: Any = None
+        self._lock = threading.RLock()  # requests may come from several threads (a walk's)
 
     # -- requests -----------------------------------------------------------------------------------------
     def call(
@@ -72,12 +74,17 @@ class ApiClient:
     ) -> Any:
         """The decoded JSON answer of ``method path`` (None for an empty one). ``missing``: what a 404 means,
         as a ``NotFoundError`` says it (None: the server's own words); ``role``: what a 403 names."""
-        if not self._token:
-            self._token = self._exchange()
+        self.authorize()
         status, text = self._send(method, path, query, body, authorized=True)
         if status < 300:
             return json.loads(text) if text.strip() else None
         raise self._refusal(status, text, method, role, missing)
+
+    def authorize(self) -> None:
+        """Have a token: the one given, or one exchanged for the username and password (once)."""
+        with self._lock:
+            if not self._token:
+                self._token = self._exchange()
 
     def _exchange(self) -> str:
         """A token for the username and password (``POST /auth/token``)."""
@@ -118,7 +125,8 @@ class ApiClient:
             headers["Authorization"] = f"Bearer {self._token}"
         for attempt in range(ATTEMPTS):
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
-            self.requests += 1
+            with self._lock:
+                self.requests += 1
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout, context=self._tls()) as answer:
                     return answer.status, answer.read().decode("utf-8")
@@ -132,6 +140,10 @@ class ApiClient:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _tls(self) -> Any:
+        with self._lock:
+            return self._tls_context()
+
+    def _tls_context(self) -> Any:
         if self._context is None and self.base_url.startswith("https:"):
             import ssl
 

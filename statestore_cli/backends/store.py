@@ -211,7 +211,7 @@ def _api_backend(settings: Settings) -> ApiBackend:
     client = ApiClient(
         settings.api_url, credentials, ca_bundle=settings.api_ca_bundle, timeout=settings.connect_timeout
     )
-    return ApiBackend(client)
+    return ApiBackend(client, concurrency=settings.api_concurrency)
 
 
 def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBackend:

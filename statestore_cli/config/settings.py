@@ -210,6 +210,10 @@ class Settings:
         return str(self._value("state_store", "api_url"))
 
     @property
+    def api_concurrency(self) -> int:
+        return int(self._value("state_store", "api_concurrency"))
+
+    @property
     def api_ca_bundle(self) -> str:
         return str(self._value("state_store", "api_ca_bundle"))
 
