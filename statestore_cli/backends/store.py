@@ -140,6 +140,10 @@ class Store:
         assert isinstance(backend, ApiBackend), "not in API mode"
         return backend
 
+    def api_requests(self) -> int | None:
+        """The requests sent to the REST API so far (None: not in API mode)."""
+        return self.api_backend().client.requests if self.api_mode else None
+
     def listing_backend(self, what: str) -> MetastoreBackend | ApiBackend:
         """The backend that lists keys across scopes (``entries``): the metastore, or the REST API's."""
         if self.api_mode:

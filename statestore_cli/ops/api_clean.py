@@ -24,9 +24,10 @@ def expired_keys(
 ) -> Iterator[tuple[TaskScope, ExpiredRow]]:
     """Each task key that expired before ``cutoff``, with its task instance, in ``list``'s order. With
     ``spared`` (a dict), the keys of unfinished task instances are counted there by state instead."""
-    for scope, state in backend.task_instances(KeyFilter()):
+    instances = backend.task_instances(KeyFilter())
+    for (scope, state), entries in zip(instances, backend.each_scope([s for s, _ in instances]), strict=True):
         unfinished = state not in FINISHED_STATES
-        for entry in backend.scope_entries(scope):
+        for entry in entries:
             if entry.expires_at is None or entry.expires_at >= cutoff:
                 continue
             if spared is not None and unfinished:
