@@ -163,7 +163,12 @@ def test_no_credentials_say_how_to_give_them(airflow_api: ApiServer) -> None:
 
 
 def test_commands_the_api_cannot_serve_name_the_database_way(api: ApiServer) -> None:
-    for args in (["stats"], ["db", "check"], ["export"], ["clear", "--dag-id", DAG_ID, "--yes"]):
+    for args in (
+        ["stats"],
+        ["db", "check"],
+        ["runs", "delete", "--dag-id", DAG_ID, "--run-id", "r"],
+        ["clear", "--dag-id", DAG_ID, "--yes"],
+    ):
         refused = over_api(api, *args)
         assert refused.exit_code == 2, (args, refused.output)
         assert "--conn" in refused.stderr and refused.stdout == "", (args, refused.output)
@@ -246,3 +251,17 @@ def test_clean_walks_the_api_and_deletes_what_a_clean_on_the_database_would(api:
     left = json.loads(on_db(api, "list", *task(api, "shard", 0), "-o", "json").stdout)
     assert "fresh" in [k["key"] for k in left] and not {"spark_job", "cursor"} & {k["key"] for k in left}
     assert json.loads(on_db(api, "clean", "--dry-run", "-o", "json").stdout)["rows"] == []
+
+
+def test_export_through_the_api_writes_the_lines_the_database_export_writes(api: ApiServer) -> None:
+    assert (
+        over_api(api, "set", *task(api, "shard", 2), "job", '{"id": "application_0042", "tries": [1, 2]}').exit_code
+        == 0
+    )
+    assert over_api(api, "set", "--asset-uri", ASSET_URI, "cursor", '"2026-11-30"').exit_code == 0
+    for args in (["--dag-id", DAG_ID], ["--store", "asset"], ["--dag-id", DAG_ID, "--key", "job"], []):
+        through_api = over_api(api, "export", *args)
+        from_db = on_db(api, "export", *args)
+        assert through_api.exit_code == 0, through_api.output
+        assert through_api.stdout == from_db.stdout, args
+        assert through_api.stdout.count("\n") >= 1, args

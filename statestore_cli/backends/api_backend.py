@@ -120,43 +120,55 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             return 0
         return None if all_map_indices else self._total(path, query)
 
-    def scope_entries(self, scope: StoreScope) -> Iterator[Entry]:
-        """Every key of ``scope``, in key order, a page at a time."""
+    def scope_rows(self, scope: StoreScope) -> Iterator[dict[str, Any]]:
+        """Every key of ``scope`` as the API answers it (``key``, ``value``, timestamps), in key order, a page
+        at a time."""
         path, query = self._scope_route(scope)
         if path is None:
             return
-        names = self._asset_names(scope)
         field = "task_state_store" if isinstance(scope, TaskScope) else "asset_state_store"
-        offset = 0
-        while True:
-            page = self.client.call("GET", path, query={**query, "limit": PAGE, "offset": offset})
-            rows = page.get(field, [])
-            for row in rows:
-                yield _entry(scope, row, names)
-            offset += len(rows)
-            if not rows or offset >= int(page.get("total_entries", 0)):
-                return
+        yield from self._pages(path, query, field)
 
-    def each_scope(self, scopes: Sequence[StoreScope]) -> Iterator[list[Entry]]:
-        """Each scope's keys (``scope_entries``), in the order of ``scopes``, read ``concurrency`` scopes at a
-        time: a walk is one request per task instance, each a round trip to the server."""
+    def scope_entries(self, scope: StoreScope) -> Iterator[Entry]:
+        """Every key of ``scope``, in key order."""
+        names = self._asset_names(scope)
+        return (_entry(scope, row, names) for row in self.scope_rows(scope))
+
+    def each_scope(self, scopes: Sequence[StoreScope]) -> Iterator[list[dict[str, Any]]]:
+        """Each scope's keys as the API answers them (``scope_rows``), in the order of ``scopes``, read
+        ``concurrency`` scopes at a time: a walk is one request per task instance, each a round trip."""
         if self.concurrency <= 1 or len(scopes) <= 1:
-            yield from (list(self.scope_entries(scope)) for scope in scopes)
+            yield from (list(self.scope_rows(scope)) for scope in scopes)
             return
         from concurrent.futures import Future, ThreadPoolExecutor
 
         self.client.authorize()  # before the threads: one token exchange, not one per thread
         with ThreadPoolExecutor(self.concurrency) as pool:
-            ahead: deque[Future[list[Entry]]] = deque()
+            ahead: deque[Future[list[dict[str, Any]]]] = deque()
             for scope in scopes:
-                ahead.append(pool.submit(self._keys_of, scope))
+                ahead.append(pool.submit(self._rows_of, scope))
                 if len(ahead) >= 2 * self.concurrency:  # bounded: a slow reader holds few pages
                     yield ahead.popleft().result()
             while ahead:
                 yield ahead.popleft().result()
 
-    def _keys_of(self, scope: StoreScope) -> list[Entry]:
-        return list(self.scope_entries(scope))
+    def _rows_of(self, scope: StoreScope) -> list[dict[str, Any]]:
+        return list(self.scope_rows(scope))
+
+    def task_rows(self, filt: KeyFilter) -> Iterator[tuple[TaskScope, str | None, dict[str, Any]]]:
+        """Each task key ``filt`` selects as the API answers it, with its task instance and that one's state,
+        in ``list``'s order."""
+        instances = self.task_instances(filt)
+        for (scope, state), rows in zip(instances, self.each_scope([s for s, _ in instances]), strict=True):
+            yield from ((scope, state, row) for row in rows if filt.key in (None, row["key"]))
+
+    def asset_rows(self, filt: KeyFilter) -> Iterator[tuple[tuple[int, str, str], dict[str, Any]]]:
+        """Each asset key ``filt`` selects as the API answers it, with its asset's id, name and uri, ordered by
+        name, uri and key."""
+        for asset in self.assets(filt):
+            for row in self.scope_rows(AssetScope(asset_id=asset[0])):
+                if filt.key in (None, row["key"]):
+                    yield asset, row
 
     def entries(self, filt: KeyFilter, *, limit: int | None = None, offset: int = 0) -> Iterator[Entry]:
         """The keys ``filt`` selects, task keys first, in scope and key order, as ``list`` shows them: each
@@ -168,16 +180,10 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         return _sliced(self._entries(filt), limit, offset)
 
     def _entries(self, filt: KeyFilter) -> Iterator[Entry]:
-        wants_tasks = filt.store in (None, "task") and not filt.has_asset_fields
-        wants_assets = filt.store in (None, "asset") and not filt.has_task_fields
-        if wants_tasks:
-            instances = [scope for scope, _state in self.task_instances(filt)]
-            for entries in self.each_scope(instances):
-                yield from (entry for entry in entries if _key_matches(entry, filt))
-        if wants_assets:
-            for asset_id in self._assets(filt):
-                asset = AssetScope(asset_id=asset_id)
-                yield from (entry for entry in self.scope_entries(asset) if _key_matches(entry, filt))
+        if wants_tasks(filt):
+            yield from (_entry(scope, row, None) for scope, _state, row in self.task_rows(filt))
+        if wants_assets(filt):
+            yield from (_entry(AssetScope(asset_id=asset[0]), row, asset) for asset, row in self.asset_rows(filt))
 
     def task_instances(self, filt: KeyFilter) -> list[tuple[TaskScope, str | None]]:
         """The task instances ``filt`` names with their state (None: not set yet), sorted as ``list`` orders
@@ -202,17 +208,16 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _dag_ids(self) -> list[str]:
         return sorted(row["dag_id"] for row in self._pages("/api/v2/dags", {}, "dags"))
 
-    def _assets(self, filt: KeyFilter) -> list[int]:
+    def assets(self, filt: KeyFilter) -> list[tuple[int, str, str]]:
+        """The assets ``filt`` names (exactly), as (id, name, uri), ordered by name and uri."""
         if filt.asset_id is not None:
-            return [filt.asset_id]
-        query: dict[str, Any] = {}
-        if filt.name is not None:
-            query["name_pattern"] = filt.name
-        elif filt.uri is not None:
-            query["uri_pattern"] = filt.uri
-        rows = self._pages("/api/v2/assets", query, "assets")
-        chosen = [r for r in rows if _names(r, None, filt.name, filt.uri)]
-        return sorted(int(row["id"]) for row in chosen)
+            found = self._asset(AssetScope(asset_id=filt.asset_id))
+            chosen = [found] if found is not None and _names(_row(found), None, filt.name, filt.uri) else []
+        else:
+            query = _asset_query(AssetScope(name=filt.name, uri=filt.uri)) if filt.has_asset_fields else {}
+            rows = self._pages("/api/v2/assets", query, "assets")
+            chosen = [(int(r["id"]), r["name"], r["uri"]) for r in rows if _names(r, None, filt.name, filt.uri)]
+        return sorted(chosen, key=lambda asset: (asset[1], asset[2]))
 
     def _pages(self, path: str, query: dict[str, Any], field: str, missing: str | None = None) -> Iterator[Any]:
         offset = 0
@@ -302,7 +307,7 @@ def _expiry(expires_at: Any) -> Any:
     return expires_at.isoformat()
 
 
-def _instant(text: str | None) -> datetime | None:
+def moment(text: str | None) -> datetime | None:
     if text is None:
         return None
     from statestore_cli.model.timestamps import utc_instant
@@ -312,7 +317,7 @@ def _instant(text: str | None) -> datetime | None:
 
 def _entry(scope: StoreScope, row: dict[str, Any], asset: tuple[int, str, str] | None) -> Entry:
     value = json.dumps(row["value"], ensure_ascii=False)
-    updated, expires = _instant(row.get("updated_at")), _instant(row.get("expires_at"))
+    updated, expires = moment(row.get("updated_at")), moment(row.get("expires_at"))
     if isinstance(scope, TaskScope):
         where = (scope.dag_id, scope.run_id, scope.task_id, scope.map_index)
         return Entry("task", row["key"], updated, expires, *where, value=value)
@@ -320,8 +325,17 @@ def _entry(scope: StoreScope, row: dict[str, Any], asset: tuple[int, str, str] |
     return Entry("asset", row["key"], updated, None, asset_id=asset_id, name=name, uri=uri, value=value)
 
 
-def _key_matches(entry: Entry, filt: KeyFilter) -> bool:
-    return filt.key is None or entry.key == filt.key
+def wants_tasks(filt: KeyFilter) -> bool:
+    """Whether ``filt`` selects task keys (as ``list`` reads it)."""
+    return filt.store in (None, "task") and not filt.has_asset_fields
+
+
+def wants_assets(filt: KeyFilter) -> bool:
+    return filt.store in (None, "asset") and not filt.has_task_fields
+
+
+def _row(asset: tuple[int, str, str]) -> dict[str, Any]:
+    return {"id": asset[0], "name": asset[1], "uri": asset[2]}
 
 
 def _sliced(entries: Iterator[Entry], limit: int | None, offset: int) -> Iterator[Entry]:

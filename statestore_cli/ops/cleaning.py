@@ -69,7 +69,7 @@ def plan_clean(
     if reason:
         return CleanPlan(cutoff, iter(()), reason, grace)
     if store.api_mode:
-        from statestore_cli.ops.api_clean import planned_rows
+        from statestore_cli.ops.api_walks import planned_rows
 
         spared_api: dict[str, int] | None = None if include_unfinished else {}
         return CleanPlan(cutoff, planned_rows(store.api_backend(), cutoff, spared_api), None, grace, spared_api)
@@ -125,7 +125,7 @@ def _clean_over_api(
                 f"without it, or with --conn where the database can be reached",
                 parameter=flag,
             )
-    from statestore_cli.ops.api_clean import clean_over_api
+    from statestore_cli.ops.api_walks import clean_over_api
 
     report = clean_over_api(store.api_backend(), cutoff, control, spare=not include_unfinished)
     return replace(report, older_than=grace)
@@ -143,7 +143,7 @@ def count_expired_keys(
     if _skip_reason(store.settings):
         return 0
     if store.api_mode:
-        from statestore_cli.ops.api_clean import expired_keys
+        from statestore_cli.ops.api_walks import expired_keys
 
         spared: dict[str, int] | None = None if include_unfinished else {}
         return sum(1 for _ in expired_keys(store.api_backend(), cutoff, spared))
