@@ -6,6 +6,8 @@ itself is in ``test_api_mode``; these need no Airflow."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import ssl
 import subprocess
 import threading
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from cli_running import run_cli
+from cli_running import run_cli, run_statestore_process
 
 ASSET = {"id": 7, "name": "orders", "uri": "s3://warehouse/orders.parquet"}
 KEY = {"key": "watermark", "value": {"until": "2026-11-30"}, "updated_at": "2026-11-30T00:00:00Z"}
@@ -147,3 +149,23 @@ def test_a_server_that_keeps_refusing_is_exit_3_after_the_retries(stand_in, toke
     assert refused.exit_code == 3, refused.output
     assert "answered 503" in refused.stderr and token not in refused.stderr
     assert len(StandIn.seen) == 4  # the request and three retries
+
+
+@pytest.mark.parametrize("how", ["variable", "config"])
+def test_get_goes_to_the_api_not_to_the_local_sqlite_file(clean_environment, tmp_path, how) -> None:
+    """The cold `get` path reads SQLite itself; with an API URL (variable or config) it must not: here the local
+    file holds the key, and the API's address refuses connections, so only a read of the file would succeed."""
+    scope = ["--dag-id", "etl", "--run-id", "r1", "--task-id", "load"]
+    assert run_cli("db", "init").exit_code == 0
+    assert run_cli("set", *scope, "job_id", "42").exit_code == 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    env = {**os.environ, "STATESTORE_API_TOKEN": "tok-3f9a1c"}
+    if how == "variable":
+        env["STATESTORE_API_URL"] = closed
+    else:
+        (clean_environment / "airflow.cfg").write_text(f"[state_store]\napi_url = {closed}\n", encoding="utf-8")
+    done = run_statestore_process("get", *scope, "job_id", env=env)
+    assert done.exit_code == 3, done.output
+    assert "connection refused" in done.stderr
