@@ -265,3 +265,10 @@ def test_export_through_the_api_writes_the_lines_the_database_export_writes(api:
         assert through_api.exit_code == 0, through_api.output
         assert through_api.stdout == from_db.stdout, args
         assert through_api.stdout.count("\n") >= 1, args
+
+
+def test_dag_run_keys_have_no_route(api: ApiServer) -> None:
+    for args in (["get", "--dag-id", DAG_ID, "--run-id", api.run_id, "k"], ["list", "--store", "dag_run"]):
+        refused = over_api(api, *args)
+        assert refused.exit_code == 2, refused.output
+        assert "dag-run keys (Airflow 3.4) have no route" in refused.stderr and "--conn" in refused.stderr

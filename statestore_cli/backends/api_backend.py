@@ -26,6 +26,9 @@ from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.retention import BACKEND_DEFAULT
 from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
 
+NO_DAG_RUN_ROUTE = (
+    "dag-run keys (Airflow 3.4) have no route in Airflow's REST API: run this with --conn on the metadata database"
+)
 PAGE = 100  # rows per page: Airflow's default [api] maximum_page_limit
 
 
@@ -177,6 +180,8 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             raise InvalidInputError(f"limit and offset must be 0 or more, got limit={limit} offset={offset}")
         if filt.region_id is not None:
             raise InvalidInputError("the API addresses no task region: drop --region-id")
+        if filt.store == "dag_run":
+            raise InvalidInputError(NO_DAG_RUN_ROUTE)
         return _sliced(self._entries(filt), limit, offset)
 
     def _entries(self, filt: KeyFilter) -> Iterator[Entry]:
@@ -244,9 +249,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         if isinstance(scope, AssetScope):
             found = self._asset(scope)
             return (None, {}) if found is None else (f"/api/v2/assets/{found[0]}/state-store", {})
-        raise InvalidInputError(
-            "dag-run keys have no route in Airflow's REST API: run this with --conn on the metadata database"
-        )
+        raise InvalidInputError(NO_DAG_RUN_ROUTE)
 
     def _key_route(self, scope: StoreScope, key: str, *, create: bool) -> tuple[str | None, dict[str, Any]]:
         path, query = self._scope_route(scope)

@@ -23,7 +23,7 @@ from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
 from statestore_cli.db.database import Database, StoreOrigin, open_database
-from statestore_cli.errors import BackendError, ConfigError, StateStoreError, first_line
+from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, StateStoreError, first_line
 from statestore_cli.model.scopes import DagRunScope, StoreScope, TaskScope
 
 if TYPE_CHECKING:  # imported in API mode only
@@ -156,6 +156,10 @@ class Store:
         common: dict[str, Any] = {"max_value_storage_bytes": settings.max_value_storage_bytes, "oversize": oversize}
         backend = self.backend
         if isinstance(scope, DagRunScope):
+            if self.api_mode:
+                from statestore_cli.backends.api_backend import NO_DAG_RUN_ROUTE
+
+                raise InvalidInputError(NO_DAG_RUN_ROUTE)
             if not isinstance(backend, MetastoreBackend):  # Airflow 3.4 keeps dag-run keys in its metadata database
                 raise BackendError(
                     f"dag-run keys need the metastore backend; [state_store] backend is {settings.backend}"
