@@ -154,6 +154,7 @@ def test_a_wrong_token_is_one_line_and_never_shown(airflow_api: ApiServer, monke
     assert refused.exit_code == 2, refused.output
     assert refused.stdout == "" and secret not in refused.stderr
     assert refused.stderr.startswith("statestore: error: the API at http://127.0.0.1:"), refused.stderr
+    assert "did not accept the credentials from environment variable STATESTORE_API_TOKEN" in refused.stderr
 
 
 def test_no_credentials_say_how_to_give_them(airflow_api: ApiServer) -> None:

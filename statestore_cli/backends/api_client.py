@@ -181,7 +181,9 @@ class ApiClient:
 
     def _refusal(self, status: int, text: str, method: str, role: str, missing: str | None) -> Exception:
         detail = _detail(text)
-        if status == 401:
+        # Airflow answers a token it cannot read (expired, signed by another deployment) with 403
+        # "Invalid JWT token": that is the credentials, not a role.
+        if status == 401 or (status == 403 and "token" in detail.lower()):
             return ConfigError(
                 f"the API at {self.base_url} did not accept the credentials{_from(self.credentials)} ({detail})",
                 hint="the token may have expired: get a new one, or give STATESTORE_API_USERNAME and "
