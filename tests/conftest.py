@@ -37,6 +37,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_running import Result, run_cli
@@ -150,9 +151,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No test sees the developer's Airflow: AIRFLOW_* cleared, AIRFLOW_HOME a fresh folder."""
+    """No test sees the developer's Airflow: AIRFLOW_* and the REST API's variables cleared, AIRFLOW_HOME a fresh
+    folder."""
     for name in list(os.environ):
-        if name.startswith("AIRFLOW__") or name in ("AIRFLOW_HOME", "AIRFLOW_CONFIG", "NO_COLOR", "FORCE_COLOR"):
+        if name.startswith(("AIRFLOW__", "STATESTORE_API_")) or name in (
+            "AIRFLOW_HOME",
+            "AIRFLOW_CONFIG",
+            "AIRFLOW_CLI_TOKEN",
+            "NO_COLOR",
+            "FORCE_COLOR",
+        ):
             monkeypatch.delenv(name)
     home = tmp_path / "airflow-home"
     home.mkdir()
@@ -333,6 +341,16 @@ def migrated_sqlite(airflow_python: Path) -> Path:
         airflow(airflow_python, airflow_env(folder / "home", f"sqlite:///{folder / 'airflow.db'}"), "db", "migrate")
 
     return once_per_run("airflow-sqlite", migrate) / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def airflow_api(airflow_python: Path, migrated_sqlite: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Airflow's api-server on 127.0.0.1 over a SQLite database with a dag run of its own (``api_server``), for
+    this worker's session; the tests using it share one worker (``xdist_group("airflow-api")``)."""
+    from api_server import api_server
+
+    with api_server(airflow_python, migrated_sqlite, tmp_path_factory.mktemp("airflow-api")) as server:
+        yield server
 
 
 # -- monitoring: node-exporter's textfile collector (tests/monitoring.py) -----------------------------------

@@ -30,6 +30,8 @@ CLASS_EXPECTED = "a dotted path such as mypackage.module.ClassName"
 URL_EXPECTED = "a SQLAlchemy URL such as sqlite:////path/airflow.db"
 DURATION_EXPECTED = "0 or a duration such as 12h, 2d, 1d12h or P1D"
 TIMEOUT_EXPECTED = "a positive duration such as 10s, 2m or PT30S"
+HTTP_URL_EXPECTED = "an http:// or https:// URL without a user or password, such as https://airflow.example.com"
+TEXT_EXPECTED = "text without control characters"
 SCHEMA_EXPECTED = "a schema name of at most 63 characters, without control characters"
 IMPORT_EXPECTED = "an import path such as airflow_local_settings.connect_args"
 ENGINE_ARGS_EXPECTED = 'a JSON object such as {"pool_size": 5}'
@@ -78,6 +80,12 @@ EXPECTED_DEFAULTS = {
     ("state_store", "lock_timeout"): "30s",
     ("workers", "state_store_backend"): "",
     ("state_store", "command_timeout"): "30s",
+    ("state_store", "api_url"): "",
+    ("state_store", "api_token"): "",
+    ("state_store", "api_username"): "",
+    ("state_store", "api_password"): "",
+    ("state_store", "api_ca_bundle"): "",
+    ("state_store", "api_concurrency"): 8,
     ("database", "sql_alchemy_schema"): "",
     ("database", "sql_alchemy_connect_args"): "",
     ("database", "sql_alchemy_engine_args"): "",
@@ -281,6 +289,14 @@ VALID = [
         "postgresql+psycopg2://u:p@db:5432/airflow",
     ),
     ("state_store", "command_timeout", "5s", "5s"),
+    ("state_store", "api_url", "https://airflow.example.com/", "https://airflow.example.com"),
+    ("state_store", "api_url", "http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+    ("state_store", "api_token", "eyJhbGciOi.payload.sig", "eyJhbGciOi.payload.sig"),
+    ("state_store", "api_username", "ops-bot", "ops-bot"),
+    ("state_store", "api_password", "s3cret!", "s3cret!"),
+    ("state_store", "api_ca_bundle", "/etc/ssl/corp-ca.pem", "/etc/ssl/corp-ca.pem"),
+    ("state_store", "api_concurrency", "1", 1),
+    ("state_store", "api_concurrency", "64", 64),
     ("database", "sql_alchemy_schema", "airflow", "airflow"),
     ("database", "sql_alchemy_schema", "", ""),
     ("database", "sql_alchemy_connect_args", "local_settings.connect_args", "local_settings.connect_args"),
@@ -375,6 +391,17 @@ INVALID = [
     ("state_store", "state_cleanup_older_than", "", DURATION_EXPECTED),
     ("state_store", "command_timeout", "0s", TIMEOUT_EXPECTED),
     ("state_store", "command_timeout", "soon", TIMEOUT_EXPECTED),
+    # the REST API
+    ("state_store", "api_url", "ftp://airflow.example.com", HTTP_URL_EXPECTED),
+    ("state_store", "api_url", "https://", HTTP_URL_EXPECTED),
+    ("state_store", "api_url", "airflow.example.com", HTTP_URL_EXPECTED),
+    ("state_store", "api_url", "https://airflow.example.com:http", HTTP_URL_EXPECTED),
+    ("state_store", "api_token", "tok\x01en", TEXT_EXPECTED),
+    ("state_store", "api_username", "a\x7fb", TEXT_EXPECTED),
+    ("state_store", "api_password", "pass\x1fword", TEXT_EXPECTED),
+    ("state_store", "api_ca_bundle", "ca\x1b.pem", "a file path"),
+    ("state_store", "api_concurrency", "0", "a whole number from 1 to 64"),
+    ("state_store", "api_concurrency", "65", "a whole number from 1 to 64"),
     # [database] and [secrets] options Airflow shares
     ("database", "sql_alchemy_schema", "s" * 64, SCHEMA_EXPECTED),
     ("database", "sql_alchemy_schema", "a\x01b", SCHEMA_EXPECTED),
@@ -730,6 +757,12 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
                 "connect_timeout": {"value": "10s", "source": "default"},
                 "lock_timeout": {"value": "30s", "source": "default"},
                 "command_timeout": {"value": "30s", "source": "default"},
+                "api_url": {"value": "", "source": "default"},
+                "api_token": {"value": "", "source": "default"},
+                "api_username": {"value": "", "source": "default"},
+                "api_password": {"value": "", "source": "default"},
+                "api_ca_bundle": {"value": "", "source": "default"},
+                "api_concurrency": {"value": 8, "source": "default"},
             },
             "workers": {"state_store_backend": {"value": "", "source": "default"}},
             "database": {
@@ -785,6 +818,12 @@ def test_config_show_plain_exact_output(monkeypatch, tmp_path, clean_environment
         "state_store.connect_timeout\t10s\tdefault\n"
         "state_store.lock_timeout\t30s\tdefault\n"
         "state_store.command_timeout\t30s\tdefault\n"
+        "state_store.api_url\t\tdefault\n"
+        "state_store.api_token\t\tdefault\n"
+        "state_store.api_username\t\tdefault\n"
+        "state_store.api_password\t\tdefault\n"
+        "state_store.api_ca_bundle\t\tdefault\n"
+        "state_store.api_concurrency\t8\tdefault\n"
         f"workers.state_store_backend\tmypkg.workers.RefBackend\t{cfg}\n"
         f"database.sql_alchemy_conn\tsqlite:///{clean_environment}/airflow.db\tdefault\n"
         "database.sql_alchemy_schema\t\tdefault\n"

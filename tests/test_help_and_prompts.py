@@ -290,7 +290,8 @@ def test_plain_help_examples_fit_80_columns(command):
 
 def test_root_help_names_every_root_option():
     shown = " ".join(run_statestore_process("--help", env={**os.environ, "COLUMNS": "80"}).stdout.split())
-    assert "Root options (--config, --conn, --connect-timeout, --debug, --version) go before the command" in shown
+    roots = "--config, --conn, --api-url, --connect-timeout, --debug, --version"
+    assert f"Root options ({roots}) go before the command" in shown
 
 
 def test_config_defaults_are_named_in_help():

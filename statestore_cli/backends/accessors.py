@@ -14,7 +14,7 @@ from typing import Any
 
 from statestore_cli.backends.base import REF_MARKER, BaseStoreBackend, JsonValue, stored_ref
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError
-from statestore_cli.model.retention import Retention, compute_expires_at, utcnow
+from statestore_cli.model.retention import BACKEND_DEFAULT, Retention, compute_expires_at, utcnow
 from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
 
 
@@ -89,11 +89,10 @@ class _Accessor:
         return self._stored_form(check_key(key), value)
 
     def replace(self, key: str, value: JsonValue) -> None:
-        """Replace the value of an existing key, keeping its ``expires_at`` (the metastore only);
+        """Replace the value of an existing key, keeping its ``expires_at`` (a backend that can: the metastore,
+        the REST API);
         a key that does not exist raises ``NotFoundError`` and nothing is written."""
-        from statestore_cli.backends.metastore import MetastoreBackend  # SQLAlchemy only when needed
-
-        if not isinstance(self.backend, MetastoreBackend):
+        if not self.backend.can_replace:
             name = type(self.backend).__name__
             raise BackendError(f"replacing a value and keeping its expiry needs the metastore backend, not {name}")
         if (
@@ -151,7 +150,7 @@ class TaskStateStoreAccessor(_Accessor):
         scope: TaskScope,
         backend: BaseStoreBackend,
         *,
-        default_retention_days: int = 30,
+        default_retention_days: int | None = 30,
         clock: Callable[[], datetime] = utcnow,
         **kwargs: Any,
     ) -> None:
@@ -170,8 +169,14 @@ class TaskStateStoreAccessor(_Accessor):
         return self.worker_backend.deserialize_task_state_store_from_ref(ref)
 
     def set(self, key: str, value: JsonValue, retention: Retention = None) -> datetime | None:
-        """Write the key; returns the ``expires_at`` stored (None: never expires)."""
-        expires_at = compute_expires_at(retention, self.default_retention_days, self.clock())
+        """Write the key; returns the ``expires_at`` stored (None: never expires). ``default_retention_days``
+        None: a key written without ``retention`` gets the backend's own default, read back once written."""
+        if retention is None and self.default_retention_days is None:
+            stored = self._stored_form(check_key(key), value)
+            self.backend.set(self.scope, key, stored, expires_at=BACKEND_DEFAULT, session=self.session)
+            written = self.backend.describe(self.scope, key, session=self.session)
+            return None if written is None else written.expires_at
+        expires_at = compute_expires_at(retention, self.default_retention_days or 0, self.clock())
         stored = self._stored_form(check_key(key), value)
         self.backend.set(self.scope, key, stored, expires_at=expires_at, session=self.session)
         return expires_at

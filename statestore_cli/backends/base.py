@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.model.entries import Entry
+from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 
 if TYPE_CHECKING:
     from typing import Self
@@ -44,6 +45,8 @@ class BaseStoreBackend(ABC):
     # False: a task scope's region_id cannot be addressed (an Airflow 3.3 backend, whose TaskScope has
     # none); `backend check` then leaves the region cases out.
     supports_regions: ClassVar[bool] = True
+    # True: ``replace`` writes a key's value and keeps its expiry (``set --keep-expiry``).
+    can_replace: ClassVar[bool] = False
 
     @abstractmethod
     def get(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:
@@ -74,6 +77,17 @@ class BaseStoreBackend(ABC):
 
     @abstractmethod
     async def aclear(self, scope: StoreScope, *, all_map_indices: bool = False, session: Any = None) -> int | None: ...
+
+    def describe(self, scope: StoreScope, key: str, *, session: Any = None) -> Entry | None:
+        """The key as ``get`` shows it (its value still JSON text), or None when it does not exist; a backend
+        that keeps when a key was written and when it expires overrides this to say so."""
+        stored = self.get(scope, key, session=session)
+        return None if stored is None else bare_entry(scope, key, stored)
+
+    def replace(self, scope: StoreScope, key: str, value: str, *, session: Any = None) -> int:
+        """Replace an existing key's value keeping its expiry; how many keys were written (0: not there).
+        Only where ``can_replace``."""
+        raise NotImplementedError(f"{type(self).__qualname__} cannot replace a value and keep its expiry")
 
     def get_value(self, scope: StoreScope, key: str, *, session: Any = None) -> JsonValue | None:
         """The decoded value, or None when missing; a backend storing values natively may override it."""
@@ -120,6 +134,15 @@ class BaseStoreBackend(ABC):
 
     def deserialize_asset_state_store_from_ref(self, stored: str) -> JsonValue:
         return json.loads(stored)
+
+
+def bare_entry(scope: StoreScope, key: str, value: Any) -> Entry:
+    """``key`` of ``scope`` holding ``value``, as a backend that keeps no timestamps describes it."""
+    if isinstance(scope, TaskScope):
+        return Entry("task", key, None, None, scope.dag_id, scope.run_id, scope.task_id, scope.map_index, value=value)
+    if isinstance(scope, DagRunScope):
+        return Entry("dag_run", key, None, None, scope.dag_id, scope.run_id, value=value)
+    return Entry("asset", key, None, None, asset_id=scope.asset_id, name=scope.name, uri=scope.uri, value=value)
 
 
 class ThreadOffloadMixin:

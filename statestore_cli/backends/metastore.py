@@ -65,6 +65,8 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     3.3's, which has no region column, it is not stored (each region keeps its own metadata database).
     """
 
+    can_replace = True
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._airflow_mode: bool | None = None

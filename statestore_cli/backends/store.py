@@ -13,7 +13,7 @@ disposed by ``close()``, the configured ``[state_store] backend`` and the ``[wor
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 
@@ -23,8 +23,11 @@ from statestore_cli.backends.loader import load_backend_class
 from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
 from statestore_cli.db.database import Database, StoreOrigin, open_database
-from statestore_cli.errors import BackendError, StateStoreError, first_line
+from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, StateStoreError, first_line
 from statestore_cli.model.scopes import DagRunScope, StoreScope, TaskScope
+
+if TYPE_CHECKING:  # imported in API mode only
+    from statestore_cli.backends.api_backend import ApiBackend
 
 Accessor = TaskStateStoreAccessor | AssetStateStoreAccessor | DagRunStateStoreAccessor
 
@@ -35,8 +38,11 @@ class Store:
     and a lock wait on SQLite names no --lock-timeout (see ``open_database``). ``create_file``: a missing
     SQLite file is created (``db init``) instead of refused."""
 
-    def __init__(self, settings: Settings, *, writes: bool = True, create_file: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, *, writes: bool = True, create_file: bool = False, command: str = "this command"
+    ) -> None:
         self.settings = settings
+        self.command = command  # what the store is opened for, as a refusal in API mode names it
         self.writes = writes
         self.create_file = create_file
         self._database: Database | None = None
@@ -46,14 +52,24 @@ class Store:
         self._worker_loaded = False
 
     @classmethod
-    def open(cls, settings: Settings, *, writes: bool = True, create_file: bool = False) -> Store:
-        """The store ``settings`` name; nothing is connected, nor any backend loaded, until an operation needs it."""
-        return cls(settings, writes=writes, create_file=create_file)
+    def open(
+        cls, settings: Settings, *, writes: bool = True, create_file: bool = False, command: str = "this command"
+    ) -> Store:
+        """The store ``settings`` name; nothing is connected, nor any backend loaded, until an operation needs it.
+        ``command``: what it is opened for, as a message names it (``statestore db check``)."""
+        return cls(settings, writes=writes, create_file=create_file, command=command)
 
     # -- what it owns, each made on first use -------------------------------------------------------------
     @property
+    def api_mode(self) -> bool:
+        """True where the settings name Airflow's REST API (``--api-url``): no database is opened."""
+        return bool(self.settings.api_url)
+
+    @property
     def database(self) -> Database:
         """The one engine on ``[database] sql_alchemy_conn`` (with what its messages need)."""
+        if self.api_mode:
+            raise needs_database(self.command)
         if self._database is None:
             settings = self.settings
             self._database = open_database(
@@ -87,9 +103,11 @@ class Store:
 
     @property
     def backend(self) -> BaseStoreBackend:
-        """The configured ``[state_store] backend``, ready to use."""
+        """The configured ``[state_store] backend``, ready to use; in API mode the REST API's."""
         if self._backend is None:
-            if self.settings.uses_builtin_backend:
+            if self.api_mode:
+                self._backend = _api_backend(self.settings)
+            elif self.settings.uses_builtin_backend:
                 self._backend = self.metastore
             else:
                 self._backend = _instantiate(self.settings, "state_store", "backend")
@@ -107,10 +125,30 @@ class Store:
     def metastore_backend(self, what: str) -> MetastoreBackend:
         """The configured backend, which ``what`` (an operation, as its message names it) needs to be the
         metastore backend: ``BackendError`` when it is a custom one."""
+        if self.api_mode:
+            raise needs_database(what)
         backend = self.backend
         if not isinstance(backend, MetastoreBackend):
             raise BackendError(f"{what} needs the metastore backend; [state_store] backend is {self.settings.backend}")
         return backend
+
+    def api_backend(self) -> ApiBackend:
+        """The REST API's backend (API mode only)."""
+        from statestore_cli.backends.api_backend import ApiBackend
+
+        backend = self.backend
+        assert isinstance(backend, ApiBackend), "not in API mode"
+        return backend
+
+    def api_requests(self) -> int | None:
+        """The requests sent to the REST API so far (None: not in API mode)."""
+        return self.api_backend().client.requests if self.api_mode else None
+
+    def listing_backend(self, what: str) -> MetastoreBackend | ApiBackend:
+        """The backend that lists keys across scopes (``entries``): the metastore, or the REST API's."""
+        if self.api_mode:
+            return self.api_backend()
+        return self.metastore_backend(what)
 
     def accessor(self, scope: StoreScope, *, oversize: str = "warn") -> Accessor:
         """An accessor for ``scope`` on the configured backend, with the worker backend for task and asset keys."""
@@ -118,6 +156,10 @@ class Store:
         common: dict[str, Any] = {"max_value_storage_bytes": settings.max_value_storage_bytes, "oversize": oversize}
         backend = self.backend
         if isinstance(scope, DagRunScope):
+            if self.api_mode:
+                from statestore_cli.backends.api_backend import NO_DAG_RUN_ROUTE
+
+                raise InvalidInputError(NO_DAG_RUN_ROUTE)
             if not isinstance(backend, MetastoreBackend):  # Airflow 3.4 keeps dag-run keys in its metadata database
                 raise BackendError(
                     f"dag-run keys need the metastore backend; [state_store] backend is {settings.backend}"
@@ -127,8 +169,9 @@ class Store:
             return DagRunStateStoreAccessor(scope, backend, default_retention_days=days, **common)
         common["worker_backend"] = self.worker_backend
         if isinstance(scope, TaskScope):
-            days = settings.default_retention_days
-            return TaskStateStoreAccessor(scope, backend, default_retention_days=days, **common)
+            # Through the API a key written without a retention gets the server's own default.
+            task_days = None if self.api_mode else settings.default_retention_days
+            return TaskStateStoreAccessor(scope, backend, default_retention_days=task_days, **common)
         return AssetStateStoreAccessor(scope, backend, **common)
 
     # -- closing ----------------------------------------------------------------------------------------
@@ -154,6 +197,29 @@ def accessor(settings: Settings, scope: StoreScope, *, oversize: str = "warn", w
     """An accessor for ``scope`` on a store of its own (``Store.accessor``), for a caller that needs just one;
     its engine goes with the accessor (``writes``: see ``Store``)."""
     return Store.open(settings, writes=writes).accessor(scope, oversize=oversize)
+
+
+def needs_database(what: str) -> ConfigError:
+    """The refusal of an operation the REST API cannot serve (``--api-url``), naming the way that can."""
+    return ConfigError(
+        f"{what} needs the metadata database, and Airflow's REST API (--api-url) has no route for it",
+        hint="run it with --conn URL (or [database] sql_alchemy_conn) where the database can be reached",
+    )
+
+
+def _api_backend(settings: Settings) -> ApiBackend:
+    from statestore_cli.backends.api_backend import ApiBackend
+    from statestore_cli.backends.api_client import ApiClient, Credentials
+    from statestore_cli.masking import register_secret
+
+    token, username, password, source = settings.api_auth()
+    register_secret(token or None)
+    register_secret(password or None)
+    credentials = Credentials(token, username, password, source=source)
+    client = ApiClient(
+        settings.api_url, credentials, ca_bundle=settings.api_ca_bundle, timeout=settings.connect_timeout
+    )
+    return ApiBackend(client, concurrency=settings.api_concurrency)
 
 
 def _instantiate(settings: Settings, section: str, option: str) -> BaseStoreBackend:

@@ -249,12 +249,15 @@ def _clean_dry_run(
     if plan.skipped_reason:
         out.clean_skipped(plan.skipped_reason, dry_run=True)
         return plan.skipped_reason
-    total = (
+    total = (  # through the REST API a count is a second walk: the progress goes without a total there
         commands.count_expired_keys(store, now, grace, include_unfinished=include_unfinished)
-        if out.shows_progress
+        if out.shows_progress and not store.api_mode
         else None
     )
     out.clean_plan(plan, limit=None if show_all else 100, total=total)
+    requests = store.api_requests()
+    if requests is not None:
+        out.note(f"through the REST API: {requests:,} requests")
     return None
 
 

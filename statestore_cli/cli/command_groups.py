@@ -12,7 +12,7 @@ app = typer.Typer(
     cls=StateStoreGroup,
     name="statestore",
     help="Read, write and garbage-collect Airflow's task and asset state store.\n\n"
-    "Root options (--config, --conn, --connect-timeout, --debug, --version) go before the command; "
+    "Root options (--config, --conn, --api-url, --connect-timeout, --debug, --version) go before the command; "
     "the command's own options after it.",
     epilog=examples(
         "db check",

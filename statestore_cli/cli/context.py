@@ -23,6 +23,7 @@ class CliState:
     debug: bool = False
     connect_timeout: Optional[str] = None
     lock_timeout: Optional[str] = None  # a writing command's --lock-timeout (``options.LockTimeoutOpt``)
+    api_url: Optional[str] = None  # --api-url (or $STATESTORE_API_URL)
     _settings: Optional[Settings] = field(default=None, repr=False)
 
     @property
@@ -33,6 +34,7 @@ class CliState:
                 self.conn,
                 connect_timeout_override=self.connect_timeout,
                 lock_timeout_override=self.lock_timeout,
+                api_url_override=self.api_url,
             )
             for note in self._settings.warnings:  # a typo in an option name must not pass unnoticed
                 warn(note.worded(FLAGS))
@@ -53,7 +55,8 @@ def store_of(ctx: typer.Context, *, writes: bool = True, create_file: bool = Fal
     found = ctx.meta.get(_STORE)
     if isinstance(found, Store):
         return found
-    store = ctx.with_resource(Store.open(settings_of(ctx), writes=writes, create_file=create_file))
+    command = f"`statestore {ctx.command_path.partition(' ')[2]}`"
+    store = ctx.with_resource(Store.open(settings_of(ctx), writes=writes, create_file=create_file, command=command))
     ctx.meta[_STORE] = store
     return store
 

@@ -25,6 +25,7 @@ from statestore_cli.masking import mask_text
 # The library names an argument by its parameter; the CLI user knows it by its flag.
 FLAGS = {
     "all_unreferenced": "--all-unreferenced",
+    "api_url_override": "--api-url",
     "backup": "--backup",
     "batch_size": "--batch-size",
     "config_path": "--config",

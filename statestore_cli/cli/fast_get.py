@@ -36,6 +36,7 @@ ROOT_HANDED_OVER = (
     "-h",
     "--install-completion",
     "--show-completion",
+    "--api-url",  # through the REST API: no database is read here
 )
 GET_HANDED_OVER = ("--asset-name", "--asset-uri", "--asset-id", "--raw", "--help", "-h")
 
@@ -94,7 +95,9 @@ def _parse(argv: Sequence[str]) -> tuple[dict[str, str], dict[str, str], str] | 
 def answer(argv: Sequence[str], environ: dict[str, str] | None = None) -> int | None:
     """Run `get` and return its exit code, or None when the full CLI must handle ``argv``."""
     env = os.environ if environ is None else environ
-    parsed = None if env.get("STATESTORE_NO_FAST_PATH") else _parse(argv)
+    # Through Airflow's REST API (--api-url, or its variable) nothing is read from a database here.
+    through_api = env.get("STATESTORE_NO_FAST_PATH") or env.get("STATESTORE_API_URL")
+    parsed = None if through_api else _parse(argv)
     if parsed is None:
         return None
     root, options, key = parsed
@@ -131,6 +134,8 @@ def _get(root: dict[str, str], options: dict[str, str], key: str, output: str) -
     if any(settings.setting("database", option).value for option in database):
         return None  # what they change (or refuse, a schema on SQLite) is the full CLI's engine's
     if not settings.uses_builtin_backend or settings.worker_backend or not conn_url.startswith("sqlite:///"):
+        return None
+    if settings.api_url:  # [state_store] api_url: the REST API answers, not a database
         return None
     path = conn_url.removeprefix("sqlite:///")
     if "?" in path or not path or path == ":memory:" or not os.path.isfile(path):

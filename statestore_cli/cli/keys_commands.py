@@ -352,6 +352,9 @@ def list_(
     filt = as_filter(scope_args, store, key)
     opened = store_of(ctx, writes=False)
     shown = out.entries(commands.list_entries(opened, filt, limit=limit, offset=offset), filt)
+    requests = opened.api_requests()
+    if requests is not None:
+        out.note(f"through the REST API: {requests:,} requests")
     if shown == 0 and offset == 0:
         _near_misses(opened, filt)
 

@@ -59,6 +59,17 @@ def main(
             help=f"SQLAlchemy URL of the database; overrides {section('database')} sql_alchemy_conn.",
         ),
     ] = None,
+    api_url: Annotated[
+        Optional[str],
+        typer.Option(
+            "--api-url",
+            metavar="URL",
+            envvar="STATESTORE_API_URL",
+            show_envvar=False,
+            help="Work through Airflow's REST API at this root URL (its api-server), opening no database; "
+            f"overrides {section('state_store')} api_url. Token: $STATESTORE_API_TOKEN or $AIRFLOW_CLI_TOKEN.",
+        ),
+    ] = None,
     connect_timeout: Annotated[
         Optional[str],
         typer.Option(
@@ -73,7 +84,7 @@ def main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    ctx.obj = CliState(config_path=config, conn=conn, debug=debug, connect_timeout=connect_timeout)
+    ctx.obj = CliState(config_path=config, conn=conn, debug=debug, connect_timeout=connect_timeout, api_url=api_url)
 
 
 for _typer in ALL_APPS:
@@ -85,7 +96,7 @@ for _typer in ALL_APPS:
 # The root options that take a value, and those that do not, as ``main`` declares them (a test keeps the two
 # in step). The eager ones (--help, --version, completion) print and exit: a command line with one of them
 # before the command gets the whole tree.
-ROOT_VALUED_OPTIONS = ("--config", "--conn", "--connect-timeout")
+ROOT_VALUED_OPTIONS = ("--config", "--conn", "--api-url", "--connect-timeout")
 ROOT_FLAG_OPTIONS = ("--debug",)
 
 

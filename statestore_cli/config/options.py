@@ -70,6 +70,9 @@ _EXPECTED = {
     "import": "an import path such as airflow_local_settings.connect_args",
     "schema": "a schema name of at most 63 characters, without control characters",
     "url": "a SQLAlchemy URL such as sqlite:////path/airflow.db",
+    "http_url": "an http:// or https:// URL without a user or password, such as https://airflow.example.com",
+    "text": "text without control characters",
+    "path": "a file path",
 }
 
 

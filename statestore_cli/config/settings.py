@@ -47,6 +47,7 @@ from statestore_cli.config.config_file import (
 )
 from statestore_cli.config.options import OptionSpec, Setting, env_var_name, load_option_specs
 from statestore_cli.config.sources import (
+    API_URL_OVERRIDE,
     CONN_OVERRIDE,
     CONNECT_TIMEOUT_OVERRIDE,
     LOCK_TIMEOUT_OVERRIDE,
@@ -204,6 +205,36 @@ class Settings:
         return timeout_seconds(str(self._value("state_store", "lock_timeout")), "lock_timeout")
 
     @property
+    def api_url(self) -> str:
+        """Airflow's REST API the commands work through instead of the database; empty: the database."""
+        return str(self._value("state_store", "api_url"))
+
+    @property
+    def api_concurrency(self) -> int:
+        return int(self._value("state_store", "api_concurrency"))
+
+    @property
+    def api_ca_bundle(self) -> str:
+        return str(self._value("state_store", "api_ca_bundle"))
+
+    def api_auth(self) -> tuple[str, str, str, str]:
+        """``(token, username, password, where they came from)`` for the REST API: the options, else
+        ``$STATESTORE_API_TOKEN``, ``$AIRFLOW_CLI_TOKEN`` (airflowctl's), ``$STATESTORE_API_USERNAME`` and
+        ``$STATESTORE_API_PASSWORD``. A token wins over a username and password."""
+        env = self._environ
+        token = self.setting("state_store", "api_token")
+        if token.value:
+            return str(token.value), "", "", describe_source(token)
+        for name in ("STATESTORE_API_TOKEN", "AIRFLOW_CLI_TOKEN"):
+            if env.get(name, "").strip():
+                return env[name].strip(), "", "", f"environment variable {name}"
+        user, password = self.setting("state_store", "api_username"), self.setting("state_store", "api_password")
+        username = str(user.value) or env.get("STATESTORE_API_USERNAME", "").strip()
+        secret = str(password.value) or env.get("STATESTORE_API_PASSWORD", "")
+        where = describe_source(user) if user.value else "environment variable STATESTORE_API_USERNAME"
+        return "", username, secret, where if username else ""
+
+    @property
     def worker_backend(self) -> str:
         return str(self._value("workers", "state_store_backend"))
 
@@ -271,6 +302,7 @@ def load_settings(
     connect_timeout_override: str | None = None,
     lock_timeout_override: str | None = None,
     *,
+    api_url_override: str | None = None,
     resolve_indirect: bool = True,
 ) -> Settings:
     """Resolve every option in the documented lookup order (see the module docstring).
@@ -286,6 +318,7 @@ def load_settings(
     overrides = {"sql_alchemy_conn": (conn_override, CONN_OVERRIDE)}
     overrides["connect_timeout"] = (connect_timeout_override, CONNECT_TIMEOUT_OVERRIDE)
     overrides["lock_timeout"] = (lock_timeout_override, LOCK_TIMEOUT_OVERRIDE)
+    overrides["api_url"] = (api_url_override, API_URL_OVERRIDE)
     resolved: dict[tuple[str, str], Setting] = {}
     indirect: list[tuple[OptionSpec, _Found]] = []
     for spec in specs:

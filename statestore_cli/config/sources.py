@@ -11,7 +11,8 @@ if TYPE_CHECKING:
 CONN_OVERRIDE = "conn_override"  # the source of a URL passed as load_settings(conn_override=...)
 CONNECT_TIMEOUT_OVERRIDE = "connect_timeout_override"  # load_settings(connect_timeout_override=...)
 LOCK_TIMEOUT_OVERRIDE = "lock_timeout_override"  # load_settings(lock_timeout_override=...)
-OVERRIDES = (CONN_OVERRIDE, CONNECT_TIMEOUT_OVERRIDE, LOCK_TIMEOUT_OVERRIDE)
+API_URL_OVERRIDE = "api_url_override"  # load_settings(api_url_override=...)
+OVERRIDES = (CONN_OVERRIDE, CONNECT_TIMEOUT_OVERRIDE, LOCK_TIMEOUT_OVERRIDE, API_URL_OVERRIDE)
 
 
 def source_place(source: str) -> str:

@@ -77,6 +77,12 @@ def convert_value(spec: OptionSpec, raw: str, source: str) -> Any:
         if text and not _DOTTED.fullmatch(text):
             raise _invalid(spec, raw, source, expected_value(spec))
         return text
+    if spec.type in ("text", "path"):
+        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+            raise _invalid(spec, None if hidden or spec.secret else raw, source, expected_value(spec))
+        return text
+    if spec.type == "http_url":
+        return _http_url(spec, raw, source)
     if spec.type == "schema":
         # 63: PostgreSQL's longest name (it would cut a longer one short, MySQL refuses it); empty = unset
         if len(text) > 63 or any(ord(c) < 32 or ord(c) == 127 for c in text):
@@ -96,6 +102,26 @@ def convert_value(spec: OptionSpec, raw: str, source: str) -> Any:
     except (ArgumentError, ValueError):
         raise _invalid(spec, None if hidden else raw, source, expected_value(spec)) from None
     return text
+
+
+def _http_url(spec: OptionSpec, raw: str, source: str) -> str:
+    """An API's root URL (empty: unset), without a trailing slash; one with a user or password is refused,
+    unshown (credentials go in their own options, never in a URL that messages name)."""
+    from urllib.parse import urlsplit
+
+    text = raw.strip()
+    if not text:
+        return text
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # a port that is not a number raises here
+    except ValueError:
+        raise _invalid(spec, raw, source, expected_value(spec)) from None
+    if parts.username is not None or parts.password is not None:
+        raise _invalid(spec, None, source, expected_value(spec) + "; give the password in api_password or a token")
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or port == 0:
+        raise _invalid(spec, raw, source, expected_value(spec))
+    return text.rstrip("/")
 
 
 _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}

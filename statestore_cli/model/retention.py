@@ -32,6 +32,18 @@ NEVER_EXPIRE: Final = _NeverExpire()
 
 Retention = Union[timedelta, _NeverExpire, None]
 
+
+class _BackendDefault:
+    """Sentinel type of ``BACKEND_DEFAULT``."""
+
+    def __repr__(self) -> str:
+        return "BACKEND_DEFAULT"
+
+
+# The expiry a write leaves to the store behind the backend: Airflow's REST API applies its own
+# ``[state_store] default_retention_days`` to a key written without one (``expires_at: "default"``).
+BACKEND_DEFAULT: Final = _BackendDefault()
+
 _UNIT_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 # Compiled on first use, not at import: help, the version and shell completion import this module and parse
 # no duration.

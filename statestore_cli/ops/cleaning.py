@@ -68,6 +68,11 @@ def plan_clean(
     reason = _skip_reason(store.settings)
     if reason:
         return CleanPlan(cutoff, iter(()), reason, grace)
+    if store.api_mode:
+        from statestore_cli.ops.api_walks import planned_rows
+
+        spared_api: dict[str, int] | None = None if include_unfinished else {}
+        return CleanPlan(cutoff, planned_rows(store.api_backend(), cutoff, spared_api), None, grace, spared_api)
     from statestore_cli.ops.cleanup import iter_expired, spares
 
     engine = store.engine
@@ -96,9 +101,33 @@ def clean(
     if reason:
         return CleanSkipped(reason)
     size = store.settings.state_cleanup_batch_size if batch_size is None else batch_size
+    if store.api_mode:
+        return _clean_over_api(store, cutoff, grace, control, backup, include_unfinished)
     from statestore_cli.ops.cleanup import delete_expired
 
     report = delete_expired(store.engine, cutoff, size, control, backup, spare=not include_unfinished)
+    return replace(report, older_than=grace)
+
+
+def _clean_over_api(
+    store: Store,
+    cutoff: datetime,
+    grace: timedelta,
+    control: CleanControl | None,
+    backup: BackupFile | None,
+    include_unfinished: bool,
+) -> CleanReport:
+    """``clean`` through Airflow's REST API (``ops.api_clean``), which takes no lock and writes no backup."""
+    for given, flag in ((backup is not None, "backup"), (control is not None and control.exclusive, "exclusive")):
+        if given:
+            raise InvalidInputError(
+                f"{PARAMETER} needs the metadata database; through Airflow's REST API (--api-url) run the clean "
+                f"without it, or with --conn where the database can be reached",
+                parameter=flag,
+            )
+    from statestore_cli.ops.api_walks import clean_over_api
+
+    report = clean_over_api(store.api_backend(), cutoff, control, spare=not include_unfinished)
     return replace(report, older_than=grace)
 
 
@@ -113,6 +142,11 @@ def count_expired_keys(
     cutoff, _ = clean_window(store, now, older_than)
     if _skip_reason(store.settings):
         return 0
+    if store.api_mode:
+        from statestore_cli.ops.api_walks import expired_keys
+
+        spared: dict[str, int] | None = None if include_unfinished else {}
+        return sum(1 for _ in expired_keys(store.api_backend(), cutoff, spared))
     from statestore_cli.ops.cleanup import count_expired
 
     return count_expired(store.engine, cutoff, not include_unfinished)

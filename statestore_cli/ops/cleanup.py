@@ -73,6 +73,8 @@ class CleanReport:
     # expired task keys kept since their task instance has not finished, by its state ("no_status": not set yet);
     # None where nothing was spared by rule: a standalone store, --include-unfinished, or a clean stopped early
     spared: dict[str, int] | None = None
+    # the requests made through Airflow's REST API (``--api-url``), where the clean went that way
+    api_requests: int | None = None
 
     @property
     def spared_unfinished(self) -> int:

@@ -49,6 +49,10 @@ def export_records(store: Store, filt: KeyFilter) -> Iterator[dict[str, Any]]:
     """The keys ``filt`` selects as export records (dicts in the line format), in ``list``'s order:
     task keys by dag, run, task, region, map index and key, then dag-run keys (Airflow 3.4) by dag, run
     and key, then asset keys by name, uri and key."""
+    if store.api_mode:
+        from statestore_cli.ops.api_walks import export_records as walked
+
+        return walked(store.api_backend(), filt)
     engine = store.metastore_backend("`export`").engine
     impl_of(engine).check_asset_text(filt.name, filt.uri)
     return _records(engine, filt)

@@ -55,9 +55,9 @@ def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Call
         if isinstance(scope, AssetScope) and not backend.has_asset(scope):
             raise missing_asset(backend, scope)
     else:
-        stored = backend.get(scope, key)
-        if stored is not None:
-            return _bare_entry(scope, key, decode(stored))
+        found = backend.describe(scope, key)
+        if found is not None:
+            return found._replace(value=decode(found.value))
     raise missing_key(scope, key)
 
 
@@ -72,14 +72,6 @@ def missing_asset(backend: MetastoreBackend, scope: AssetScope) -> NotFoundError
         close = difflib.get_close_matches(scope.name, backend.known_ids("name"), n=1, cutoff=0.6)
         message += f"; did you mean {close[0]!r}?" if close else ""
     return NotFoundError(message)
-
-
-def _bare_entry(scope: StoreScope, key: str, value: JsonValue) -> Entry:
-    if isinstance(scope, TaskScope):
-        return Entry("task", key, None, None, scope.dag_id, scope.run_id, scope.task_id, scope.map_index, value=value)
-    if isinstance(scope, DagRunScope):
-        return Entry("dag_run", key, None, None, scope.dag_id, scope.run_id, value=value)
-    return Entry("asset", key, None, None, asset_id=scope.asset_id, name=scope.name, uri=scope.uri, value=value)
 
 
 def set_value(

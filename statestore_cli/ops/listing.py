@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # each imported where it is used: only `stats` needs them, an
 def list_entries(store: Store, filt: KeyFilter, *, limit: int | None = None, offset: int = 0) -> Iterator[Entry]:
     """The keys ``filt`` selects, ordered by scope and key (task keys by dag, run, task, map index and key,
     then asset keys); ``offset`` skips that many and ``limit`` stops after that many, in the database."""
-    backend = store.metastore_backend("`list`")
+    backend = store.listing_backend("`list`")
     return backend.entries(filt, limit=limit, offset=offset)
 
 

@@ -159,6 +159,8 @@ def show_report(out: Writer, report: CleanReport, backup: BackupFile | None = No
     }
     if report.spared is not None:
         doc.update(_spared_fields(report.spared))
+    if report.api_requests is not None:
+        doc["api_requests"] = report.api_requests
     if backup is not None:
         from statestore_cli.cli.backup_option import backup_document
 
@@ -171,6 +173,8 @@ def show_report(out: Writer, report: CleanReport, backup: BackupFile | None = No
         if report.batch_size
         else "in one statement"
     )
+    if report.api_requests is not None:
+        batches = f"through the REST API ({report.api_requests:,} requests)"
     out.line(
         f"deleted {expired_keys(report.deleted, report.deleted_by_store.get('dag_run', 0))} {batches} "
         f"({expired_before(report.cutoff, report.older_than)}) in {report.elapsed:.1f}s, "

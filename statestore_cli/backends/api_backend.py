@@ -1,0 +1,350 @@
+"""``ApiBackend``: the task and asset state stores through Airflow's REST API (``--api-url``), for an Airflow
+whose metadata database cannot be reached (a managed service). The routes, as Airflow 3.3 serves them:
+
+- a task instance's keys: ``/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/state-store``
+  (``GET`` a page of them, ``DELETE`` them all; ``?map_index=``, ``?all_map_indices=``), and ``.../{key}``
+  (``GET``, ``PUT`` with the value and ``expires_at``, ``PATCH`` keeping the expiry, ``DELETE``);
+- an asset's keys: ``/api/v2/assets/{asset_id}/state-store`` and ``.../{key}``, an asset's id looked up by
+  its name or uri (``/api/v2/assets``, matched exactly here: the server's patterns match substrings).
+
+No route lists keys across task instances: ``entries`` walks the task instances (``.../taskInstances``, a
+run of ``~`` for all of a dag's runs) and reads each one's keys.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from statestore_cli.backends.api_client import ROLE_ASSET_WRITE, ROLE_WRITE, ApiClient, segment
+from statestore_cli.backends.base import BaseStoreBackend, ThreadOffloadMixin
+from statestore_cli.errors import InvalidInputError, NotFoundError
+from statestore_cli.model.entries import Entry, KeyFilter
+from statestore_cli.model.retention import BACKEND_DEFAULT
+from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
+
+NO_DAG_RUN_ROUTE = (
+    "dag-run keys (Airflow 3.4) have no route in Airflow's REST API: run this with --conn on the metadata database"
+)
+PAGE = 100  # rows per page: Airflow's default [api] maximum_page_limit
+
+
+class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
+    """The state stores behind the API ``client`` talks to. Dag-run keys (Airflow 3.4) have no route."""
+
+    supports_regions = False
+    can_replace = True
+
+    def __init__(self, client: ApiClient, *, concurrency: int = 8) -> None:
+        self.client = client
+        self.concurrency = concurrency  # requests in flight at once while walking task instances
+        self._asset_ids: dict[AssetScope, tuple[int, str, str] | None] = {}
+
+    # -- one key -------------------------------------------------------------------------------------
+    def get(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:
+        entry = self.describe(scope, key)
+        return None if entry is None else str(entry.value)
+
+    def describe(self, scope: StoreScope, key: str, *, session: Any = None) -> Entry | None:
+        """The key with its timestamps, its value still JSON text (as the metastore backend's), or None."""
+        path, query = self._key_route(scope, key, create=False)
+        if path is None:
+            return None
+        try:
+            found = self.client.call("GET", path, query=query)
+        except NotFoundError:
+            return None
+        return _entry(scope, found, self._asset_names(scope))
+
+    def set(self, scope: StoreScope, key: str, value: str, *, expires_at: Any = None, session: Any = None) -> None:
+        """Write the key; ``expires_at`` is a UTC datetime, None (never) or ``BACKEND_DEFAULT`` (the server's
+        ``[state_store] default_retention_days``); asset keys have no expiry."""
+        path, query = self._key_route(scope, key, create=True)
+        assert path is not None
+        body: dict[str, Any] = {"value": json.loads(value)}
+        if isinstance(scope, TaskScope):
+            body["expires_at"] = _expiry(expires_at)
+        role = ROLE_WRITE if isinstance(scope, TaskScope) else ROLE_ASSET_WRITE
+        self.client.call("PUT", path, query=query, body=body, role=role, missing=_no_scope(scope))
+
+    def replace(self, scope: StoreScope, key: str, value: str, *, session: Any = None) -> int:
+        """Replace an existing key's value, keeping its expiry; 0 when the key is not there."""
+        if not isinstance(scope, TaskScope):  # asset keys never expire: a write of an existing one keeps it
+            if self.describe(scope, key) is None:
+                return 0
+            self.set(scope, key, value)
+            return 1
+        path, query = self._key_route(scope, key, create=True)
+        assert path is not None
+        try:
+            self.client.call("PATCH", path, query=query, body={"value": json.loads(value)}, role=ROLE_WRITE)
+        except NotFoundError:
+            return 0
+        return 1
+
+    def delete(self, scope: StoreScope, key: str, *, session: Any = None) -> int | None:
+        """Remove the key; how many went (the API says nothing of a key that was not there: it is read first)."""
+        if self.describe(scope, key) is None:
+            return 0
+        path, query = self._key_route(scope, key, create=False)
+        assert path is not None
+        role = ROLE_WRITE if isinstance(scope, TaskScope) else ROLE_ASSET_WRITE
+        self.client.call("DELETE", path, query=query, role=role)
+        return 1
+
+    def drop(self, scope: TaskScope, key: str) -> int:
+        """Delete a key known to be there (one request; the API says nothing of one that went meanwhile)."""
+        path, query = self._key_route(scope, key, create=False)
+        assert path is not None
+        self.client.call("DELETE", path, query=query, role=ROLE_WRITE)
+        return 1
+
+    # -- a scope -------------------------------------------------------------------------------------
+    def clear(self, scope: StoreScope, *, all_map_indices: bool = False, session: Any = None) -> int | None:
+        """Remove the scope's keys; how many went, counted first (None across map indices: no route counts them)."""
+        path, query = self._scope_route(scope)
+        if path is None:
+            return 0
+        count = None if all_map_indices else self._total(path, query)
+        if count == 0:
+            return 0
+        if all_map_indices:
+            query = {"all_map_indices": "true"}
+        role = ROLE_WRITE if isinstance(scope, TaskScope) else ROLE_ASSET_WRITE
+        self.client.call("DELETE", path, query=query, role=role, missing=_no_scope(scope))
+        return count
+
+    def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
+        path, query = self._scope_route(scope)
+        if path is None:
+            return 0
+        return None if all_map_indices else self._total(path, query)
+
+    def scope_rows(self, scope: StoreScope) -> Iterator[dict[str, Any]]:
+        """Every key of ``scope`` as the API answers it (``key``, ``value``, timestamps), in key order, a page
+        at a time."""
+        path, query = self._scope_route(scope)
+        if path is None:
+            return
+        field = "task_state_store" if isinstance(scope, TaskScope) else "asset_state_store"
+        yield from self._pages(path, query, field)
+
+    def scope_entries(self, scope: StoreScope) -> Iterator[Entry]:
+        """Every key of ``scope``, in key order."""
+        names = self._asset_names(scope)
+        return (_entry(scope, row, names) for row in self.scope_rows(scope))
+
+    def each_scope(self, scopes: Sequence[StoreScope]) -> Iterator[list[dict[str, Any]]]:
+        """Each scope's keys as the API answers them (``scope_rows``), in the order of ``scopes``, read
+        ``concurrency`` scopes at a time: a walk is one request per task instance, each a round trip."""
+        if self.concurrency <= 1 or len(scopes) <= 1:
+            yield from (list(self.scope_rows(scope)) for scope in scopes)
+            return
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        self.client.authorize()  # before the threads: one token exchange, not one per thread
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            ahead: deque[Future[list[dict[str, Any]]]] = deque()
+            for scope in scopes:
+                ahead.append(pool.submit(self._rows_of, scope))
+                if len(ahead) >= 2 * self.concurrency:  # bounded: a slow reader holds few pages
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
+
+    def _rows_of(self, scope: StoreScope) -> list[dict[str, Any]]:
+        return list(self.scope_rows(scope))
+
+    def task_rows(self, filt: KeyFilter) -> Iterator[tuple[TaskScope, str | None, dict[str, Any]]]:
+        """Each task key ``filt`` selects as the API answers it, with its task instance and that one's state,
+        in ``list``'s order."""
+        instances = self.task_instances(filt)
+        for (scope, state), rows in zip(instances, self.each_scope([s for s, _ in instances]), strict=True):
+            yield from ((scope, state, row) for row in rows if filt.key in (None, row["key"]))
+
+    def asset_rows(self, filt: KeyFilter) -> Iterator[tuple[tuple[int, str, str], dict[str, Any]]]:
+        """Each asset key ``filt`` selects as the API answers it, with its asset's id, name and uri, ordered by
+        name, uri and key."""
+        for asset in self.assets(filt):
+            for row in self.scope_rows(AssetScope(asset_id=asset[0])):
+                if filt.key in (None, row["key"]):
+                    yield asset, row
+
+    def entries(self, filt: KeyFilter, *, limit: int | None = None, offset: int = 0) -> Iterator[Entry]:
+        """The keys ``filt`` selects, task keys first, in scope and key order, as ``list`` shows them: each
+        task instance's keys read in turn (no route lists keys across them), then each asset's."""
+        if (limit is not None and limit < 0) or offset < 0:
+            raise InvalidInputError(f"limit and offset must be 0 or more, got limit={limit} offset={offset}")
+        if filt.region_id is not None:
+            raise InvalidInputError("the API addresses no task region: drop --region-id")
+        if filt.store == "dag_run":
+            raise InvalidInputError(NO_DAG_RUN_ROUTE)
+        return _sliced(self._entries(filt), limit, offset)
+
+    def _entries(self, filt: KeyFilter) -> Iterator[Entry]:
+        if wants_tasks(filt):
+            yield from (_entry(scope, row, None) for scope, _state, row in self.task_rows(filt))
+        if wants_assets(filt):
+            yield from (_entry(AssetScope(asset_id=asset[0]), row, asset) for asset, row in self.asset_rows(filt))
+
+    def task_instances(self, filt: KeyFilter) -> list[tuple[TaskScope, str | None]]:
+        """The task instances ``filt`` names with their state (None: not set yet), sorted as ``list`` orders
+        keys (dag, run, task, map index)."""
+        dags = [filt.dag_id] if filt.dag_id is not None else self._dag_ids()
+        run = filt.run_id if filt.run_id is not None else "~"
+        found: dict[TaskScope, str | None] = {}
+        for dag_id in dags:
+            path = f"/api/v2/dags/{segment(dag_id)}/dagRuns/{segment(run)}/taskInstances"
+            query: dict[str, Any] = {}
+            if filt.task_id is not None:
+                query["task_id"] = filt.task_id
+            if filt.map_index is not None:
+                query["map_index"] = filt.map_index
+            for row in self._pages(path, query, "task_instances", missing=f"no dag run dag_id={dag_id} run_id={run}"):
+                scope = TaskScope(row["dag_id"], row["dag_run_id"], row["task_id"], int(row.get("map_index", -1)))
+                found[scope] = row.get("state")
+        return sorted(
+            found.items(), key=lambda item: (item[0].dag_id, item[0].run_id, item[0].task_id, item[0].map_index)
+        )
+
+    def _dag_ids(self) -> list[str]:
+        return sorted(row["dag_id"] for row in self._pages("/api/v2/dags", {}, "dags"))
+
+    def assets(self, filt: KeyFilter) -> list[tuple[int, str, str]]:
+        """The assets ``filt`` names (exactly), as (id, name, uri), ordered by name and uri."""
+        if filt.asset_id is not None:
+            found = self._asset(AssetScope(asset_id=filt.asset_id))
+            chosen = [found] if found is not None and _names(_row(found), None, filt.name, filt.uri) else []
+        else:
+            query = _asset_query(AssetScope(name=filt.name, uri=filt.uri)) if filt.has_asset_fields else {}
+            rows = self._pages("/api/v2/assets", query, "assets")
+            chosen = [(int(r["id"]), r["name"], r["uri"]) for r in rows if _names(r, None, filt.name, filt.uri)]
+        return sorted(chosen, key=lambda asset: (asset[1], asset[2]))
+
+    def _pages(self, path: str, query: dict[str, Any], field: str, missing: str | None = None) -> Iterator[Any]:
+        offset = 0
+        while True:
+            page = self.client.call("GET", path, query={**query, "limit": PAGE, "offset": offset}, missing=missing)
+            rows = page.get(field, [])
+            yield from rows
+            offset += len(rows)
+            if not rows or offset >= int(page.get("total_entries", 0)):
+                return
+
+    def _total(self, path: str, query: dict[str, Any]) -> int:
+        page = self.client.call("GET", path, query={**query, "limit": 1, "offset": 0})
+        return int(page.get("total_entries", 0))
+
+    # -- routes --------------------------------------------------------------------------------------
+    def _scope_route(self, scope: StoreScope) -> tuple[str | None, dict[str, Any]]:
+        if isinstance(scope, TaskScope):
+            path = (
+                f"/api/v2/dags/{segment(scope.dag_id)}/dagRuns/{segment(scope.run_id)}"
+                f"/taskInstances/{segment(scope.task_id)}/state-store"
+            )
+            return path, {"map_index": scope.map_index}
+        if isinstance(scope, AssetScope):
+            found = self._asset(scope)
+            return (None, {}) if found is None else (f"/api/v2/assets/{found[0]}/state-store", {})
+        raise InvalidInputError(NO_DAG_RUN_ROUTE)
+
+    def _key_route(self, scope: StoreScope, key: str, *, create: bool) -> tuple[str | None, dict[str, Any]]:
+        path, query = self._scope_route(scope)
+        if path is None and create:
+            assert isinstance(scope, AssetScope)
+            raise NotFoundError(_no_scope(scope))
+        return (None, query) if path is None else (f"{path}/{segment(key)}", query)
+
+    def _asset(self, scope: AssetScope) -> tuple[int, str, str] | None:
+        """The asset's id, name and uri (None: no asset is so named), looked up once."""
+        if scope not in self._asset_ids:
+            if scope.asset_id is not None:
+                query: dict[str, Any] = {}
+                missing = f"no such asset: no asset has asset_id={scope.asset_id}"
+                try:
+                    row = self.client.call("GET", f"/api/v2/assets/{scope.asset_id}", query=query, missing=missing)
+                except NotFoundError:
+                    row = None
+                rows = [] if row is None else [row]
+            else:
+                rows = list(self._pages("/api/v2/assets", _asset_query(scope), "assets"))
+            chosen = [r for r in rows if _names(r, scope.asset_id, scope.name, scope.uri)]
+            self._asset_ids[scope] = (int(chosen[0]["id"]), chosen[0]["name"], chosen[0]["uri"]) if chosen else None
+        return self._asset_ids[scope]
+
+    def _asset_names(self, scope: StoreScope) -> tuple[int, str, str] | None:
+        return self._asset(scope) if isinstance(scope, AssetScope) else None
+
+
+def _task_order(scope: TaskScope) -> tuple[str, str, str, int]:
+    return scope.dag_id, scope.run_id, scope.task_id, scope.map_index
+
+
+def _asset_query(scope: AssetScope) -> dict[str, Any]:
+    return {"name_pattern": scope.name} if scope.name else {"uri_pattern": scope.uri}
+
+
+def _names(row: dict[str, Any], asset_id: int | None, name: str | None, uri: str | None) -> bool:
+    """Whether the asset ``row`` is the one named (exactly: the API's patterns match substrings)."""
+    return asset_id in (None, row["id"]) and name in (None, row["name"]) and uri in (None, row["uri"])
+
+
+def _no_scope(scope: StoreScope) -> str:
+    if isinstance(scope, TaskScope):
+        return (
+            f"no task instance dag_id={scope.dag_id} run_id={scope.run_id} task_id={scope.task_id} "
+            f"map_index={scope.map_index}: keys belong to a task instance that exists"
+        )
+    return f"no such asset {scope.describe()}"
+
+
+def _expiry(expires_at: Any) -> Any:
+    if expires_at is BACKEND_DEFAULT:
+        return "default"
+    if expires_at is None:
+        return None
+    assert isinstance(expires_at, datetime)
+    return expires_at.isoformat()
+
+
+def moment(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    from statestore_cli.model.timestamps import utc_instant
+
+    return utc_instant(text.replace("Z", "+00:00"))
+
+
+def _entry(scope: StoreScope, row: dict[str, Any], asset: tuple[int, str, str] | None) -> Entry:
+    value = json.dumps(row["value"], ensure_ascii=False)
+    updated, expires = moment(row.get("updated_at")), moment(row.get("expires_at"))
+    if isinstance(scope, TaskScope):
+        where = (scope.dag_id, scope.run_id, scope.task_id, scope.map_index)
+        return Entry("task", row["key"], updated, expires, *where, value=value)
+    asset_id, name, uri = asset if asset is not None else (None, None, None)
+    return Entry("asset", row["key"], updated, None, asset_id=asset_id, name=name, uri=uri, value=value)
+
+
+def wants_tasks(filt: KeyFilter) -> bool:
+    """Whether ``filt`` selects task keys (as ``list`` reads it)."""
+    return filt.store in (None, "task") and not filt.has_asset_fields
+
+
+def wants_assets(filt: KeyFilter) -> bool:
+    return filt.store in (None, "asset") and not filt.has_task_fields
+
+
+def _row(asset: tuple[int, str, str]) -> dict[str, Any]:
+    return {"id": asset[0], "name": asset[1], "uri": asset[2]}
+
+
+def _sliced(entries: Iterator[Entry], limit: int | None, offset: int) -> Iterator[Entry]:
+    for index, entry in enumerate(entries):
+        if index < offset:
+            continue
+        if limit is not None and index >= offset + limit:
+            return
+        yield entry

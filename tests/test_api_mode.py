@@ -1,0 +1,275 @@
+"""API mode (``--api-url``): the commands on one task instance's or asset's keys through Airflow 3.3.2's own
+api-server (``api_server``), each answer compared with the same command on the database behind it; both ways
+of authenticating; and each failure one line with its exit code, the token never shown."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from api_server import ASSET_NAME, ASSET_URI, DAG_ID, PASSWORDS, ApiServer
+from cli_running import Result, run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow-api")]
+
+_TOKENS: dict[str, str] = {}
+
+
+def token(server: ApiServer, user: str = "admin") -> str:
+    if user not in _TOKENS:
+        _TOKENS[user] = server.token(user)
+    return _TOKENS[user]
+
+
+@pytest.fixture
+def api(airflow_api: ApiServer, monkeypatch: pytest.MonkeyPatch) -> ApiServer:
+    """The api-server, with an admin's token in ``$STATESTORE_API_TOKEN``."""
+    monkeypatch.setenv("STATESTORE_API_TOKEN", token(airflow_api))
+    return airflow_api
+
+
+def over_api(server: ApiServer, *args: str) -> Result:
+    return run_cli("--api-url", server.url, *args)
+
+
+def on_db(server: ApiServer, *args: str) -> Result:
+    return run_cli(*args, conn=server.conn)
+
+
+def task(server: ApiServer, task_id: str = "load", map_index: int = -1) -> list[str]:
+    return ["--dag-id", DAG_ID, "--run-id", server.run_id, "--task-id", task_id, "--map-index", str(map_index)]
+
+
+def test_set_then_get_gives_what_the_database_holds(api: ApiServer) -> None:
+    done = over_api(api, "set", *task(api), "job_id", '{"job": 42, "region": "eu"}')
+    assert done.exit_code == 0, done.output
+    through_api = over_api(api, "get", *task(api), "job_id", "-o", "json")
+    from_db = on_db(api, "get", *task(api), "job_id", "-o", "json")
+    assert through_api.exit_code == 0, through_api.output
+    assert from_db.exit_code == 0, from_db.output
+    assert json.loads(through_api.stdout) == json.loads(from_db.stdout)
+    assert json.loads(through_api.stdout)["value"] == {"job": 42, "region": "eu"}
+
+
+def test_set_without_retention_takes_the_servers_default(api: ApiServer) -> None:
+    """No --retention: the server applies its own default_retention_days (30 days), as a task's write does."""
+    before = datetime.now(UTC)
+    done = over_api(api, "set", *task(api), "watermark", "7")
+    assert done.exit_code == 0, done.output
+    stored = json.loads(on_db(api, "get", *task(api), "watermark", "-o", "json").stdout)
+    expires = datetime.fromisoformat(stored["expires_at"])
+    assert before + timedelta(days=30) - timedelta(minutes=5) <= expires <= datetime.now(UTC) + timedelta(days=30)
+    assert expires.strftime("%Y-%m-%d %H:%M:%S UTC") in done.stderr  # the confirmation line
+
+
+def test_retention_and_expires_at_become_the_stored_expiry(api: ApiServer) -> None:
+    done = over_api(api, "set", *task(api), "forever", '"x"', "--retention", "never")
+    assert done.exit_code == 0, done.output
+    assert json.loads(on_db(api, "get", *task(api), "forever", "-o", "json").stdout)["expires_at"] is None
+    done = over_api(api, "set", *task(api), "until", "1", "--expires-at", "2031-05-01T12:00:00+02:00")
+    assert done.exit_code == 0, done.output
+    stored = json.loads(on_db(api, "get", *task(api), "until", "-o", "json").stdout)
+    assert datetime.fromisoformat(stored["expires_at"]) == datetime(2031, 5, 1, 10, tzinfo=UTC)
+
+
+def test_keep_expiry_replaces_the_value_and_keeps_the_expiry(api: ApiServer) -> None:
+    assert over_api(api, "set", *task(api), "kept", "1", "--retention", "3d").exit_code == 0
+    first = json.loads(on_db(api, "get", *task(api), "kept", "-o", "json").stdout)
+    done = over_api(api, "set", *task(api), "kept", "2", "--keep-expiry")
+    assert done.exit_code == 0, done.output
+    then = json.loads(on_db(api, "get", *task(api), "kept", "-o", "json").stdout)
+    assert (then["value"], then["expires_at"]) == (2, first["expires_at"])
+    missing = over_api(api, "set", *task(api), "never-written", "2", "--keep-expiry")
+    assert missing.exit_code == 1, missing.output
+
+
+def test_mapped_task_instances_and_list_of_a_dag_match_the_database(api: ApiServer) -> None:
+    for index in (0, 2):
+        done = over_api(api, "set", *task(api, "shard", index), "offset", str(index * 100))
+        assert done.exit_code == 0, done.output
+    for args in (["--dag-id", DAG_ID], ["--dag-id", DAG_ID, "--run-id", api.run_id, "--task-id", "shard"]):
+        through_api = over_api(api, "list", *args, "-o", "json")
+        from_db = on_db(api, "list", *args, "-o", "json")
+        assert through_api.exit_code == 0, through_api.output
+        assert json.loads(through_api.stdout) == json.loads(from_db.stdout)
+    listed = json.loads(over_api(api, "list", *task(api, "shard", 2), "-o", "json").stdout)
+    assert [(k["map_index"], k["key"]) for k in listed] == [(2, "offset")]
+
+
+def test_delete_and_clear_report_what_went(api: ApiServer) -> None:
+    for key in ("a", "b/with/slashes", "c"):
+        assert over_api(api, "set", *task(api, "shard", 1), key, "1").exit_code == 0
+    gone = over_api(api, "delete", *task(api, "shard", 1), "b/with/slashes")
+    assert gone.exit_code == 0, gone.output
+    again = over_api(api, "delete", *task(api, "shard", 1), "b/with/slashes")
+    from_db = on_db(api, "delete", *task(api, "shard", 1), "b/with/slashes")
+    assert (again.exit_code, again.stderr) == (from_db.exit_code, from_db.stderr)
+    cleared = over_api(api, "clear", *task(api, "shard", 1), "--yes")
+    assert cleared.exit_code == 0, cleared.output
+    assert cleared.stderr.startswith("deleted 2 keys of dag_id="), cleared.output
+    listed = on_db(api, "list", *task(api, "shard", 1), "-o", "json")
+    assert json.loads(listed.stdout) == []
+
+
+def test_asset_keys_by_name_uri_or_id(api: ApiServer) -> None:
+    by_name = ["--asset-name", ASSET_NAME]
+    done = over_api(api, "set", *by_name, "watermark", '{"until": "2026-11-30"}')
+    assert done.exit_code == 0, done.output
+    for scope in (by_name, ["--asset-uri", ASSET_URI], ["--asset-id", str(api.asset_id)]):
+        through_api = over_api(api, "get", *scope, "watermark", "-o", "json")
+        assert through_api.exit_code == 0, through_api.output
+        assert json.loads(through_api.stdout)["value"] == {"until": "2026-11-30"}
+    through_api = over_api(api, "list", "--asset-name", ASSET_NAME, "-o", "json")
+    from_db = on_db(api, "list", "--asset-name", ASSET_NAME, "-o", "json")
+    assert json.loads(through_api.stdout) == json.loads(from_db.stdout)
+    unknown = over_api(api, "set", "--asset-name", "no-such-asset", "k", "1")
+    assert unknown.exit_code == 1, unknown.output
+    assert "no such asset" in unknown.stderr
+
+
+def test_a_username_and_password_are_exchanged_for_a_token(airflow_api: ApiServer, monkeypatch) -> None:
+    monkeypatch.setenv("STATESTORE_API_USERNAME", "viewer")
+    monkeypatch.setenv("STATESTORE_API_PASSWORD", PASSWORDS["viewer"])
+    done = over_api(airflow_api, "list", *task(airflow_api), "-o", "json")
+    assert done.exit_code == 0, done.output
+    refused = over_api(airflow_api, "set", *task(airflow_api), "viewer-write", "1")
+    assert refused.exit_code == 2, refused.output
+    assert "USER role" in refused.stderr and refused.stderr.count("\n") <= 2, refused.stderr
+
+
+def test_airflowctl_token_variable_is_read(airflow_api: ApiServer, monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CLI_TOKEN", token(airflow_api, "op"))
+    done = over_api(airflow_api, "set", "--asset-name", ASSET_NAME, "by-op", "1")
+    assert done.exit_code == 0, done.output
+
+
+def test_a_wrong_token_is_one_line_and_never_shown(airflow_api: ApiServer, monkeypatch) -> None:
+    secret = "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzUxMiJ9.not-a-real-token.signature-here"
+    monkeypatch.setenv("STATESTORE_API_TOKEN", secret)
+    refused = over_api(airflow_api, "get", *task(airflow_api), "job_id")
+    assert refused.exit_code == 2, refused.output
+    assert refused.stdout == "" and secret not in refused.stderr
+    assert refused.stderr.startswith("statestore: error: the API at http://127.0.0.1:"), refused.stderr
+    assert "did not accept the credentials from environment variable STATESTORE_API_TOKEN" in refused.stderr
+
+
+def test_no_credentials_say_how_to_give_them(airflow_api: ApiServer) -> None:
+    refused = over_api(airflow_api, "get", *task(airflow_api), "job_id")
+    assert refused.exit_code == 2, refused.output
+    assert "STATESTORE_API_TOKEN" in refused.stderr
+
+
+def test_commands_the_api_cannot_serve_name_the_database_way(api: ApiServer) -> None:
+    for args in (
+        ["stats"],
+        ["db", "check"],
+        ["runs", "delete", "--dag-id", DAG_ID, "--run-id", "r"],
+        ["clear", "--dag-id", DAG_ID, "--yes"],
+    ):
+        refused = over_api(api, *args)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert "--conn" in refused.stderr and refused.stdout == "", (args, refused.output)
+
+
+def test_a_missing_task_instance_is_named(api: ApiServer) -> None:
+    refused = over_api(api, "set", *task(api, "no_such_task"), "k", "1")
+    assert refused.exit_code == 1, refused.output
+    assert "no task instance" in refused.stderr and "task_id=no_such_task" in refused.stderr
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that accepts connections and never answers."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield int(server.getsockname()[1])
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+def test_unreachable_and_silent_servers_are_one_line(monkeypatch, silent_port: int) -> None:
+    monkeypatch.setenv("STATESTORE_API_TOKEN", "t0ken-value")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    refused = run_cli("--api-url", f"http://127.0.0.1:{closed}", "get", "--asset-id", "1", "k")
+    assert refused.exit_code == 3, refused.output
+    assert "connection refused" in refused.stderr
+    silent = run_cli(
+        "--api-url", f"http://127.0.0.1:{silent_port}", "--connect-timeout", "1s", "get", "--asset-id", "1", "k"
+    )
+    assert silent.exit_code == 3, silent.output
+    assert "did not answer within 1s" in silent.stderr and "t0ken-value" not in silent.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["ftp://airflow.example.com", "https://admin:hunter2@airflow.example.com", "https://", "not a url"],
+)
+def test_a_bad_api_url_is_refused_before_any_request(url: str) -> None:
+    refused = run_cli("--api-url", url, "get", "--asset-id", "1", "k")
+    assert refused.exit_code == 2, refused.output
+    assert "hunter2" not in refused.stderr and "--api-url" in refused.stderr
+
+
+def test_clean_walks_the_api_and_deletes_what_a_clean_on_the_database_would(api: ApiServer, tmp_path) -> None:
+    past = ["--expires-at", "2026-01-01T00:00:00+00:00", "--force"]
+    for key in ("spark_job", "cursor"):
+        assert over_api(api, "set", *task(api, "shard", 0), key, "1", *past).exit_code == 0
+    assert over_api(api, "set", *task(api), "old_job", '"x"', *past).exit_code == 0
+    assert over_api(api, "set", *task(api, "shard", 0), "fresh", "1", "--retention", "1d").exit_code == 0
+    through_api = over_api(api, "clean", "--dry-run", "-o", "json")
+    from_db = on_db(api, "clean", "--dry-run", "-o", "json")
+    assert through_api.exit_code == 0, through_api.output
+    planned = json.loads(through_api.stdout)
+    assert planned["rows"] == json.loads(from_db.stdout)["rows"]
+    assert [(r["task_id"], r["key"]) for r in planned["rows"]] == [
+        ("load", "old_job"),
+        ("shard", "cursor"),
+        ("shard", "spark_job"),
+    ]
+    refused = over_api(api, "clean", "--backup", str(tmp_path / "b.jsonl"))
+    assert refused.exit_code == 2 and "--backup needs the metadata database" in refused.stderr, refused.output
+    assert not (tmp_path / "b.jsonl").exists()
+    done = over_api(api, "clean", "-o", "json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert (report["deleted"], report["complete"]) == (3, True) and report["api_requests"] > 3
+    left = json.loads(on_db(api, "list", *task(api, "shard", 0), "-o", "json").stdout)
+    assert "fresh" in [k["key"] for k in left] and not {"spark_job", "cursor"} & {k["key"] for k in left}
+    assert json.loads(on_db(api, "clean", "--dry-run", "-o", "json").stdout)["rows"] == []
+
+
+def test_export_through_the_api_writes_the_lines_the_database_export_writes(api: ApiServer) -> None:
+    assert (
+        over_api(api, "set", *task(api, "shard", 2), "job", '{"id": "application_0042", "tries": [1, 2]}').exit_code
+        == 0
+    )
+    assert over_api(api, "set", "--asset-uri", ASSET_URI, "cursor", '"2026-11-30"').exit_code == 0
+    for args in (["--dag-id", DAG_ID], ["--store", "asset"], ["--dag-id", DAG_ID, "--key", "job"], []):
+        through_api = over_api(api, "export", *args)
+        from_db = on_db(api, "export", *args)
+        assert through_api.exit_code == 0, through_api.output
+        assert through_api.stdout == from_db.stdout, args
+        assert through_api.stdout.count("\n") >= 1, args
+
+
+def test_dag_run_keys_have_no_route(api: ApiServer) -> None:
+    for args in (["get", "--dag-id", DAG_ID, "--run-id", api.run_id, "k"], ["list", "--store", "dag_run"]):
+        refused = over_api(api, *args)
+        assert refused.exit_code == 2, refused.output
+        assert "dag-run keys (Airflow 3.4) have no route" in refused.stderr and "--conn" in refused.stderr

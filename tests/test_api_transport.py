@@ -1,0 +1,171 @@
+"""API mode's transport (``ApiClient``) against a stand-in for what sits in front of an api-server: a local HTTPS
+endpoint whose certificate a private CA signed (verified only with ``[state_store] api_ca_bundle``), and a proxy
+that answers 429 and 503 before it lets a request through (retried, with ``Retry-After`` honoured). Airflow
+itself is in ``test_api_mode``; these need no Airflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from cli_running import run_cli, run_statestore_process
+
+ASSET = {"id": 7, "name": "orders", "uri": "s3://warehouse/orders.parquet"}
+KEY = {"key": "watermark", "value": {"until": "2026-11-30"}, "updated_at": "2026-11-30T00:00:00Z"}
+
+
+class StandIn(BaseHTTPRequestHandler):
+    refusals: ClassVar[list[int]] = []  # statuses answered, one per request, before the real answer
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(f"{self.path} {self.headers.get('Authorization')}")
+        if self.refusals:
+            self.send_response(self.refusals.pop(0))
+            self.send_header("Retry-After", "0")
+            self.end_headers()
+            return
+        answers = {"/api/v2/assets/7": ASSET, "/api/v2/assets/7/state-store/watermark": KEY}
+        body = json.dumps(answers.get(self.path, {"detail": "Not Found"})).encode()
+        self.send_response(200 if self.path in answers else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA, and a certificate for 127.0.0.1 it signed: (ca.pem, server.pem, server.key)."""
+    ca_key, ca, key, csr, cert = (folder / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    openssl = ["openssl"]
+    run = lambda *args: subprocess.run([*openssl, *args], check=True, capture_output=True)  # noqa: E731
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=statestore test CA",
+    )
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    ext = folder / "san.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n", encoding="utf-8")
+    run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(cert),
+        "-days",
+        "2",
+        "-extfile",
+        str(ext),
+    )
+    return ca, cert, key
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path | None]]:
+    """The stand-in on 127.0.0.1 (``https`` when the test is parametrized so), and the CA bundle that signs it."""
+    StandIn.refusals, StandIn.seen = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+    ca = None
+    if getattr(request, "param", "http") == "https":
+        ca, cert, key = _certificates(tmp_path)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    scheme = "https" if ca is not None else "http"
+    yield f"{scheme}://127.0.0.1:{server.server_address[1]}", ca
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def token(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("STATESTORE_API_TOKEN", "tok-3f9a1c")
+    return "tok-3f9a1c"
+
+
+@pytest.mark.parametrize("stand_in", ["https"], indirect=True)
+def test_a_private_ca_is_verified_with_the_ca_bundle_only(stand_in, monkeypatch) -> None:
+    url, ca = stand_in
+    refused = run_cli("--api-url", url, "get", "--asset-id", "7", "watermark")
+    assert refused.exit_code == 3, refused.output
+    assert "certificate that cannot be verified" in refused.stderr and "api_ca_bundle" in refused.stderr
+    assert StandIn.seen == []  # nothing sent before the certificate was checked
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__API_CA_BUNDLE", str(ca))
+    done = run_cli("--api-url", url, "get", "--asset-id", "7", "watermark")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == {"until": "2026-11-30"}
+    assert StandIn.seen[-1] == "/api/v2/assets/7/state-store/watermark Bearer tok-3f9a1c"
+
+
+def test_a_missing_ca_bundle_is_one_line(stand_in, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__API_CA_BUNDLE", str(tmp_path / "no-such.pem"))
+    refused = run_cli("--api-url", stand_in[0].replace("http:", "https:"), "get", "--asset-id", "7", "watermark")
+    assert refused.exit_code == 2, refused.output
+    assert "cannot read the CA bundle" in refused.stderr and refused.stderr.count("\n") <= 2
+
+
+def test_429_and_503_are_retried_then_answered(stand_in) -> None:
+    StandIn.refusals = [429, 503]
+    done = run_cli("--api-url", stand_in[0], "get", "--asset-id", "7", "watermark")
+    assert done.exit_code == 0, done.output
+    assert [seen.split()[0] for seen in StandIn.seen] == ["/api/v2/assets/7"] * 3 + [
+        "/api/v2/assets/7/state-store/watermark"
+    ]
+
+
+def test_a_server_that_keeps_refusing_is_exit_3_after_the_retries(stand_in, token) -> None:
+    StandIn.refusals = [503] * 10
+    refused = run_cli("--api-url", stand_in[0], "get", "--asset-id", "7", "watermark")
+    assert refused.exit_code == 3, refused.output
+    assert "answered 503" in refused.stderr and token not in refused.stderr
+    assert len(StandIn.seen) == 4  # the request and three retries
+
+
+@pytest.mark.parametrize("how", ["variable", "config"])
+def test_get_goes_to_the_api_not_to_the_local_sqlite_file(clean_environment, tmp_path, how) -> None:
+    """The cold `get` path reads SQLite itself; with an API URL (variable or config) it must not: here the local
+    file holds the key, and the API's address refuses connections, so only a read of the file would succeed."""
+    scope = ["--dag-id", "etl", "--run-id", "r1", "--task-id", "load"]
+    assert run_cli("db", "init").exit_code == 0
+    assert run_cli("set", *scope, "job_id", "42").exit_code == 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    env = {**os.environ, "STATESTORE_API_TOKEN": "tok-3f9a1c"}
+    if how == "variable":
+        env["STATESTORE_API_URL"] = closed
+    else:
+        (clean_environment / "airflow.cfg").write_text(f"[state_store]\napi_url = {closed}\n", encoding="utf-8")
+    done = run_statestore_process("get", *scope, "job_id", env=env)
+    assert done.exit_code == 3, done.output
+    assert "connection refused" in done.stderr
