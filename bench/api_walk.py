@@ -9,9 +9,9 @@ Airflow 3.3.2 from the test suite's venv (``$STATESTORE_AIRFLOW_VENV``, else
 ``~/.cache/statestore-tests/airflow-3.3.2``; ``--airflow-python``): a SQLite database ``airflow db migrate`` made,
 a dag of --tasks tasks, its --runs dag runs made by Airflow's own ``create_dagrun`` (their task instances finished:
 success), one key per task instance (half of them expired) imported by statestore, and the api-server on
-127.0.0.1 with the simple auth manager. Measured (median of --repeat): wall time, peak RSS and the requests the
-command reports; the database's figures are the floor. No target: the figures are for the operator's estimate
-(keys per second) and for the next change to compare against.
+127.0.0.1 with the simple auth manager and --server-workers workers. Measured (median of --repeat): wall time,
+peak RSS and the requests the command reports; the database's figures are the floor. No target: the figures are
+for the operator's estimate (keys per second) and for the next change to compare against.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100, help="dag runs (100)")
     parser.add_argument("--tasks", type=int, default=100, help="tasks per run (100)")
     parser.add_argument("--concurrency", default="8", help="[state_store] api_concurrency values, comma-separated")
+    parser.add_argument("--server-workers", type=int, default=1, help="the api-server's --workers (1)")
     parser.add_argument("--airflow-python", type=Path, default=_venv_python(), help="Airflow 3.3.2's interpreter")
     args = harness.parse(parser, argv)
     if not args.airflow_python.exists():
@@ -53,14 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         env, database = _airflow(args.airflow_python, folder, args.runs, args.tasks)
         _keys(database, args.runs, args.tasks, folder)
         port = _free_port()
-        server = _serve(args.airflow_python, env, port, folder / "api-server.log")
+        server = _serve(args.airflow_python, env, port, folder / "api-server.log", args.server_workers)
         try:
             rows = _measure(args, database, f"http://127.0.0.1:{port}", folder)
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=60)
     instances = args.runs * args.tasks
-    print(f"API walk, {args.runs} runs x {args.tasks} tasks = {instances:,} task instances, one key each")
+    print(f"API walk, {args.runs} runs x {args.tasks} tasks = {instances:,} task instances, one key each;")
+    print(f"the api-server with {args.server_workers} worker(s)")
     print(f"(peak RSS: {RSS_METHOD})")
     print(table(["command", "through", "seconds", "keys/s", "requests", "peak MB"], rows, right={2, 3, 4, 5}))
     return 0
@@ -168,8 +170,9 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _serve(python: Path, env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+def _serve(python: Path, env: dict[str, str], port: int, log: Path, workers: int) -> subprocess.Popen[bytes]:
     argv = [str(python), "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--workers", str(workers)]
     with open(log, "wb") as out:
         server = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 180
