@@ -111,8 +111,8 @@ def test_airflow_cfg_lists_every_option_with_its_default_and_a_comment():
     for line in text.splitlines():
         if header := re.fullmatch(r"\[(\w+)\]", line):
             section = header.group(1)
-        elif match := re.fullmatch(r"# (\w+) = (.*)", line):
-            commented[(section, match.group(1))] = match.group(2)
+        elif match := re.fullmatch(r"# (\w+) =(?: (.*))?", line):  # an empty default: nothing after the =
+            commented[(section, match.group(1))] = match.group(2) or ""
     specs = {(spec.section, spec.option): spec for spec in load_option_specs()}
     assert set(active) | set(commented) == set(specs), "every option, and nothing else"
     assert not set(active) & set(commented)
