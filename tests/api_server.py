@@ -1,6 +1,7 @@
 """Airflow 3.3.2's api-server on 127.0.0.1, for the tests of API mode (``--api-url``): a copy of the run's
-migrated SQLite database, two dags serialized and run by ``airflow dags test`` (so their dag run and task
-instances are Airflow's own), the simple auth manager with one user per role and known passwords.
+migrated SQLite database, two dags serialized, a dag run of one made by Airflow's own ``create_dagrun`` (so the
+run and its task instances, the mapped ones expanded, are Airflow's own; marked finished), the simple auth
+manager with one user per role and known passwords.
 """
 
 from __future__ import annotations
@@ -68,6 +69,28 @@ orders_producer()
 """,
 }
 DAG_ID = "etl_orders_daily"
+RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
+# The dag run as the scheduler would make it (Airflow's create_dagrun, which makes its task instances and expands
+# the literal mapping), then finished: every task instance success.
+_RUN = """
+import sys
+from datetime import datetime, timezone
+from airflow.models.serialized_dag import SerializedDagModel
+from airflow.utils.session import create_session
+from airflow.utils.state import DagRunState, TaskInstanceState
+from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+with create_session() as session:
+    dag = SerializedDagModel.get_dag(sys.argv[1], session=session)
+    when = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    run = dag.create_dagrun(
+        run_id=sys.argv[2], logical_date=when, data_interval=(when, when), run_after=when,
+        run_type=DagRunType.SCHEDULED, triggered_by=DagRunTriggeredByType.TEST, state=DagRunState.SUCCESS,
+        session=session,
+    )
+    for ti in run.get_task_instances(session=session):
+        ti.state = TaskInstanceState.SUCCESS
+"""
 ASSET_NAME, ASSET_URI = "orders", "s3://warehouse/orders.parquet"
 
 
@@ -124,7 +147,7 @@ def api_server(python: Path, migrated: Path, folder: Path) -> Iterator[ApiServer
     for name, text in DAGS.items():
         (home / "dags" / name).write_text(text, encoding="utf-8")
     airflow(python, env, "dags", "reserialize")
-    airflow(python, env, "dags", "test", DAG_ID, "2026-11-30")
+    subprocess.run([str(python), "-c", _RUN, DAG_ID, RUN_ID], env=env, check=True, capture_output=True, timeout=300)
     with sqlite3.connect(database) as con:
         (run_id,) = con.execute("SELECT run_id FROM dag_run WHERE dag_id = ?", (DAG_ID,)).fetchone()
         (asset_id,) = con.execute("SELECT id FROM asset WHERE name = ?", (ASSET_NAME,)).fetchone()
