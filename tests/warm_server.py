@@ -63,8 +63,11 @@ def serve(path: str) -> tuple[dict[str, Any], list[int]] | None:
     """Answer requests until the parent ends; in a forked process, return its request and descriptors."""
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # Bound under another name and listening before it takes ``path``: the client waits for ``path`` to exist,
+    # and a socket bound but not yet listening refuses a connection.
+    listener.bind(path + ".binding")
     listener.listen(64)
+    os.rename(path + ".binding", path)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
