@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from api_server import ASSET_NAME, ASSET_URI, DAG_ID, PASSWORDS, ApiServer
 from cli_running import Result, run_cli
+from metrics_files import read_samples
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow-api")]
 
@@ -245,8 +246,13 @@ def test_clean_walks_the_api_and_deletes_what_a_clean_on_the_database_would(api:
     refused = over_api(api, "clean", "--backup", str(tmp_path / "b.jsonl"))
     assert refused.exit_code == 2 and "--backup needs the metadata database" in refused.stderr, refused.output
     assert not (tmp_path / "b.jsonl").exists()
-    done = over_api(api, "clean", "-o", "json")
+    metrics = tmp_path / "statestore_clean.prom"
+    done = over_api(api, "clean", "-o", "json", "--metrics-file", str(metrics))
     assert done.exit_code == 0, done.output
+    port = api.url.rsplit(":", 1)[1]
+    samples = read_samples(metrics)  # labelled with the API's address, not a database's
+    assert {dict(labels)["database"] for found in samples.values() for labels in found} == {f"127.0.0.1:{port}"}
+    assert list(samples["statestore_clean_rows_deleted"].values()) == [3]
     report = json.loads(done.stdout)
     assert (report["deleted"], report["complete"]) == (3, True) and report["api_requests"] > 3
     left = json.loads(on_db(api, "list", *task(api, "shard", 0), "-o", "json").stdout)

@@ -75,15 +75,16 @@ def take_lock_timeout(ctx: typer.Context, value: Optional[str]) -> Optional[str]
 
 def metrics_labels(ctx: typer.Context, given: Optional[list[str]]) -> dict[str, str]:
     """The labels of a metrics file: the pairs ``given`` (checked first: a bad one writes nothing), and
-    the ``database`` the configured URL names unless one of them does. A configuration that cannot be
-    read names no database (``unknown``); the run fails on it and records that."""
-    from statestore_cli.ops.metrics import DATABASE, database_label, metric_labels
+    the ``database`` the configured URL names (through the REST API, the API's) unless one of them does. A
+    configuration that cannot be read names no database (``unknown``); the run fails on it and records that."""
+    from statestore_cli.ops.metrics import DATABASE, api_label, database_label, metric_labels
 
     labels = metric_labels(given or [], "unknown")
     if any(pair.partition("=")[0] == DATABASE for pair in given or []):
         return labels
     try:
-        database = database_label(settings_of(ctx).sql_alchemy_conn)
+        settings = settings_of(ctx)
+        database = api_label(settings.api_url) if settings.api_url else database_label(settings.sql_alchemy_conn)
     except StateStoreError:
         database = "unknown"
     return {**labels, DATABASE: database}
