@@ -17,6 +17,7 @@ import json
 from collections import deque
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from statestore_cli.backends.api_client import ROLE_ASSET_WRITE, ROLE_WRITE, ApiClient, segment
@@ -25,6 +26,7 @@ from statestore_cli.errors import InvalidInputError, NotFoundError
 from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.retention import BACKEND_DEFAULT
 from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.model.timestamps import utc_instant
 
 NO_DAG_RUN_ROUTE = (
     "dag-run keys (Airflow 3.4) have no route in Airflow's REST API: run this with --conn on the metadata database"
@@ -117,12 +119,6 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         self.client.call("DELETE", path, query=query, role=role, missing=_no_scope(scope))
         return count
 
-    def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
-        path, query = self._scope_route(scope)
-        if path is None:
-            return 0
-        return None if all_map_indices else self._total(path, query)
-
     def scope_rows(self, scope: StoreScope) -> Iterator[dict[str, Any]]:
         """Every key of ``scope`` as the API answers it (``key``, ``value``, timestamps), in key order, a page
         at a time."""
@@ -182,7 +178,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             raise InvalidInputError("the API addresses no task region: drop --region-id")
         if filt.store == "dag_run":
             raise InvalidInputError(NO_DAG_RUN_ROUTE)
-        return _sliced(self._entries(filt), limit, offset)
+        return islice(self._entries(filt), offset, None if limit is None else offset + limit)
 
     def _entries(self, filt: KeyFilter) -> Iterator[Entry]:
         if wants_tasks(filt):
@@ -262,10 +258,8 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         """The asset's id, name and uri (None: no asset is so named), looked up once."""
         if scope not in self._asset_ids:
             if scope.asset_id is not None:
-                query: dict[str, Any] = {}
-                missing = f"no such asset: no asset has asset_id={scope.asset_id}"
                 try:
-                    row = self.client.call("GET", f"/api/v2/assets/{scope.asset_id}", query=query, missing=missing)
+                    row = self.client.call("GET", f"/api/v2/assets/{scope.asset_id}")
                 except NotFoundError:
                     row = None
                 rows = [] if row is None else [row]
@@ -311,11 +305,8 @@ def _expiry(expires_at: Any) -> Any:
 
 
 def moment(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    from statestore_cli.model.timestamps import utc_instant
-
-    return utc_instant(text.replace("Z", "+00:00"))
+    """A timestamp as the API writes it (ISO 8601, ``Z`` for UTC) as an aware UTC datetime."""
+    return None if text is None else utc_instant(text)
 
 
 def _entry(scope: StoreScope, row: dict[str, Any], asset: tuple[int, str, str] | None) -> Entry:
@@ -339,12 +330,3 @@ def wants_assets(filt: KeyFilter) -> bool:
 
 def _row(asset: tuple[int, str, str]) -> dict[str, Any]:
     return {"id": asset[0], "name": asset[1], "uri": asset[2]}
-
-
-def _sliced(entries: Iterator[Entry], limit: int | None, offset: int) -> Iterator[Entry]:
-    for index, entry in enumerate(entries):
-        if index < offset:
-            continue
-        if limit is not None and index >= offset + limit:
-            return
-        yield entry

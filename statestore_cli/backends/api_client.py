@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, NotFoundError, first_line
 
@@ -202,6 +202,16 @@ class ApiClient:
         return BackendError(f"the API at {self.base_url} answered {status}: {detail}")
 
 
+def api_label(url: str) -> str:
+    """The API at ``url`` as a metrics file's ``database`` label names it: its host, with its port when given, and
+    its path (``airflow.example.com/team-a``); never a user or password (an API URL with one is refused)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "unknown"
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return host + parts.path.rstrip("/")
+
+
 def _from(creds: Credentials) -> str:
     return f" from {creds.source}" if creds.source else ""
 
@@ -233,6 +243,5 @@ def _detail(text: str) -> str:
                 where = ".".join(str(part) for part in item.get("loc", []) if part != "body")
                 parts.append(f"{where}: {item.get('msg', '')}" if where else str(item.get("msg", "")))
         detail = "; ".join(parts)
-    if not detail:
-        detail = text.strip() or "no reason given"
-    return str(detail).strip().splitlines()[0][:300] if str(detail).strip() else "no reason given"
+    lines = str(detail or text).strip().splitlines()
+    return lines[0][:300] if lines else "no reason given"

@@ -77,7 +77,8 @@ def metrics_labels(ctx: typer.Context, given: Optional[list[str]]) -> dict[str, 
     """The labels of a metrics file: the pairs ``given`` (checked first: a bad one writes nothing), and
     the ``database`` the configured URL names (through the REST API, the API's) unless one of them does. A
     configuration that cannot be read names no database (``unknown``); the run fails on it and records that."""
-    from statestore_cli.ops.metrics import DATABASE, api_label, database_label, metric_labels
+    from statestore_cli.backends.api_client import api_label
+    from statestore_cli.ops.metrics import DATABASE, database_label, metric_labels
 
     labels = metric_labels(given or [], "unknown")
     if any(pair.partition("=")[0] == DATABASE for pair in given or []):

@@ -164,19 +164,6 @@ DATABASE = "database"
 _FAMILY_LABELS = ("store",)  # labels some families set on their own samples
 
 
-def api_label(url: str) -> str:
-    """What the ``database`` label names by default through Airflow's REST API (``--api-url``): the API's host,
-    with its port when given, and its path (``airflow.example.com/team-a``). Never a user or password (an API
-    URL holds none: it is refused with one)."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    host = parts.hostname or "unknown"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return _as_utf8(host + parts.path.rstrip("/"))
-
-
 def database_label(url: str) -> str:
     """What the ``database`` label names by default: the URL's host (with its port when given) and
     database name, ``db.internal/airflow``; a SQLite file's name. Never a user or password."""
