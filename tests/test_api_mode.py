@@ -14,6 +14,7 @@ import pytest
 from api_server import ASSET_NAME, ASSET_URI, DAG_ID, PASSWORDS, ApiServer
 from cli_running import Result, run_cli
 from metrics_files import read_samples
+from terminals import Terminal, terminal_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow-api")]
 
@@ -279,3 +280,17 @@ def test_dag_run_keys_have_no_route(api: ApiServer) -> None:
         refused = over_api(api, *args)
         assert refused.exit_code == 2, refused.output
         assert "dag-run keys (Airflow 3.4) have no route" in refused.stderr and "--conn" in refused.stderr
+
+
+def test_a_walk_shows_the_task_instances_read_on_a_terminal_and_a_clean_walks_once(api: ApiServer) -> None:
+    env = terminal_env(STATESTORE_API_TOKEN=token(api))
+    status, screen = Terminal(["--api-url", api.url, "list", "--dag-id", DAG_ID], env).finish()
+    assert status == 0, screen
+    assert "reading task instances" in screen and "4/4" in screen, screen  # load, shard x3
+    piped = over_api(api, "list", "--dag-id", DAG_ID)  # not a terminal: no bar
+    assert piped.exit_code == 0 and "reading task instances" not in piped.output, piped.output
+    # A clean at a terminal follows the walk itself: no count of the expired keys first (a second walk).
+    alone = json.loads(over_api(api, "clean", "-o", "json").stdout)["api_requests"]
+    status, screen = Terminal(["--api-url", api.url, "clean"], env).finish()
+    assert status == 0, screen
+    assert "reading task instances" in screen and f"through the REST API ({alone:,} requests)" in screen, screen

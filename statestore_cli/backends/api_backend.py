@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -44,6 +44,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         self.client = client
         self.concurrency = concurrency  # requests in flight at once while walking task instances
         self._asset_ids: dict[AssetScope, tuple[int, str, str] | None] = {}
+        self.on_walk: Callable[[int, int], None] | None = None  # hears (task instances read, of how many)
 
     # -- one key -------------------------------------------------------------------------------------
     def get(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:
@@ -158,8 +159,12 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         """Each task key ``filt`` selects as the API answers it, with its task instance and that one's state,
         in ``list``'s order."""
         instances = self.task_instances(filt)
-        for (scope, state), rows in zip(instances, self.each_scope([s for s, _ in instances]), strict=True):
+        heard = self.on_walk or _nobody
+        heard(0, len(instances))
+        walked = zip(instances, self.each_scope([s for s, _ in instances]), strict=True)
+        for done, ((scope, state), rows) in enumerate(walked, 1):
             yield from ((scope, state, row) for row in rows if filt.key in (None, row["key"]))
+            heard(done, len(instances))
 
     def asset_rows(self, filt: KeyFilter) -> Iterator[tuple[tuple[int, str, str], dict[str, Any]]]:
         """Each asset key ``filt`` selects as the API answers it, with its asset's id, name and uri, ordered by
@@ -273,8 +278,8 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         return self._asset(scope) if isinstance(scope, AssetScope) else None
 
 
-def _task_order(scope: TaskScope) -> tuple[str, str, str, int]:
-    return scope.dag_id, scope.run_id, scope.task_id, scope.map_index
+def _nobody(done: int, total: int) -> None:
+    """The listener of a walk no one follows."""
 
 
 def _asset_query(scope: AssetScope) -> dict[str, Any]:

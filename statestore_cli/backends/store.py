@@ -12,6 +12,7 @@ disposed by ``close()``, the configured ``[state_store] backend`` and the ``[wor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,12 @@ class Store:
     def api_requests(self) -> int | None:
         """The requests sent to the REST API so far (None: not in API mode)."""
         return self.api_backend().client.requests if self.api_mode else None
+
+    def on_api_walk(self, listener: Callable[[int, int], None] | None) -> None:
+        """Have ``listener`` hear (task instances read so far, of how many) as a walk of the REST API goes
+        (``list``, ``export`` and ``clean`` of a run, a dag or every dag); None: no one. Off the API: nothing."""
+        if self.api_mode:
+            self.api_backend().on_walk = listener
 
     def listing_backend(self, what: str) -> MetastoreBackend | ApiBackend:
         """The backend that lists keys across scopes (``entries``): the metastore, or the REST API's."""

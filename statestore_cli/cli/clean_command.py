@@ -1,7 +1,7 @@
 """``clean``: its options, its dry run, and the run itself under a progress bar."""
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -36,7 +36,10 @@ from statestore_cli.model.entries import Timeouts
 from statestore_cli.model.retention import clean_cutoff, parse_age, utcnow
 
 if TYPE_CHECKING:  # loaded by `clean` only when it runs
+    from contextlib import AbstractContextManager
+
     from statestore_cli.backends.store import Store
+    from statestore_cli.cli.output.progress import Advance
     from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.clean_run import CleanRun
     from statestore_cli.ops.cleanup import CleanReport
@@ -254,7 +257,8 @@ def _clean_dry_run(
         if out.shows_progress and not store.api_mode
         else None
     )
-    out.clean_plan(plan, limit=None if show_all else 100, total=total)
+    with out.walk_progress(store):
+        out.clean_plan(plan, limit=None if show_all else 100, total=total)
     requests = store.api_requests()
     if requests is not None:
         out.note(f"through the REST API: {requests:,} requests")
@@ -274,19 +278,13 @@ def _clean_run(
     include_unfinished: bool,
 ) -> "CleanReport | CleanSkipped":
     """The clean under a progress bar, stopping between batches on a signal."""
-    from statestore_cli.ops import commands
     from statestore_cli.ops.cleanup import CleanControl
 
     store = store_of(ctx)  # inside the recorded run: a broken config is a failed clean too
     name_restore(backup, store.settings)
     now = utcnow()
     deadline = None if runtime is None else time.monotonic() + runtime
-    total = (
-        commands.count_expired_keys(store, now, grace, include_unfinished=include_unfinished)
-        if out.shows_progress
-        else None
-    )
-    with StopOnSignal() as stop, out.progress("deleting expired keys", total) as advance:
+    with StopOnSignal() as stop, _clean_bar(store, out, now, grace, include_unfinished) as advance:
         # Until the clean is connected a signal stops it at once; from then on, after the current batch.
         control = CleanControl(timeouts, exclusive, deadline, stop.reason, advance, on_connected=stop.defer)
         return run.clean(
@@ -298,3 +296,20 @@ def _clean_run(
             backup=backup,
             include_unfinished=include_unfinished,
         )
+
+
+def _clean_bar(
+    store: "Store", out: Output, now: datetime, grace: Optional[timedelta], include_unfinished: bool
+) -> "AbstractContextManager[Advance | None]":
+    """The clean's progress bar: keys deleted of those counted first on a database; through the REST API the
+    task instances walked (a count of the expired keys first would be a second walk)."""
+    from statestore_cli.ops import commands
+
+    if store.api_mode:
+        return out.walk_progress(store)
+    total = (
+        commands.count_expired_keys(store, now, grace, include_unfinished=include_unfinished)
+        if out.shows_progress
+        else None
+    )
+    return out.progress("deleting expired keys", total)

@@ -351,7 +351,8 @@ def list_(
     out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
     opened = store_of(ctx, writes=False)
-    shown = out.entries(commands.list_entries(opened, filt, limit=limit, offset=offset), filt)
+    with out.walk_progress(opened):
+        shown = out.entries(commands.list_entries(opened, filt, limit=limit, offset=offset), filt)
     requests = opened.api_requests()
     if requests is not None:
         out.note(f"through the REST API: {requests:,} requests")

@@ -60,11 +60,13 @@ def export(
 
     filt = as_filter(scope_args, store, key)
     opened = store_of(ctx, writes=False)
-    if file is None:
-        summary = transfer.write_export(opened, filt, sys.stdout)
-    else:
-        summary = transfer.export_file(opened, filt, file)
-    Output.choose("plain").export_summary(summary, "stdout" if file is None else str(file))
+    out = Output.choose("plain")
+    with out.walk_progress(opened):
+        if file is None:
+            summary = transfer.write_export(opened, filt, sys.stdout)
+        else:
+            summary = transfer.export_file(opened, filt, file)
+    out.export_summary(summary, "stdout" if file is None else str(file))
 
 
 @app.command(

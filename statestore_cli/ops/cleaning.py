@@ -117,7 +117,7 @@ def _clean_over_api(
     backup: BackupFile | None,
     include_unfinished: bool,
 ) -> CleanReport:
-    """``clean`` through Airflow's REST API (``ops.api_clean``), which takes no lock and writes no backup."""
+    """``clean`` through Airflow's REST API (``ops.api_walks``), which takes no lock and writes no backup."""
     for given, flag in ((backup is not None, "backup"), (control is not None and control.exclusive, "exclusive")):
         if given:
             raise InvalidInputError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
     from rich.console import Console
     from rich.text import Text
+
+    from statestore_cli.backends.store import Store
+    from statestore_cli.cli.output.progress import Advance
 
 FIELD_COLUMNS = ("field", "value")  # db check/init and a clean's report: one field per line
 
@@ -111,10 +114,10 @@ class Writer:
         return self.mode == "table" and self.console.is_terminal
 
     @contextmanager
-    def progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    def progress(self, label: str, total: int | None) -> Iterator[Advance]:
         """A transient bar (rows done, rate, time left) while the block runs; a no-op off a terminal."""
         if not self.shows_progress:
-            yield lambda _done: None
+            yield _nothing
             return
         from statestore_cli.cli.output.progress import progress_bar  # rich.progress only when a bar is shown
 
@@ -122,16 +125,45 @@ class Writer:
             yield advance
 
     @contextmanager
-    def stderr_progress(self, label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    def stderr_progress(self, label: str, total: int | None) -> Iterator[Advance]:
         """A transient bar on stderr, for a command whose stdout is its result (``import -o json``);
         a no-op unless stderr is a terminal (rich is not even imported then)."""
         if not sys.stderr.isatty():
-            yield lambda _done: None
+            yield _nothing
             return
         from statestore_cli.cli.output.progress import progress_bar
 
         with progress_bar(self.stderr, label, total) as advance:
             yield advance
+
+    @contextmanager
+    def walk_progress(self, store: Store) -> Iterator[None]:
+        """Through the REST API, a bar of the task instances read while the block walks them (``list``,
+        ``export``, a clean): beside a table on the terminal, else on stderr when only stderr is one (a
+        result piped on); none where records stream to the terminal, nor off the API."""
+        console = self._walk_console() if store.api_mode else None
+        if console is None:
+            yield
+            return
+        from statestore_cli.cli.output.progress import progress_bar
+
+        with progress_bar(console, "reading task instances", None, unit="") as advance:
+            store.on_api_walk(advance)
+            try:
+                yield
+            finally:
+                store.on_api_walk(None)
+
+    def _walk_console(self) -> Console | None:
+        if self.shows_progress:
+            return self.console
+        if sys.stderr.isatty() and not sys.stdout.isatty():
+            return self.stderr
+        return None
+
+
+def _nothing(done: int, total: int | None = None) -> None:
+    """The progress a run off a terminal reports to: none."""
 
 
 def _console(*, stderr: bool) -> Console:
