@@ -168,7 +168,7 @@ def test_no_credentials_say_how_to_give_them(airflow_api: ApiServer) -> None:
 def test_commands_the_api_cannot_serve_name_the_database_way(api: ApiServer) -> None:
     for args in (
         ["stats"],
-        ["db", "check"],
+        ["db", "init"],
         ["runs", "delete", "--dag-id", DAG_ID, "--run-id", "r"],
         ["clear", "--dag-id", DAG_ID, "--yes"],
     ):
@@ -294,3 +294,69 @@ def test_a_walk_shows_the_task_instances_read_on_a_terminal_and_a_clean_walks_on
     status, screen = Terminal(["--api-url", api.url, "clean"], env).finish()
     assert status == 0, screen
     assert "reading task instances" in screen and f"through the REST API ({alone:,} requests)" in screen, screen
+
+
+def test_a_worker_backends_reference_resolves_as_on_the_database(api: ApiServer, tmp_path, monkeypatch) -> None:
+    """With ``[workers] state_store_backend`` set, the value lives in that backend and the API holds its
+    reference: ``get`` resolves it, ``get --raw`` shows it, ``delete`` removes the object too."""
+    objects = tmp_path / "objects"
+    monkeypatch.setenv("AIRFLOW__WORKERS__STATE_STORE_BACKEND", "statestore_cli.backends.filesystem.FilesystemBackend")
+    monkeypatch.setenv("AIRFLOW__STATE_STORE_FILESYSTEM__ROOT", str(objects))
+    done = over_api(api, "set", *task(api), "spark_job", '{"id": "j-1"}')
+    assert done.exit_code == 0, done.output
+    [stored] = [p for p in objects.rglob("*") if p.is_file()]
+    assert json.loads(stored.read_text()) == {"id": "j-1"}
+    raw = over_api(api, "get", *task(api), "spark_job", "--raw")
+    assert raw.exit_code == 0, raw.output
+    assert raw.stdout == on_db(api, "get", *task(api), "spark_job", "--raw").stdout
+    assert json.loads(raw.stdout) == {"__airflow_state_ref__": str(stored.relative_to(objects))}
+    assert over_api(api, "get", *task(api), "spark_job").stdout == '{"id": "j-1"}\n'
+    gone = over_api(api, "delete", *task(api), "spark_job")
+    assert gone.exit_code == 0, gone.output
+    assert not stored.exists()
+
+
+def test_the_servers_own_refusal_is_its_reason_in_one_line(api: ApiServer, monkeypatch) -> None:
+    """A limit raised here but not on the server: the api-server refuses the value (422), nothing is written."""
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES", "1000000")
+    refused = over_api(api, "set", *task(api), "too_big", json.dumps("x" * 70_000))
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.startswith("statestore: error: the API refused the request: "), refused.stderr
+    assert "exceeds max_value_storage_bytes (65535)" in refused.stderr, refused.stderr  # the server's words
+    assert refused.stderr.count("\n") <= 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert on_db(api, "get", *task(api), "too_big").exit_code == 1
+
+
+def test_db_check_asks_the_api_for_its_airflow_its_database_and_the_token(api: ApiServer, monkeypatch) -> None:
+    checked = over_api(api, "db", "check", "-o", "json")
+    assert checked.exit_code == 0, checked.output
+    doc = json.loads(checked.stdout)
+    dags = doc.pop("dags")
+    assert isinstance(dags, int) and dags >= 1, checked.stdout
+    assert doc == {
+        "ok": True,
+        "api": api.url,
+        "mode": "rest-api",
+        "airflow_version": "3.3.2",
+        "metadatabase": "healthy",
+        "credentials": "environment variable STATESTORE_API_TOKEN",
+        "error": None,
+    }
+    secret = "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzUxMiJ9.not-a-real-token.signature-here"
+    monkeypatch.setenv("STATESTORE_API_TOKEN", secret)
+    refused = over_api(api, "db", "check", "-o", "json")
+    assert refused.exit_code == 2, refused.output  # the credentials, as on every command through the API
+    doc = json.loads(refused.stdout)
+    assert (doc["ok"], doc["airflow_version"], doc["dags"]) == (False, "3.3.2", None)
+    assert "did not accept the credentials" in doc["error"] and secret not in refused.output
+    assert refused.stderr.startswith("statestore: error: the API at "), refused.stderr
+
+
+def test_db_check_of_an_api_nothing_answers_is_exit_3() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    refused = run_cli("--api-url", f"http://127.0.0.1:{closed}", "db", "check", "-o", "plain")
+    assert refused.exit_code == 3, refused.output
+    fields = dict(line.split("\t", 1) for line in refused.stdout.splitlines())
+    assert fields["ok"] == "false" and fields["airflow_version"] == "-" and "connection refused" in fields["error"]

@@ -80,6 +80,13 @@ class ApiClient:
             return json.loads(text) if text.strip() else None
         raise self._refusal(status, text, method, role, missing)
 
+    def public(self, path: str) -> Any:
+        """The decoded JSON answer of ``GET path`` on a route that needs no token (``/api/v2/version``)."""
+        status, text = self._send("GET", path, None, None, authorized=False)
+        if status < 300:
+            return _json_or_none(text)
+        raise self._refusal(status, text, "GET", ROLE_READ, f"no {path} at {self.base_url} (not Airflow's api-server?)")
+
     def authorize(self) -> None:
         """Have a token: the one given, or one exchanged for the username and password (once)."""
         with self._lock:

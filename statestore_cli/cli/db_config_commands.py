@@ -1,6 +1,7 @@
 """``db init``, ``db check`` and ``config show``."""
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -12,6 +13,11 @@ from statestore_cli.cli.help_text import examples
 from statestore_cli.cli.options import HeaderOpt, LockTimeoutOpt, OutputOpt, choose_output
 from statestore_cli.cli.output.modes import OutputMode
 from statestore_cli.cli.output.safe_text import safe_text
+
+if TYPE_CHECKING:
+    from statestore_cli.backends.store import Store
+    from statestore_cli.ops.api_check import ApiReport
+    from statestore_cli.ops.db_report import DbReport
 
 
 # -- db ---------------------------------------------------------------------------------------------
@@ -42,16 +48,28 @@ def db_init(
 def db_check(ctx: typer.Context, output: OutputOpt = OutputMode.auto, header: HeaderOpt = False) -> None:
     """Report engine, schema state and mode.
 
-    Exits 0 only when the store is usable, else 3 with the reason."""
-    from statestore_cli.ops import commands
-
+    Through the REST API: its Airflow release, its database's health, and whether it takes the credentials.
+    Exits 0 only when the store is usable, else 3 with the reason (2: credentials the API refuses)."""
     out = choose_output(output, header)
-    checked = commands.db_check(store_of(ctx, writes=False))
+    store = store_of(ctx, writes=False)
+    checked = _api_check(store) if store.api_mode else _db_check(store)
     problem = checked.problem()
     decided(ctx, problem)
     out.db_report(checked)
     if problem is not None:
         raise problem
+
+
+def _api_check(store: "Store") -> "ApiReport":
+    from statestore_cli.ops.api_check import api_check  # not the database's modules: SQLAlchemy stays unloaded
+
+    return api_check(store)
+
+
+def _db_check(store: "Store") -> "DbReport":
+    from statestore_cli.ops import commands
+
+    return commands.db_check(store)
 
 
 # -- config -----------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlc
 
     from statestore_cli.cli.output.writer import Writer
     from statestore_cli.db.layout import Layout
+    from statestore_cli.ops.api_check import ApiReport
     from statestore_cli.ops.commands import ConfigRow, DbReport
 
 # The columns of `config show`'s plain records, printed as a header line with --header.
@@ -48,6 +49,27 @@ def show_db_report(out: Writer, report: DbReport, *, created: bool = False) -> N
         doc.update(_layout_fields(report.layout))
     if created:
         doc["tables_created"] = list(report.created)
+    _fields(out, doc)
+
+
+def show_api_report(out: Writer, report: ApiReport) -> None:
+    """``db check`` through the REST API: what it asked the api-server, as the database report's fields."""
+    problem = report.problem()
+    doc = {
+        "ok": problem is None,
+        "api": report.api,
+        "mode": "rest-api",
+        "airflow_version": report.airflow_version,
+        "metadatabase": report.metadatabase,
+        "credentials": report.credentials,
+        "dags": report.dags,
+        "error": None if problem is None else str(problem),
+    }
+    _fields(out, doc)
+
+
+def _fields(out: Writer, doc: dict[str, Any]) -> None:
+    """One field per line: a grid on a terminal, plain records, or the JSON document."""
     if out.json:
         out.write_json(doc)
         return

@@ -25,6 +25,7 @@ from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.timestamps import human
 
 if TYPE_CHECKING:  # the records only: importing their modules would load SQLAlchemy for `--help`
+    from statestore_cli.ops.api_check import ApiReport
     from statestore_cli.ops.backend_check import CheckReport
     from statestore_cli.ops.backup_file import BackupFile
     from statestore_cli.ops.cleanup import CleanReport
@@ -191,10 +192,14 @@ class Output(Writer):
         show_report(self, report, backup)
 
     # -- db and config (cli.output.db_config_view) ---------------------------------------------------
-    def db_report(self, report: DbReport, *, created: bool = False) -> None:
-        from statestore_cli.cli.output.db_config_view import show_db_report
+    def db_report(self, report: DbReport | ApiReport, *, created: bool = False) -> None:
+        from statestore_cli.cli.output.db_config_view import show_api_report, show_db_report
+        from statestore_cli.ops.api_check import ApiReport
 
-        show_db_report(self, report, created=created)
+        if isinstance(report, ApiReport):
+            show_api_report(self, report)
+        else:
+            show_db_report(self, report, created=created)
 
     def config(
         self, rows: list[ConfigRow], config_file: str | None, airflow_home: str, searched: str | None = None
