@@ -10,7 +10,8 @@ the same interpreter. A command's ratio is its median over the median of the flo
 its own, so load that drifts during the benchmark shifts both alike. Bytecode is cached (in the
 temporary folder, even under PYTHONDONTWRITEBYTECODE) as for an installed package, and one untimed
 run of each command comes first. Commands that touch the database aim at 1.2x the floor; help, the
-version and shell completion (which load neither SQLAlchemy nor a connection) at 0.6x.
+version, shell completion and commands through the REST API (`--api-url`; here at a port of 127.0.0.1 where
+nothing listens, so they exit 3 as soon as they connect), none of which loads SQLAlchemy, at 0.6x.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ FLOOR = ("python", "-c", "import sqlalchemy, typer")
 DB_TARGET = 1.2
 LIGHT_TARGET = 0.6
 TASK = ("--dag-id", "d", "--run-id", "r", "--task-id", "t")
+NO_API = ("--api-url", "http://127.0.0.1:1")  # nothing listens: refused at once, on loopback
+API_TOKEN = {"STATESTORE_API_TOKEN": "startup-bench"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Command:
     args: tuple[str, ...]
     target: float
     env: dict[str, str] = field(default_factory=dict)
+    exit_code: int = 0  # what a run that did its work exits with
 
 
 # In this order each round: `set` writes k2, which `delete` then removes; `clear` finds nothing to clear.
@@ -64,6 +68,9 @@ COMMANDS = (
     Command("get --help", ("get", "--help"), LIGHT_TARGET),
     Command("clean --help", ("clean", "--help"), LIGHT_TARGET),
     Command("db --help", ("db", "--help"), LIGHT_TARGET),
+    Command("get (--api-url)", (*NO_API, "get", "k", *TASK), LIGHT_TARGET, API_TOKEN, exit_code=3),
+    Command("set (--api-url)", (*NO_API, "set", "k", "1", *TASK), LIGHT_TARGET, API_TOKEN, exit_code=3),
+    Command("db check (--api-url)", (*NO_API, "db", "check"), LIGHT_TARGET, API_TOKEN, exit_code=3),
     Command(
         "complete (bash)",
         (),
@@ -93,15 +100,15 @@ class Failed(RuntimeError):
     pass
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
-    """Wall-clock seconds of one whole process, stdout to a pipe that is read to the end.
+def timed(argv: list[str], env: dict[str, str], exit_code: int = 0) -> float:
+    """Wall-clock seconds of one whole process that exits ``exit_code``, stdout to a pipe read to the end.
 
     The process runs in AIRFLOW_HOME, a small folder: `python -c` searches its working directory first.
     """
     start = time.perf_counter()
     done = subprocess.run(argv, env=env, cwd=env["AIRFLOW_HOME"], capture_output=True, check=False)
     seconds = time.perf_counter() - start
-    if done.returncode != 0:
+    if done.returncode != exit_code:
         err = done.stderr.decode(errors="replace").strip()[-2000:]
         raise Failed(f"{' '.join(argv)} exited {done.returncode}: {err}")
     return seconds
@@ -146,7 +153,7 @@ def measure(
 def _command(row: Row, tool: str, env: dict[str, str]) -> float | None:
     """One run of the row's command: its seconds, or None with the failure as the row's error."""
     try:
-        return timed([tool, *row.command.args], {**env, **row.command.env})
+        return timed([tool, *row.command.args], {**env, **row.command.env}, row.command.exit_code)
     except Failed as exc:
         row.error = str(exc)
         return None

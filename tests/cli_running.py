@@ -21,6 +21,19 @@ from typer.testing import CliRunner
 
 from statestore_cli.cli.root_command import app
 
+# A program for `python -c` that runs the CLI on its arguments, then reports the heavy modules it loaded on
+# stdout, in its last line (stderr may be the terminal under test).
+LOADED_PROBE = """
+import sys
+sys.argv[0] = "statestore"
+from statestore_cli.__main__ import main
+
+try:
+    main()
+finally:
+    print("LOADED=" + ",".join(sorted({m.split(".")[0] for m in sys.modules} & {"typer", "rich", "sqlalchemy"})))
+"""
+
 
 class Result:
     """What one CLI run produced: exit code, stdout and stderr kept apart."""

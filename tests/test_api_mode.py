@@ -5,14 +5,17 @@ of authenticating; and each failure one line with its exit code, the token never
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from api_server import ASSET_NAME, ASSET_URI, DAG_ID, PASSWORDS, ApiServer
-from cli_running import Result, run_cli
+from cli_running import LOADED_PROBE, Result, run_cli
 from metrics_files import read_samples
 from terminals import Terminal, terminal_env
 
@@ -360,3 +363,27 @@ def test_db_check_of_an_api_nothing_answers_is_exit_3() -> None:
     assert refused.exit_code == 3, refused.output
     fields = dict(line.split("\t", 1) for line in refused.stdout.splitlines())
     assert fields["ok"] == "false" and fields["airflow_version"] == "-" and "connection refused" in fields["error"]
+
+
+def test_commands_through_the_api_load_no_sqlalchemy(api: ApiServer, tmp_path) -> None:
+    """A cron job or a CI smoke check through the API starts without the database's modules; `clean` and
+    `export` load them (their selection and records are shared with the database's), a walk's cost dwarfs it."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "AIRFLOW_HOME": str(tmp_path),
+        "STATESTORE_API_TOKEN": token(api),
+    }
+    for args in (
+        ["set", *task(api), "probe", "1"],
+        ["get", *task(api), "probe"],
+        ["list", *task(api)],
+        ["list", "--dag-id", DAG_ID, "-o", "json"],
+        ["delete", *task(api), "probe"],
+        ["db", "check"],
+    ):
+        argv = [sys.executable, "-c", LOADED_PROBE, "--api-url", api.url, *args]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, (args, done.stderr)
+        loaded = done.stdout.splitlines()[-1]
+        assert loaded.startswith("LOADED=") and "sqlalchemy" not in loaded, (args, loaded)

@@ -30,6 +30,9 @@ EVERY_COMMAND = [
     "get --help",
     "clean --help",
     "db --help",
+    "get (--api-url)",
+    "set (--api-url)",
+    "db check (--api-url)",
     "complete (bash)",
 ]
 

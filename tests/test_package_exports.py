@@ -44,7 +44,7 @@ def test_the_library_guide_example_runs_as_written(db_url, monkeypatch):
 
 @pytest.mark.slow
 def test_importing_the_package_does_not_load_sqlalchemy():
-    probe = "import sys, statestore_cli; statestore_cli.accessor; print('sqlalchemy' in sys.modules)"
+    probe = "import sys, statestore_cli; statestore_cli.MetastoreBackend; print('sqlalchemy' in sys.modules)"
     lazy = "import sys, statestore_cli; print('sqlalchemy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", lazy], capture_output=True, text=True).stdout == "False\n"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout == "True\n"

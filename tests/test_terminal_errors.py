@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import pytest
 from bad_input_cases import CASES, Case, seed
-from cli_running import run_cli, start_statestore, statestore_argv
+from cli_running import LOADED_PROBE, run_cli, start_statestore, statestore_argv
 from expected_output import assert_expected
 from hypothesis import given
 from hypothesis import strategies as st
@@ -358,19 +358,6 @@ def test_a_connect_timeout_at_an_80_column_terminal(folder):
         server.close()
     assert run.code == 3
     assert_expected("terminal_errors/connect-timeout.txt", shown.replace(f":{port}/", ":PPPPP/"))
-
-
-# Reports the heavy modules the process loaded, on stdout (stderr is the terminal under test).
-LOADED_PROBE = """
-import sys
-sys.argv[0] = "statestore"
-from statestore_cli.__main__ import main
-
-try:
-    main()
-finally:
-    print("LOADED=" + ",".join(sorted({m.split(".")[0] for m in sys.modules} & {"typer", "rich", "sqlalchemy"})))
-"""
 
 
 @pytest.mark.slow

@@ -47,6 +47,8 @@ class BaseStoreBackend(ABC):
     supports_regions: ClassVar[bool] = True
     # True: ``replace`` writes a key's value and keeps its expiry (``set --keep-expiry``).
     can_replace: ClassVar[bool] = False
+    # True: the keys are the rows of the state store tables (``MetastoreBackend``, see ``is_metastore``).
+    in_tables: ClassVar[bool] = False
 
     @abstractmethod
     def get(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:

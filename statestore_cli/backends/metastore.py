@@ -66,6 +66,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
     """
 
     can_replace = True
+    in_tables = True
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -14,21 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from statestore_cli.backends.accessors import AssetStateStoreAccessor, DagRunStateStoreAccessor, TaskStateStoreAccessor
 from statestore_cli.backends.base import BaseStoreBackend
 from statestore_cli.backends.loader import load_backend_class
-from statestore_cli.backends.metastore import MetastoreBackend
 from statestore_cli.config import Settings
-from statestore_cli.db.database import Database, StoreOrigin, open_database
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, StateStoreError, first_line
 from statestore_cli.model.scopes import DagRunScope, StoreScope, TaskScope
 
-if TYPE_CHECKING:  # imported in API mode only
+if TYPE_CHECKING:  # each imported where its mode runs: API mode loads neither SQLAlchemy nor the database's modules
+    from sqlalchemy.engine import Engine
+
     from statestore_cli.backends.api_backend import ApiBackend
+    from statestore_cli.backends.metastore import MetastoreBackend
+    from statestore_cli.db.database import Database, StoreOrigin
 
 Accessor = TaskStateStoreAccessor | AssetStateStoreAccessor | DagRunStateStoreAccessor
 
@@ -72,6 +72,8 @@ class Store:
         if self.api_mode:
             raise needs_database(self.command)
         if self._database is None:
+            from statestore_cli.db.database import open_database
+
             settings = self.settings
             self._database = open_database(
                 settings.sql_alchemy_conn,
@@ -93,12 +95,16 @@ class Store:
     @property
     def origin(self) -> StoreOrigin:
         """Why the URL is the one it is, and the command that creates the store there."""
+        from statestore_cli.db.database import StoreOrigin
+
         return StoreOrigin(*self.settings.conn_origin(), self.settings.init_command())
 
     @property
     def metastore(self) -> MetastoreBackend:
         """The built-in backend on the store's engine, whatever ``[state_store] backend`` says."""
         if self._metastore is None:
+            from statestore_cli.backends.metastore import MetastoreBackend
+
             self._metastore = MetastoreBackend(self.database.engine)
         return self._metastore
 
@@ -129,7 +135,7 @@ class Store:
         if self.api_mode:
             raise needs_database(what)
         backend = self.backend
-        if not isinstance(backend, MetastoreBackend):
+        if not is_metastore(backend):
             raise BackendError(f"{what} needs the metastore backend; [state_store] backend is {self.settings.backend}")
         return backend
 
@@ -167,7 +173,7 @@ class Store:
                 from statestore_cli.backends.api_backend import NO_DAG_RUN_ROUTE
 
                 raise InvalidInputError(NO_DAG_RUN_ROUTE)
-            if not isinstance(backend, MetastoreBackend):  # Airflow 3.4 keeps dag-run keys in its metadata database
+            if not is_metastore(backend):  # Airflow 3.4 keeps dag-run keys in its metadata database
                 raise BackendError(
                     f"dag-run keys need the metastore backend; [state_store] backend is {settings.backend}"
                 )
@@ -204,6 +210,12 @@ def accessor(settings: Settings, scope: StoreScope, *, oversize: str = "warn", w
     """An accessor for ``scope`` on a store of its own (``Store.accessor``), for a caller that needs just one;
     its engine goes with the accessor (``writes``: see ``Store``)."""
     return Store.open(settings, writes=writes).accessor(scope, oversize=oversize)
+
+
+def is_metastore(backend: BaseStoreBackend) -> TypeGuard[MetastoreBackend]:
+    """Whether ``backend`` keeps its keys in the state store tables, as ``isinstance(backend,
+    MetastoreBackend)`` says, without importing that module (and SQLAlchemy) where the backend is another."""
+    return backend.in_tables
 
 
 def needs_database(what: str) -> ConfigError:

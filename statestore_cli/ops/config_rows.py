@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.config import describe_source
 from statestore_cli.config.sources import CONN_OVERRIDE
-from statestore_cli.db.database import mask_url, parse_url
 
 if TYPE_CHECKING:
     from statestore_cli.backends.store import Store
@@ -23,6 +22,8 @@ class ConfigRow(NamedTuple):
 
 def config_rows(store: Store) -> list[ConfigRow]:
     """Every setting of ``store``'s settings (nothing is connected)."""
+    from statestore_cli.db.database import mask_url, parse_url  # SQLAlchemy's URL: loaded by `config show` only
+
     rows = []
     for setting in store.settings:
         value = setting.value

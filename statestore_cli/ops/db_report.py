@@ -5,16 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from statestore_cli.db.database import StoreOrigin, describe_engine, mask_url, missing_store_guide, parse_url
-from statestore_cli.db.engines import impl_of
-from statestore_cli.db.layout import Layout, layout_of
-from statestore_cli.db.schema_state import SchemaState, init_schema, inspect_schema
 from statestore_cli.errors import DatabaseError, SchemaMissingError, StateStoreError
 from statestore_cli.model.retention import utcnow
 
+# The database's modules (and SQLAlchemy) are imported by the functions that connect: the operations' names
+# (``ops.commands``) are imported by every command, through the REST API too, where no database is opened.
 if TYPE_CHECKING:
     from statestore_cli.backends.metastore import MetastoreBackend
     from statestore_cli.backends.store import Store
+    from statestore_cli.db.database import StoreOrigin
+    from statestore_cli.db.layout import Layout
+    from statestore_cli.db.schema_state import SchemaState
 
 
 class StoreSizes(NamedTuple):
@@ -62,6 +63,8 @@ class DbReport(NamedTuple):
                 "`airflow db migrate`"
             )
         if not self.schema.usable:
+            from statestore_cli.db.database import missing_store_guide
+
             return SchemaMissingError(
                 f"the state store is not usable: missing tables {', '.join(self.schema.missing)}"
                 f"{missing_store_guide(self.origin, 'them')}"
@@ -72,6 +75,10 @@ class DbReport(NamedTuple):
 def db_init(store: Store) -> DbReport:
     """Create the schema; on SQLite, the file too when it is not there (``created_file`` says which) and
     ``store`` was opened with ``create_file``."""
+    from statestore_cli.db.database import describe_engine, parse_url
+    from statestore_cli.db.engines import impl_of
+    from statestore_cli.db.schema_state import init_schema
+
     settings = store.settings
     url = parse_url(settings.sql_alchemy_conn)
     path = impl_of(url).database_file(url)
@@ -84,7 +91,10 @@ def db_init(store: Store) -> DbReport:
 
 def db_check(store: Store) -> DbReport:
     """Connect and report; an unreachable database or a missing schema is reported, not raised."""
-    from statestore_cli.db.database import translate_errors
+    from statestore_cli.db.database import describe_engine, mask_url, parse_url, translate_errors
+    from statestore_cli.db.engines import impl_of
+    from statestore_cli.db.layout import layout_of
+    from statestore_cli.db.schema_state import SchemaState, inspect_schema
 
     settings = store.settings
     try:
@@ -114,6 +124,7 @@ def db_check(store: Store) -> DbReport:
 def _store_counts(store: MetastoreBackend, now: datetime) -> StoreSizes:
     from sqlalchemy import func, select
 
+    from statestore_cli.db.layout import layout_of
     from statestore_cli.db.schema import asset_state_store
     from statestore_cli.ops.cleanup import expired
 

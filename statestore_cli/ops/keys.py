@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 
 from statestore_cli.backends.accessors import TaskStateStoreAccessor
 from statestore_cli.backends.base import BaseStoreBackend, JsonValue
-from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.backends.store import is_metastore
 from statestore_cli.errors import PARAMETER, BackendError, InvalidInputError, NotFoundError, first_line
 from statestore_cli.model.entries import Entry
 from statestore_cli.model.retention import Retention, utcnow
 from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope, check_key, missing_key
 
 if TYPE_CHECKING:  # imported where used: only a backed-up clear needs them, and they cost start-up
+    from statestore_cli.backends.metastore import MetastoreBackend
     from statestore_cli.backends.store import Store
     from statestore_cli.ops.backup_file import BackupFile
 
@@ -43,7 +44,7 @@ def get_entry(store: Store, scope: StoreScope, key: str, *, raw: bool = False) -
 
 
 def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Callable[[str], JsonValue]) -> Entry:
-    if isinstance(backend, MetastoreBackend):
+    if is_metastore(backend):
         entry = backend.describe(scope, key)
         if entry is not None:
             return entry._replace(value=decode(entry.value))
@@ -144,7 +145,7 @@ def backup_metastore(store: Store) -> MetastoreBackend:
     """The metastore backend a backed-up clear reads its rows from; ``InvalidInputError`` for a custom
     ``[state_store] backend``, whose keys are not in the tables."""
     backend = store.backend
-    if not isinstance(backend, MetastoreBackend):
+    if not is_metastore(backend):
         raise InvalidInputError(
             f"{PARAMETER} reads the rows a clear deletes from the state store tables, and [state_store] backend "
             f"{store.settings.backend} keeps its keys elsewhere: drop {PARAMETER}",
@@ -191,7 +192,7 @@ def _clear_backed_up(store: Store, scope: StoreScope, backup: BackupFile, *, all
 
 def count_keys(store: Store, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
     backend = store.backend
-    return backend.count(scope, all_map_indices=all_map_indices) if isinstance(backend, MetastoreBackend) else None
+    return backend.count(scope, all_map_indices=all_map_indices) if is_metastore(backend) else None
 
 
 def keys_elsewhere(store: Store, scope: StoreScope, key: str | None = None) -> list[tuple[int, int]]:
@@ -200,7 +201,7 @@ def keys_elsewhere(store: Store, scope: StoreScope, key: str | None = None) -> l
     if not isinstance(scope, TaskScope):
         return []
     backend = store.backend
-    return backend.other_map_indices(scope, key) if isinstance(backend, MetastoreBackend) else []
+    return backend.other_map_indices(scope, key) if is_metastore(backend) else []
 
 
 def clear_scope(

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from statestore_cli.backends.metastore import MetastoreBackend
+from statestore_cli.backends.store import is_metastore
 from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.retention import utcnow
 
@@ -29,7 +29,7 @@ def near_misses(store: Store, filt: KeyFilter) -> list[str]:
     that no key (no asset) has, the closest existing one, as "no dag_id 'etl_order_daily' has keys; did you
     mean 'etl_orders_daily'?". Reads the distinct ids, so call it only when the result is empty."""
     backend = store.backend
-    if not isinstance(backend, MetastoreBackend):
+    if not is_metastore(backend):
         return []
     import difflib
 
@@ -76,7 +76,7 @@ def stats_metrics(store: Store, figures: StoreStats, labels: Mapping[str, str]) 
     age: float | None = None
     if figures.task is not None:
         backend = store.backend
-        assert isinstance(backend, MetastoreBackend)  # stats() has checked it
+        assert is_metastore(backend)  # stats() has checked it
         oldest = oldest_expired_at(backend.engine, figures.filter, figures.now)
         age = 0 if oldest is None else max(0.0, (figures.now - oldest).total_seconds())
     return StatsMetrics.of(figures, age, labels)
