@@ -387,3 +387,17 @@ def test_commands_through_the_api_load_no_sqlalchemy(api: ApiServer, tmp_path) -
         assert done.returncode == 0, (args, done.stderr)
         loaded = done.stdout.splitlines()[-1]
         assert loaded.startswith("LOADED=") and "sqlalchemy" not in loaded, (args, loaded)
+
+
+def test_clear_of_every_map_index_and_of_an_asset(api: ApiServer) -> None:
+    for index in (0, 1, 2):
+        assert over_api(api, "set", *task(api, "shard", index), "cursor", str(index)).exit_code == 0
+    cleared = over_api(api, "clear", *task(api, "shard")[:-2], "--all-map-indices", "--yes")
+    assert cleared.exit_code == 0, cleared.output
+    assert "all map indices" in cleared.stderr, cleared.stderr
+    shards = ["--dag-id", DAG_ID, "--run-id", api.run_id, "--task-id", "shard"]
+    assert json.loads(on_db(api, "list", *shards, "-o", "json").stdout) == []
+    assert over_api(api, "set", "--asset-uri", ASSET_URI, "offset", "7").exit_code == 0
+    cleared = over_api(api, "clear", "--asset-uri", ASSET_URI, "--yes")
+    assert cleared.exit_code == 0, cleared.output
+    assert json.loads(on_db(api, "list", "--asset-uri", ASSET_URI, "-o", "json").stdout) == []

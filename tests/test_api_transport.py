@@ -26,9 +26,16 @@ KEY = {"key": "watermark", "value": {"until": "2026-11-30"}, "updated_at": "2026
 class StandIn(BaseHTTPRequestHandler):
     refusals: ClassVar[list[int]] = []  # statuses answered, one per request, before the real answer
     seen: ClassVar[list[str]] = []
+    # Where /ui/ sends a request: a sign-on page elsewhere (here a port of loopback where nothing listens).
+    login = "http://127.0.0.1:9/authorize?client=airflow&state=s3cr3t"
 
     def do_GET(self) -> None:
         self.seen.append(f"{self.path} {self.headers.get('Authorization')}")
+        if self.path.startswith("/ui/"):  # the UI behind a single sign-on, as some deployments put it
+            self.send_response(302)
+            self.send_header("Location", self.login)
+            self.end_headers()
+            return
         if self.refusals:
             self.send_response(self.refusals.pop(0))
             self.send_header("Retry-After", "0")
@@ -149,6 +156,17 @@ def test_a_server_that_keeps_refusing_is_exit_3_after_the_retries(stand_in, toke
     assert refused.exit_code == 3, refused.output
     assert "answered 503" in refused.stderr and token not in refused.stderr
     assert len(StandIn.seen) == 4  # the request and three retries
+
+
+def test_a_redirect_is_refused_not_followed_with_the_token(stand_in, token) -> None:
+    refused = run_cli("--api-url", stand_in[0] + "/ui", "get", "--asset-id", "7", "watermark")
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr == (
+        f"statestore: error: the API at {stand_in[0]}/ui answered /api/v2/assets/7 with a redirect (302) to "
+        "http://127.0.0.1:9/authorize, which statestore does not follow (the token would go with it): "
+        "give --api-url the api-server's own root, where /api/v2 is served\n"
+    )
+    assert len(StandIn.seen) == 1 and token not in refused.output  # one request, to the URL given
 
 
 @pytest.mark.parametrize("how", ["variable", "config"])

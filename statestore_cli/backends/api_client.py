@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, NotFoundError, first_line
 
@@ -59,6 +59,7 @@ class ApiClient:
         self.requests = 0  # requests sent, retries and the token exchange included
         self._token = credentials.token
         self._context: Any = None
+        self._opener: Any = None
         self._lock = threading.RLock()  # requests may come from several threads (a walk's)
 
     # -- requests -----------------------------------------------------------------------------------------
@@ -135,10 +136,12 @@ class ApiClient:
             with self._lock:
                 self.requests += 1
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout, context=self._tls()) as answer:
+                with self._opened().open(request, timeout=self.timeout) as answer:
                     return answer.status, answer.read().decode("utf-8")
             except urllib.error.HTTPError as refused:
                 status, text = refused.code, refused.read().decode("utf-8", "replace")
+                if 300 <= status < 400:
+                    raise self._redirected(path, status, url, refused.headers.get("Location")) from None
                 if status not in RETRIED or attempt == ATTEMPTS - 1:
                     return status, text
                 time.sleep(_pause(attempt, refused.headers.get("Retry-After")))
@@ -146,9 +149,15 @@ class ApiClient:
                 raise self._unreachable(exc) from None
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _tls(self) -> Any:
+    def _opened(self) -> Any:
+        """The opener of every request: TLS as configured, the environment's proxies, and no redirects."""
         with self._lock:
-            return self._tls_context()
+            if self._opener is None:
+                import urllib.request
+
+                tls = urllib.request.HTTPSHandler(context=self._tls_context())
+                self._opener = urllib.request.build_opener(tls, _unredirected())
+            return self._opener
 
     def _tls_context(self) -> Any:
         if self._context is None and self.base_url.startswith("https:"):
@@ -186,6 +195,17 @@ class ApiClient:
             return BackendError(f"nothing answers at {self.base_url} (connection refused): is the api-server up?")
         return BackendError(f"cannot reach the API at {self.base_url}: {first_line(reason)}")
 
+    def _redirected(self, path: str, status: int, url: str, location: str | None) -> ConfigError:
+        """A redirect, never followed: the token would go with it, to wherever it points (a login page, another
+        host, plain http); the URL is shown without its query or credentials."""
+        target = urlsplit(urljoin(url, location or ""))
+        where = f"{target.scheme}://{target.hostname or ''}{f':{target.port}' if target.port else ''}{target.path}"
+        return ConfigError(
+            f"the API at {self.base_url} answered {path} with a redirect ({status}) to {where}, which statestore "
+            "does not follow (the token would go with it)",
+            hint="give --api-url the api-server's own root, where /api/v2 is served",
+        )
+
     def _refusal(self, status: int, text: str, method: str, role: str, missing: str | None) -> Exception:
         detail = _detail(text)
         # Airflow answers a token it cannot read (expired, signed by another deployment) with 403
@@ -221,6 +241,17 @@ def api_label(url: str) -> str:
 
 def _from(creds: Credentials) -> str:
     return f" from {creds.source}" if creds.source else ""
+
+
+def _unredirected() -> Any:
+    """A redirect handler that follows none: a 3xx comes back as the answer (``HTTPError``)."""
+    import urllib.request
+
+    class Unredirected(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return Unredirected()
 
 
 def _pause(attempt: int, retry_after: str | None) -> float:
