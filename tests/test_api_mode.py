@@ -290,6 +290,9 @@ def test_a_walk_shows_the_task_instances_read_on_a_terminal_and_a_clean_walks_on
     status, screen = Terminal(["--api-url", api.url, "list", "--dag-id", DAG_ID], env).finish()
     assert status == 0, screen
     assert "reading task instances" in screen and "4/4" in screen, screen  # load, shard x3
+    status, screen = Terminal(["--api-url", api.url, "clean", "--dry-run"], env).finish()
+    assert status == 0, screen
+    assert "reading task instances" in screen and "reading expired keys" not in screen, screen  # one bar
     piped = over_api(api, "list", "--dag-id", DAG_ID)  # not a terminal: no bar
     assert piped.exit_code == 0 and "reading task instances" not in piped.output, piped.output
     # A clean at a terminal follows the walk itself: no count of the expired keys first (a second walk).

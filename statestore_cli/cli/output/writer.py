@@ -54,6 +54,7 @@ class Writer:
     def __init__(self, mode: str, header: bool = False) -> None:
         self.mode = mode
         self.header = header
+        self.walking = False  # a walk's bar is shown (walk_progress): no other bar beneath it
 
     @cached_property
     def console(self) -> Console:
@@ -115,8 +116,9 @@ class Writer:
 
     @contextmanager
     def progress(self, label: str, total: int | None) -> Iterator[Advance]:
-        """A transient bar (rows done, rate, time left) while the block runs; a no-op off a terminal."""
-        if not self.shows_progress:
+        """A transient bar (rows done, rate, time left) while the block runs; a no-op off a terminal, and
+        under a walk's bar, which already shows the progress."""
+        if not self.shows_progress or self.walking:
             yield _nothing
             return
         from statestore_cli.cli.output.progress import progress_bar  # rich.progress only when a bar is shown
@@ -149,9 +151,11 @@ class Writer:
 
         with progress_bar(console, "reading task instances", None, unit="") as advance:
             store.on_api_walk(advance)
+            self.walking = True
             try:
                 yield
             finally:
+                self.walking = False
                 store.on_api_walk(None)
 
     def _walk_console(self) -> Console | None:
