@@ -404,3 +404,25 @@ def test_clear_of_every_map_index_and_of_an_asset(api: ApiServer) -> None:
     cleared = over_api(api, "clear", "--asset-uri", ASSET_URI, "--yes")
     assert cleared.exit_code == 0, cleared.output
     assert json.loads(on_db(api, "list", "--asset-uri", ASSET_URI, "-o", "json").stdout) == []
+
+
+def test_a_token_from_a_command_in_the_config_file(airflow_api: ApiServer, tmp_path) -> None:
+    """``api_token_cmd``, as a managed service's CLI prints a fresh token on each run; a command that fails is
+    one line, and the token is nowhere in what is shown."""
+    held = tmp_path / "token"
+    held.write_text(token(airflow_api) + "\n", encoding="utf-8")
+    held.chmod(0o600)
+    cfg = tmp_path / "airflow.cfg"
+    cfg.write_text(f"[state_store]\napi_url = {airflow_api.url}\napi_token_cmd = cat {held}\n", encoding="utf-8")
+    cfg.chmod(0o600)
+    done = run_cli("--config", str(cfg), "db", "check", "-o", "json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["credentials"] == f"command [state_store] api_token_cmd in {cfg}"
+    cfg.write_text(f"[state_store]\napi_url = {airflow_api.url}\napi_token_cmd = cat {held}.gone\n", encoding="utf-8")
+    failed = run_cli("--config", str(cfg), "get", *task(airflow_api), "job_id")
+    assert failed.exit_code == 3, failed.output
+    assert failed.stderr == (
+        f"statestore: error: [state_store] api_token_cmd in {cfg}: the command failed (exit status 1); its output "
+        "is not shown, as it may hold a password: run the command yourself to see it\n"
+    )
+    assert token(airflow_api) not in failed.output
