@@ -26,6 +26,7 @@ KEY = {"key": "watermark", "value": {"until": "2026-11-30"}, "updated_at": "2026
 class StandIn(BaseHTTPRequestHandler):
     refusals: ClassVar[list[int]] = []  # statuses answered, one per request, before the real answer
     seen: ClassVar[list[str]] = []
+    served: ClassVar[dict[str, object]] = {}  # more routes and their answers, as a test sets them
     # Where /ui/ sends a request: a sign-on page elsewhere (here a port of loopback where nothing listens).
     login = "http://127.0.0.1:9/authorize?client=airflow&state=s3cr3t"
 
@@ -41,7 +42,7 @@ class StandIn(BaseHTTPRequestHandler):
             self.send_header("Retry-After", "0")
             self.end_headers()
             return
-        answers = {"/api/v2/assets/7": ASSET, "/api/v2/assets/7/state-store/watermark": KEY}
+        answers = {"/api/v2/assets/7": ASSET, "/api/v2/assets/7/state-store/watermark": KEY, **self.served}
         body = json.dumps(answers.get(self.path, {"detail": "Not Found"})).encode()
         self.send_response(200 if self.path in answers else 404)
         self.send_header("Content-Type", "application/json")
@@ -99,7 +100,7 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
 @pytest.fixture
 def stand_in(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path | None]]:
     """The stand-in on 127.0.0.1 (``https`` when the test is parametrized so), and the CA bundle that signs it."""
-    StandIn.refusals, StandIn.seen = [], []
+    StandIn.refusals, StandIn.seen, StandIn.served = [], [], {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     ca = None
     if getattr(request, "param", "http") == "https":
@@ -167,6 +168,30 @@ def test_a_redirect_is_refused_not_followed_with_the_token(stand_in, token) -> N
         "give --api-url the api-server's own root, where /api/v2 is served\n"
     )
     assert len(StandIn.seen) == 1 and token not in refused.output  # one request, to the URL given
+
+
+@pytest.mark.parametrize(
+    ("served", "error"),
+    [
+        ({}, "has no /api/v2/version: is it Airflow 3's api-server?"),
+        ({"/api/v2/version": {"version": "3.2.0"}}, "runs Airflow 3.2.0, whose REST API has no state store: it needs"),
+        (
+            {
+                "/api/v2/version": {"version": "3.3.2"},
+                "/api/v2/monitor/health": {"metadatabase": {"status": "unhealthy"}},
+            },
+            "reports its metadata database unhealthy",
+        ),
+    ],
+)
+def test_db_check_of_an_api_that_cannot_serve_the_store_is_exit_3(stand_in, served, error) -> None:
+    StandIn.served = served
+    refused = run_cli("--api-url", stand_in[0], "db", "check", "-o", "json")
+    assert refused.exit_code == 3, refused.output
+    doc = json.loads(refused.stdout)
+    assert doc["ok"] is False and error in doc["error"], doc
+    assert refused.stderr.startswith("statestore: error: ") and refused.stderr.count("\n") == 1, refused.stderr
+    assert not any(seen.endswith("tok-3f9a1c") for seen in StandIn.seen)  # nothing that needs a token was asked
 
 
 @pytest.mark.parametrize("how", ["variable", "config"])

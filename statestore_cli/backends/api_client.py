@@ -86,7 +86,9 @@ class ApiClient:
         status, text = self._send("GET", path, None, None, authorized=False)
         if status < 300:
             return _json_or_none(text)
-        raise self._refusal(status, text, "GET", ROLE_READ, f"no {path} at {self.base_url} (not Airflow's api-server?)")
+        if status == 404:  # the route every Airflow 3 serves: this is no such api-server
+            raise BackendError(f"{self.base_url} has no {path}: is it Airflow 3's api-server?")
+        raise self._refusal(status, text, "GET", ROLE_READ, None)
 
     def authorize(self) -> None:
         """Have a token: the one given, or one exchanged for the username and password (once)."""
