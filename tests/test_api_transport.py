@@ -43,9 +43,10 @@ class StandIn(BaseHTTPRequestHandler):
             self.end_headers()
             return
         answers = {"/api/v2/assets/7": ASSET, "/api/v2/assets/7/state-store/watermark": KEY, **self.served}
-        body = json.dumps(answers.get(self.path, {"detail": "Not Found"})).encode()
+        answer = answers.get(self.path, {"detail": "Not Found"})
+        body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()  # bytes: a page, as it is
         self.send_response(200 if self.path in answers else 404)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/html" if isinstance(answer, bytes) else "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -192,6 +193,16 @@ def test_db_check_of_an_api_that_cannot_serve_the_store_is_exit_3(stand_in, serv
     assert doc["ok"] is False and error in doc["error"], doc
     assert refused.stderr.startswith("statestore: error: ") and refused.stderr.count("\n") == 1, refused.stderr
     assert not any(seen.endswith("tok-3f9a1c") for seen in StandIn.seen)  # nothing that needs a token was asked
+
+
+def test_a_page_that_is_not_json_is_one_line_naming_the_url(stand_in) -> None:
+    StandIn.served = {"/api/v2/assets/7": b"<html><body>Sign in to continue</body></html>"}
+    refused = run_cli("--api-url", stand_in[0], "get", "--asset-id", "7", "watermark")
+    assert refused.exit_code == 3, refused.output
+    assert refused.stderr == (
+        f"statestore: error: the API at {stand_in[0]} answered /api/v2/assets/7 with a page that is not JSON: is "
+        "--api-url the api-server's root, where /api/v2 is served?\n"
+    )
 
 
 @pytest.mark.parametrize("how", ["variable", "config"])

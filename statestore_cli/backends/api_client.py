@@ -78,17 +78,27 @@ class ApiClient:
         self.authorize()
         status, text = self._send(method, path, query, body, authorized=True)
         if status < 300:
-            return json.loads(text) if text.strip() else None
+            return self._decoded(path, text) if text.strip() else None
         raise self._refusal(status, text, method, role, missing)
 
     def public(self, path: str) -> Any:
         """The decoded JSON answer of ``GET path`` on a route that needs no token (``/api/v2/version``)."""
         status, text = self._send("GET", path, None, None, authorized=False)
         if status < 300:
-            return _json_or_none(text)
+            return self._decoded(path, text)
         if status == 404:  # the route every Airflow 3 serves: this is no such api-server
             raise BackendError(f"{self.base_url} has no {path}: is it Airflow 3's api-server?")
         raise self._refusal(status, text, "GET", ROLE_READ, None)
+
+    def _decoded(self, path: str, text: str) -> Any:
+        """A successful answer's JSON; a page that is none (a sign-on page, a UI) is this URL's problem."""
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise BackendError(
+                f"the API at {self.base_url} answered {path} with a page that is not JSON: is --api-url the "
+                "api-server's root, where /api/v2 is served?"
+            ) from None
 
     def authorize(self) -> None:
         """Have a token: the one given, or one exchanged for the username and password (once)."""
