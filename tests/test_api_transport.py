@@ -21,25 +21,34 @@ from cli_running import run_cli, run_statestore_process
 
 ASSET = {"id": 7, "name": "orders", "uri": "s3://warehouse/orders.parquet"}
 KEY = {"key": "watermark", "value": {"until": "2026-11-30"}, "updated_at": "2026-11-30T00:00:00Z"}
+PROXIED = "http://127.0.0.1:9"  # the API's URL where a test reaches it through the stand-in as a proxy
 
 
 class StandIn(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # connections stay open between requests, as uvicorn's do
     refusals: ClassVar[list[int]] = []  # statuses answered, one per request, before the real answer
     seen: ClassVar[list[str]] = []
     served: ClassVar[dict[str, object]] = {}  # more routes and their answers, as a test sets them
+    ports: ClassVar[list[int]] = []  # the client's port of each request: one per connection
+    hang_up = False  # close each connection after its answer, without saying so (as an idle timeout does)
     # Where /ui/ sends a request: a sign-on page elsewhere (here a port of loopback where nothing listens).
     login = "http://127.0.0.1:9/authorize?client=airflow&state=s3cr3t"
 
     def do_GET(self) -> None:
+        self.ports.append(self.client_address[1])
+        self.close_connection = self.hang_up
+        self.path = self.path.removeprefix(PROXIED)  # a proxy is asked for the whole URL
         self.seen.append(f"{self.path} {self.headers.get('Authorization')}")
         if self.path.startswith("/ui/"):  # the UI behind a single sign-on, as some deployments put it
             self.send_response(302)
             self.send_header("Location", self.login)
+            self.send_header("Content-Length", "0")
             self.end_headers()
             return
         if self.refusals:
             self.send_response(self.refusals.pop(0))
             self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", "0")
             self.end_headers()
             return
         answers = {"/api/v2/assets/7": ASSET, "/api/v2/assets/7/state-store/watermark": KEY, **self.served}
@@ -101,7 +110,7 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
 @pytest.fixture
 def stand_in(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path | None]]:
     """The stand-in on 127.0.0.1 (``https`` when the test is parametrized so), and the CA bundle that signs it."""
-    StandIn.refusals, StandIn.seen, StandIn.served = [], [], {}
+    StandIn.refusals, StandIn.seen, StandIn.served, StandIn.ports, StandIn.hang_up = [], [], {}, [], False
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     ca = None
     if getattr(request, "param", "http") == "https":
@@ -203,6 +212,29 @@ def test_a_page_that_is_not_json_is_one_line_naming_the_url(stand_in) -> None:
         f"statestore: error: the API at {stand_in[0]} answered /api/v2/assets/7 with a page that is not JSON: is "
         "--api-url the api-server's root, where /api/v2 is served?\n"
     )
+
+
+def test_a_commands_requests_share_one_connection(stand_in) -> None:
+    done = run_cli("--api-url", stand_in[0], "get", "--asset-id", "7", "watermark")
+    assert done.exit_code == 0, done.output
+    assert len(StandIn.ports) == 2 and len(set(StandIn.ports)) == 1, StandIn.ports  # the asset, then its key
+
+
+def test_a_connection_the_server_closed_is_opened_again(stand_in) -> None:
+    StandIn.hang_up = True
+    done = run_cli("--api-url", stand_in[0], "get", "--asset-id", "7", "watermark")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == {"until": "2026-11-30"}
+    assert len(set(StandIn.ports)) == 2, StandIn.ports
+
+
+def test_a_proxy_in_the_environment_is_used(stand_in, monkeypatch) -> None:
+    monkeypatch.setenv("http_proxy", stand_in[0])
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    done = run_cli("--api-url", PROXIED, "get", "--asset-id", "7", "watermark")
+    assert done.exit_code == 0, done.output
+    assert [seen.split()[0] for seen in StandIn.seen] == ["/api/v2/assets/7", "/api/v2/assets/7/state-store/watermark"]
 
 
 @pytest.mark.parametrize("how", ["variable", "config"])

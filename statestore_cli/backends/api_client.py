@@ -3,8 +3,8 @@
 given), retries with backoff on 429 and 5xx answers, and each failure as one ``StateStoreError`` that says what
 went wrong and what to do, never the token.
 
-The standard library's ``urllib`` only: an API-mode command loads no HTTP client package, and nothing here
-is imported on a database command's path.
+The standard library only (``http.client`` on connections kept open, ``api_connections``): an API-mode command
+loads no HTTP client package, and nothing here is imported on a database command's path.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
+from statestore_cli.backends.api_connections import Connections
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, NotFoundError, first_line
 
 RETRIED = frozenset({429, 502, 503, 504})  # the server asks to slow down, or a proxy in front of it is not ready
@@ -59,7 +60,7 @@ class ApiClient:
         self.requests = 0  # requests sent, retries and the token exchange included
         self._token = credentials.token
         self._context: Any = None
-        self._opener: Any = None
+        self.connections = Connections(self.base_url, self._tls_context, timeout)
         self._lock = threading.RLock()  # requests may come from several threads (a walk's)
 
     # -- requests -----------------------------------------------------------------------------------------
@@ -133,10 +134,9 @@ class ApiClient:
     def _send(
         self, method: str, path: str, query: Mapping[str, Any] | None, body: Any, *, authorized: bool
     ) -> tuple[int, str]:
-        import urllib.error
-        import urllib.request
+        import http.client
 
-        url = self.base_url + path + (("?" + urlencode(query)) if query else "")
+        target = path + (("?" + urlencode(query)) if query else "")
         data = None if body is None else json.dumps(body).encode("utf-8")
         headers = {"Accept": "application/json"}
         if data is not None:
@@ -144,34 +144,28 @@ class ApiClient:
         if authorized:
             headers["Authorization"] = f"Bearer {self._token}"
         for attempt in range(ATTEMPTS):
-            request = urllib.request.Request(url, data=data, method=method, headers=headers)
             with self._lock:
                 self.requests += 1
             try:
-                with self._opened().open(request, timeout=self.timeout) as answer:
-                    return answer.status, answer.read().decode("utf-8")
-            except urllib.error.HTTPError as refused:
-                status, text = refused.code, refused.read().decode("utf-8", "replace")
-                if 300 <= status < 400:
-                    raise self._redirected(path, status, url, refused.headers.get("Location")) from None
-                if status not in RETRIED or attempt == ATTEMPTS - 1:
-                    return status, text
-                time.sleep(_pause(attempt, refused.headers.get("Retry-After")))
-            except (urllib.error.URLError, OSError) as exc:
+                answer = self.connections.send(method, target, data, headers)
+            except (OSError, http.client.HTTPException) as exc:
                 raise self._unreachable(exc) from None
+            if 300 <= answer.status < 400:
+                raise self._redirected(path, answer.status, self.base_url + target, answer.headers.get("Location"))
+            if answer.status not in RETRIED or attempt == ATTEMPTS - 1:
+                return answer.status, answer.text
+            time.sleep(_pause(attempt, answer.headers.get("Retry-After")))
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _opened(self) -> Any:
-        """The opener of every request: TLS as configured, the environment's proxies, and no redirects."""
-        with self._lock:
-            if self._opener is None:
-                import urllib.request
-
-                tls = urllib.request.HTTPSHandler(context=self._tls_context())
-                self._opener = urllib.request.build_opener(tls, _unredirected())
-            return self._opener
+    def close(self) -> None:
+        """Close the connections kept open between requests."""
+        self.connections.close()
 
     def _tls_context(self) -> Any:
+        with self._lock:
+            return self._tls_made()
+
+    def _tls_made(self) -> Any:
         if self._context is None and self.base_url.startswith("https:"):
             import ssl
 
@@ -185,8 +179,7 @@ class ApiClient:
         return self._context
 
     # -- failures -----------------------------------------------------------------------------------------
-    def _unreachable(self, exc: BaseException) -> BackendError:
-        reason = getattr(exc, "reason", exc)
+    def _unreachable(self, reason: BaseException) -> BackendError:
         import socket
         import ssl
 
@@ -253,17 +246,6 @@ def api_label(url: str) -> str:
 
 def _from(creds: Credentials) -> str:
     return f" from {creds.source}" if creds.source else ""
-
-
-def _unredirected() -> Any:
-    """A redirect handler that follows none: a 3xx comes back as the answer (``HTTPError``)."""
-    import urllib.request
-
-    class Unredirected(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-            return None
-
-    return Unredirected()
 
 
 def _pause(attempt: int, retry_after: str | None) -> float:

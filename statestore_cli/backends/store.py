@@ -189,7 +189,10 @@ class Store:
 
     # -- closing ----------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Dispose of the engine (its pooled connections close); a later operation would make a new one."""
+        """Dispose of the engine (its pooled connections close), or close the REST API's connections; a later
+        operation would make new ones."""
+        if self.api_mode and self._backend is not None:
+            self.api_backend().client.close()
         if self._database is not None:
             self._database.dispose()
         self._database = None
