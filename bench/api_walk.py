@@ -4,6 +4,7 @@ with --runs x --tasks task instances, beside the same commands on the database b
     .venv/bin/python bench/api_walk.py                      # 100 runs x 100 tasks: 10,000 task instances
     .venv/bin/python bench/api_walk.py --quick              # 5 x 20
     .venv/bin/python bench/api_walk.py --concurrency 1,8,16
+    .venv/bin/python bench/api_walk.py --rtt-ms 20          # the api-server 20 ms away, behind TLS (far_api.py)
 
 Airflow 3.3.2 from the test suite's venv (``$STATESTORE_AIRFLOW_VENV``, else
 ``~/.cache/statestore-tests/airflow-3.3.2``; ``--airflow-python``): a SQLite database ``airflow db migrate`` made,
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import generate
 import harness
+from far_api import serve_far
 from harness import table
 from measure import RSS_METHOD, median, run_process
 
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=100, help="tasks per run (100)")
     parser.add_argument("--concurrency", default="8", help="[state_store] api_concurrency values, comma-separated")
     parser.add_argument("--server-workers", type=int, default=1, help="the api-server's --workers (1)")
+    parser.add_argument("--rtt-ms", type=float, default=0, help="put the api-server this far away, behind TLS")
     parser.add_argument("--airflow-python", type=Path, default=_venv_python(), help="Airflow 3.3.2's interpreter")
     args = harness.parse(parser, argv)
     if not args.airflow_python.exists():
@@ -55,14 +58,24 @@ def main(argv: list[str] | None = None) -> int:
         _keys(database, args.runs, args.tasks, folder)
         port = _free_port()
         server = _serve(args.airflow_python, env, port, folder / "api-server.log", args.server_workers)
+        far = None
         try:
-            rows = _measure(args, database, f"http://127.0.0.1:{port}", folder)
+            url, extra = f"http://127.0.0.1:{port}", {}
+            if args.rtt_ms > 0:
+                listen = _free_port()
+                far, bundle = serve_far(folder, listen, port, args.rtt_ms)
+                url = f"https://127.0.0.1:{listen}"
+                extra = {"AIRFLOW__STATE_STORE__API_CA_BUNDLE": str(bundle)}
+            rows = _measure(args, database, url, folder, f"http://127.0.0.1:{port}", extra)
         finally:
+            if far is not None:
+                far.kill()
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=60)
     instances = args.runs * args.tasks
     print(f"API walk, {args.runs} runs x {args.tasks} tasks = {instances:,} task instances, one key each;")
-    print(f"the api-server with {args.server_workers} worker(s)")
+    away = f", {args.rtt_ms:g} ms away behind TLS" if args.rtt_ms > 0 else ""
+    print(f"the api-server with {args.server_workers} worker(s){away}")
     print(f"(peak RSS: {RSS_METHOD})")
     print(table(["command", "through", "seconds", "keys/s", "requests", "peak MB"], rows, right={2, 3, 4, 5}))
     return 0
@@ -193,9 +206,11 @@ def _token(url: str) -> str:
         return str(json.loads(answer.read())["access_token"])
 
 
-def _measure(args: argparse.Namespace, database: Path, url: str, folder: Path) -> list[list[str]]:
-    env = generate.tool_env(folder / "tool-home")
-    env["STATESTORE_API_TOKEN"] = _token(url)
+def _measure(
+    args: argparse.Namespace, database: Path, url: str, folder: Path, near: str, api_env: dict[str, str]
+) -> list[list[str]]:
+    env = {**generate.tool_env(folder / "tool-home"), **api_env}
+    env["STATESTORE_API_TOKEN"] = _token(near)
     statestore = generate.statestore_executable()
     ways: list[tuple[str, list[str], dict[str, str]]] = [("database", ["--conn", f"sqlite:///{database}"], {})]
     for level in args.concurrency.split(","):
