@@ -11,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,6 +32,7 @@ class StandIn(BaseHTTPRequestHandler):
     served: ClassVar[dict[str, object]] = {}  # more routes and their answers, as a test sets them
     ports: ClassVar[list[int]] = []  # the client's port of each request: one per connection
     hang_up = False  # close each connection after its answer, without saying so (as an idle timeout does)
+    walked: ClassVar[list[str]] = []  # the task instances whose keys were asked for (``task_keys``)
     # Where /ui/ sends a request: a sign-on page elsewhere (here a port of loopback where nothing listens).
     login = "http://127.0.0.1:9/authorize?client=airflow&state=s3cr3t"
 
@@ -45,6 +47,9 @@ class StandIn(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if "/taskInstances/" in self.path:
+            self._task_keys()
+            return
         if self.refusals:
             self.send_response(self.refusals.pop(0))
             self.send_header("Retry-After", "0")
@@ -52,9 +57,21 @@ class StandIn(BaseHTTPRequestHandler):
             self.end_headers()
             return
         answers = {"/api/v2/assets/7": ASSET, "/api/v2/assets/7/state-store/watermark": KEY, **self.served}
-        answer = answers.get(self.path, {"detail": "Not Found"})
+        self._answer(200 if self.path in answers else 404, answers.get(self.path, {"detail": "Not Found"}))
+
+    def _task_keys(self) -> None:
+        """A task instance's keys: the first one's are refused at once, each other's answered after a second."""
+        task_id = self.path.split("/taskInstances/")[1].split("/")[0]
+        self.walked.append(task_id)
+        if task_id == "t00":
+            self._answer(403, {"detail": "Forbidden"})
+            return
+        time.sleep(1)
+        self._answer(200, {"task_state_store": [], "total_entries": 0})
+
+    def _answer(self, status: int, answer: object) -> None:
         body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()  # bytes: a page, as it is
-        self.send_response(200 if self.path in answers else 404)
+        self.send_response(status)
         self.send_header("Content-Type", "text/html" if isinstance(answer, bytes) else "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -111,6 +128,7 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
 def stand_in(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path | None]]:
     """The stand-in on 127.0.0.1 (``https`` when the test is parametrized so), and the CA bundle that signs it."""
     StandIn.refusals, StandIn.seen, StandIn.served, StandIn.ports, StandIn.hang_up = [], [], {}, [], False
+    StandIn.walked = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     ca = None
     if getattr(request, "param", "http") == "https":
@@ -235,6 +253,18 @@ def test_a_proxy_in_the_environment_is_used(stand_in, monkeypatch) -> None:
     done = run_cli("--api-url", PROXIED, "get", "--asset-id", "7", "watermark")
     assert done.exit_code == 0, done.output
     assert [seen.split()[0] for seen in StandIn.seen] == ["/api/v2/assets/7", "/api/v2/assets/7/state-store/watermark"]
+
+
+def test_a_walk_sends_no_request_queued_behind_a_failed_one(stand_in) -> None:
+    """Eight at once and eight more queued: when the first task instance's request is refused, the queued ones
+    are dropped (the ones in flight finish), and the refusal is the command's one line."""
+    instances = [{"dag_id": "etl", "dag_run_id": "r", "task_id": f"t{n:02}", "state": "success"} for n in range(40)]
+    page = {"task_instances": instances, "total_entries": len(instances)}
+    StandIn.served = {"/api/v2/dags/etl/dagRuns/~/taskInstances?limit=100&offset=0": page}
+    refused = run_cli("--api-url", stand_in[0], "list", "--dag-id", "etl")
+    assert refused.exit_code == 2, refused.output
+    assert "VIEWER role" in refused.stderr, refused.stderr
+    assert 8 <= len(StandIn.walked) <= 12, StandIn.walked  # 16 had been handed to the threads
 
 
 @pytest.mark.parametrize("how", ["variable", "config"])

@@ -143,7 +143,8 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         from concurrent.futures import Future, ThreadPoolExecutor
 
         self.client.authorize()  # before the threads: one token exchange, not one per thread
-        with ThreadPoolExecutor(self.concurrency) as pool:
+        pool = ThreadPoolExecutor(self.concurrency)
+        try:
             ahead: deque[Future[list[dict[str, Any]]]] = deque()
             for scope in scopes:
                 ahead.append(pool.submit(self._rows_of, scope))
@@ -151,6 +152,8 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
                     yield ahead.popleft().result()
             while ahead:
                 yield ahead.popleft().result()
+        finally:  # after a failed request or a Ctrl-C, those queued behind it are never sent
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _rows_of(self, scope: StoreScope) -> list[dict[str, Any]]:
         return list(self.scope_rows(scope))
