@@ -33,6 +33,13 @@ class StandIn(BaseHTTPRequestHandler):
     ports: ClassVar[list[int]] = []  # the client's port of each request: one per connection
     hang_up = False  # close each connection after its answer, without saying so (as an idle timeout does)
     walked: ClassVar[list[str]] = []  # the task instances whose keys were asked for (``task_keys``)
+    refuse_first = False  # the walk: t00's keys refused at once, each other's answered after a second
+    # The walk's tokens: after ``expire_after`` task instances every token so far expires (401), and
+    # ``token_file`` holds a new one; /auth/token hands out new ones. ``accepted`` None: any token goes.
+    expire_after = 0
+    accepted: ClassVar[set[str] | None] = None
+    token_file: Path | None = None
+    issued: ClassVar[list[str]] = []
     # Where /ui/ sends a request: a sign-on page elsewhere (here a port of loopback where nothing listens).
     login = "http://127.0.0.1:9/authorize?client=airflow&state=s3cr3t"
 
@@ -60,14 +67,32 @@ class StandIn(BaseHTTPRequestHandler):
         self._answer(200 if self.path in answers else 404, answers.get(self.path, {"detail": "Not Found"}))
 
     def _task_keys(self) -> None:
-        """A task instance's keys: the first one's are refused at once, each other's answered after a second."""
+        """A task instance's keys (none), after the refusals and pauses the test asked for."""
         task_id = self.path.split("/taskInstances/")[1].split("/")[0]
         self.walked.append(task_id)
-        if task_id == "t00":
-            self._answer(403, {"detail": "Forbidden"})
+        if self.expire_after and StandIn.accepted is None and len(self.walked) >= self.expire_after:
+            StandIn.accepted = {"tok-renewed"}
+            assert self.token_file is not None
+            self.token_file.write_text("tok-renewed\n", encoding="utf-8")
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if StandIn.accepted is not None and token not in StandIn.accepted:
+            self._answer(401, {"detail": "Invalid JWT token"})
             return
-        time.sleep(1)
+        if self.refuse_first:
+            if task_id == "t00":
+                self._answer(403, {"detail": "Forbidden"})
+                return
+            time.sleep(1)
         self._answer(200, {"task_state_store": [], "total_entries": 0})
+
+    def do_POST(self) -> None:
+        """``/auth/token``: a new token each time, taken from then on."""
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        fresh = f"tok-exchanged-{len(self.issued)}"
+        self.issued.append(fresh)
+        if StandIn.accepted is not None:
+            StandIn.accepted.add(fresh)
+        self._answer(201, {"access_token": fresh})
 
     def _answer(self, status: int, answer: object) -> None:
         body = answer if isinstance(answer, bytes) else json.dumps(answer).encode()  # bytes: a page, as it is
@@ -128,7 +153,8 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
 def stand_in(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path | None]]:
     """The stand-in on 127.0.0.1 (``https`` when the test is parametrized so), and the CA bundle that signs it."""
     StandIn.refusals, StandIn.seen, StandIn.served, StandIn.ports, StandIn.hang_up = [], [], {}, [], False
-    StandIn.walked = []
+    StandIn.walked, StandIn.issued, StandIn.accepted = [], [], None
+    StandIn.refuse_first, StandIn.expire_after = False, 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     ca = None
     if getattr(request, "param", "http") == "https":
@@ -255,16 +281,57 @@ def test_a_proxy_in_the_environment_is_used(stand_in, monkeypatch) -> None:
     assert [seen.split()[0] for seen in StandIn.seen] == ["/api/v2/assets/7", "/api/v2/assets/7/state-store/watermark"]
 
 
-def test_a_walk_sends_no_request_queued_behind_a_failed_one(stand_in) -> None:
-    """Eight at once and eight more queued: when the first task instance's request is refused, the queued ones
-    are dropped (the ones in flight finish), and the refusal is the command's one line."""
+def _forty_task_instances() -> None:
     instances = [{"dag_id": "etl", "dag_run_id": "r", "task_id": f"t{n:02}", "state": "success"} for n in range(40)]
     page = {"task_instances": instances, "total_entries": len(instances)}
     StandIn.served = {"/api/v2/dags/etl/dagRuns/~/taskInstances?limit=100&offset=0": page}
+
+
+def test_a_walk_sends_no_request_queued_behind_a_failed_one(stand_in) -> None:
+    """Eight at once and eight more queued: when the first task instance's request is refused, the queued ones
+    are dropped (the ones in flight finish), and the refusal is the command's one line."""
+    _forty_task_instances()
+    StandIn.refuse_first = True
     refused = run_cli("--api-url", stand_in[0], "list", "--dag-id", "etl")
     assert refused.exit_code == 2, refused.output
     assert "VIEWER role" in refused.stderr, refused.stderr
     assert 8 <= len(StandIn.walked) <= 12, StandIn.walked  # 16 had been handed to the threads
+
+
+def test_a_token_that_expires_during_a_walk_is_printed_again_by_its_command(stand_in, tmp_path) -> None:
+    _forty_task_instances()
+    held, ran = tmp_path / "token", tmp_path / "ran"
+    held.write_text("tok-first\n", encoding="utf-8")
+    StandIn.token_file, StandIn.expire_after = held, 10
+    cfg = tmp_path / "airflow.cfg"
+    command = f"sh -c 'echo ran >> {ran}; cat {held}'"
+    cfg.write_text(f"[state_store]\napi_url = {stand_in[0]}\napi_token_cmd = {command}\n", encoding="utf-8")
+    cfg.chmod(0o600)
+    done = run_cli("--config", str(cfg), "list", "--dag-id", "etl", "-o", "json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == []
+    assert ran.read_text(encoding="utf-8").count("ran") == 2  # at the start, then once for every thread
+    assert sorted(set(StandIn.walked)) == [f"t{n:02}" for n in range(40)]
+
+
+def test_a_token_exchanged_for_a_password_is_exchanged_again_when_it_expires(stand_in, monkeypatch, tmp_path) -> None:
+    _forty_task_instances()
+    StandIn.token_file, StandIn.expire_after = tmp_path / "unused", 10
+    monkeypatch.delenv("STATESTORE_API_TOKEN")
+    monkeypatch.setenv("STATESTORE_API_USERNAME", "viewer")
+    monkeypatch.setenv("STATESTORE_API_PASSWORD", "weiverweiver")
+    done = run_cli("--api-url", stand_in[0], "list", "--dag-id", "etl", "-o", "json")
+    assert done.exit_code == 0, done.output
+    assert StandIn.issued == ["tok-exchanged-0", "tok-exchanged-1"]
+
+
+def test_a_token_given_as_it_is_cannot_be_renewed(stand_in, token, tmp_path) -> None:
+    _forty_task_instances()
+    StandIn.token_file, StandIn.expire_after = tmp_path / "unused", 10
+    refused = run_cli("--api-url", stand_in[0], "list", "--dag-id", "etl")
+    assert refused.exit_code == 2, refused.output
+    assert "did not accept the credentials from environment variable STATESTORE_API_TOKEN" in refused.stderr
+    assert token not in refused.output
 
 
 @pytest.mark.parametrize("how", ["variable", "config"])

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 from statestore_cli.backends.api_connections import Connections
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, NotFoundError, first_line
+from statestore_cli.masking import register_secret
 
 RETRIED = frozenset({429, 502, 503, 504})  # the server asks to slow down, or a proxy in front of it is not ready
 ATTEMPTS = 4  # the first request and three retries
@@ -32,13 +33,23 @@ ROLE_ASSET_WRITE = "OP"
 
 class Credentials:
     """How requests are authorized: a ``token`` as it is, or a ``username`` and ``password`` exchanged for one
-    at ``/auth/token`` on first use (Airflow's simple auth manager)."""
+    at ``/auth/token`` on first use (Airflow's simple auth manager). ``renew``: how to get a new token when the
+    API stops taking this one (it expired while a long walk ran), as the command that gave it, run again."""
 
-    def __init__(self, token: str = "", username: str = "", password: str = "", *, source: str = "") -> None:
+    def __init__(
+        self,
+        token: str = "",
+        username: str = "",
+        password: str = "",
+        *,
+        source: str = "",
+        renew: Callable[[], str] | None = None,
+    ) -> None:
         self.token = token
         self.username = username
         self.password = password
         self.source = source  # where they came from, as a message names it
+        self.renew = renew
 
     def __bool__(self) -> bool:
         return bool(self.token or (self.username and self.password))
@@ -77,7 +88,10 @@ class ApiClient:
         """The decoded JSON answer of ``method path`` (None for an empty one). ``missing``: what a 404 means,
         as a ``NotFoundError`` says it (None: the server's own words); ``role``: what a 403 names."""
         self.authorize()
+        used = self._token
         status, text = self._send(method, path, query, body, authorized=True)
+        if _credentials_refused(status, text) and self._renewed(used):
+            status, text = self._send(method, path, query, body, authorized=True)  # once, with the new token
         if status < 300:
             return self._decoded(path, text) if text.strip() else None
         raise self._refusal(status, text, method, role, missing)
@@ -107,6 +121,26 @@ class ApiClient:
             if not self._token:
                 self._token = self._exchange()
 
+    def _renewed(self, refused: str) -> bool:
+        """A new token in place of ``refused``, which the API no longer takes: the command that gave it run
+        again, or the username and password exchanged again; False when there is no other way to get one, or
+        it gives the same token. Once for all threads: those refused the same token meanwhile use the new one."""
+        creds = self.credentials
+        with self._lock:
+            if self._token != refused:
+                return True
+            if creds.renew is not None:
+                fresh = creds.renew()
+            elif creds.username and creds.password:
+                fresh = self._exchange()
+            else:
+                return False
+            if not fresh or fresh == refused:
+                return False
+            register_secret(fresh)
+            self._token = fresh
+            return True
+
     def _exchange(self) -> str:
         """A token for the username and password (``POST /auth/token``)."""
         creds = self.credentials
@@ -129,6 +163,7 @@ class ApiClient:
         token = _json_or_none(text)
         if not isinstance(token, dict) or not isinstance(token.get("access_token"), str):
             raise BackendError(f"the API at {self.base_url} answered /auth/token without an access_token")
+        register_secret(token["access_token"])
         return str(token["access_token"])
 
     def _send(
@@ -213,9 +248,7 @@ class ApiClient:
 
     def _refusal(self, status: int, text: str, method: str, role: str, missing: str | None) -> Exception:
         detail = _detail(text)
-        # Airflow answers a token it cannot read (expired, signed by another deployment) with 403
-        # "Invalid JWT token": that is the credentials, not a role.
-        if status == 401 or (status == 403 and "token" in detail.lower()):
+        if _credentials_refused(status, text):
             return ConfigError(
                 f"the API at {self.base_url} did not accept the credentials{_from(self.credentials)} ({detail})",
                 hint="the token may have expired: get a new one, or give STATESTORE_API_USERNAME and "
@@ -246,6 +279,12 @@ def api_label(url: str) -> str:
 
 def _from(creds: Credentials) -> str:
     return f" from {creds.source}" if creds.source else ""
+
+
+def _credentials_refused(status: int, text: str) -> bool:
+    # Airflow answers a token it cannot read (expired, signed by another deployment) with 403
+    # "Invalid JWT token": that is the credentials, not a role.
+    return status == 401 or (status == 403 and "token" in _detail(text).lower())
 
 
 def _pause(attempt: int, retry_after: str | None) -> float:

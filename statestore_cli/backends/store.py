@@ -237,7 +237,8 @@ def _api_backend(settings: Settings) -> ApiBackend:
     token, username, password, source = settings.api_auth()
     register_secret(token or None)
     register_secret(password or None)
-    credentials = Credentials(token, username, password, source=source)
+    renew = settings.renewal("state_store", "api_token")  # a token an api_token_cmd printed: print another
+    credentials = Credentials(token, username, password, source=source, renew=renew)
     client = ApiClient(
         settings.api_url, credentials, ca_bundle=settings.api_ca_bundle, timeout=settings.connect_timeout
     )

@@ -35,6 +35,7 @@ class Setting(NamedTuple):
     # "command AIRFLOW__..._CMD", "command [section] option_cmd in /path/airflow.cfg",
     # "secret AIRFLOW__..._SECRET via pkg.Backend", "secret [section] option_secret in /path via pkg.Backend"
     source: str
+    command: str | None = None  # the command a ``_cmd`` option ran, run again to renew its value (``renewal``)
 
 
 def env_var_name(section: str, option: str) -> str:

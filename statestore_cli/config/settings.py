@@ -34,7 +34,7 @@ unnoticed. ``[workers]`` holds many Airflow options, so there only a near miss i
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -102,6 +102,18 @@ class Settings:
 
     def setting(self, section: str, option: str) -> Setting:
         return self._settings[(section, option)]
+
+    def renewal(self, section: str, option: str) -> Callable[[], str] | None:
+        """How to read once more an option a ``_cmd`` command gave (an access token that expires while a long
+        walk runs): that command, run again; None for a value that came otherwise."""
+        setting = self.setting(section, option)
+        command = setting.command
+        if command is None:
+            return None
+        from statestore_cli.config.config_command import run_config_command
+
+        where, seconds = setting.source.removeprefix("command "), self.command_timeout
+        return lambda: run_config_command(command, where, seconds)
 
     def conn_origin(self) -> tuple[str, str]:
         """Why ``[database] sql_alchemy_conn`` is the URL it is, and how to point it elsewhere, as a person
@@ -369,7 +381,8 @@ def _read_indirect(
             text, source = run_config_command(found.text, found.where, seconds), f"command {found.where}"
         else:
             text, source = secrets.get_config(found.text, found.where)
-        resolved[(spec.section, spec.option)] = Setting(spec, convert_value(spec, text, source), source)
+        command = found.text if found.kind == "command" else None
+        resolved[(spec.section, spec.option)] = Setting(spec, convert_value(spec, text, source), source, command)
 
 
 def _warn_if_others_can_change(config_file: Path | None, commands: list[_Found]) -> None:
