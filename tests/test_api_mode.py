@@ -285,7 +285,7 @@ def test_dag_run_keys_have_no_route(api: ApiServer) -> None:
         assert "dag-run keys (Airflow 3.4) have no route" in refused.stderr and "--conn" in refused.stderr
 
 
-def test_a_walk_shows_the_task_instances_read_on_a_terminal_and_a_clean_walks_once(api: ApiServer) -> None:
+def test_a_walk_shows_the_task_instances_read_on_a_terminal_and_a_clean_walks_once(api: ApiServer, tmp_path) -> None:
     env = terminal_env(STATESTORE_API_TOKEN=token(api))
     status, screen = Terminal(["--api-url", api.url, "list", "--dag-id", DAG_ID], env).finish()
     assert status == 0, screen
@@ -293,6 +293,10 @@ def test_a_walk_shows_the_task_instances_read_on_a_terminal_and_a_clean_walks_on
     status, screen = Terminal(["--api-url", api.url, "clean", "--dry-run"], env).finish()
     assert status == 0, screen
     assert "reading task instances" in screen and "reading expired keys" not in screen, screen  # one bar
+    exported = tmp_path / "keys.jsonl"  # the records go to a file: the bar is on the terminal, on stderr
+    export = ["--api-url", api.url, "export", "--dag-id", DAG_ID, "--file", str(exported)]
+    status, screen = Terminal(export, env).finish()
+    assert status == 0 and "reading task instances" in screen, screen
     piped = over_api(api, "list", "--dag-id", DAG_ID)  # not a terminal: no bar
     assert piped.exit_code == 0 and "reading task instances" not in piped.output, piped.output
     # A clean at a terminal follows the walk itself: no count of the expired keys first (a second walk).

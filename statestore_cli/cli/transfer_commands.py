@@ -61,7 +61,7 @@ def export(
     filt = as_filter(scope_args, store, key)
     opened = store_of(ctx, writes=False)
     out = Output.choose("plain")
-    with out.walk_progress(opened):
+    with out.walk_progress(opened, to_stdout=file is None):
         if file is None:
             summary = transfer.write_export(opened, filt, sys.stdout)
         else:

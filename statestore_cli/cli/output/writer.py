@@ -139,11 +139,12 @@ class Writer:
             yield advance
 
     @contextmanager
-    def walk_progress(self, store: Store) -> Iterator[None]:
+    def walk_progress(self, store: Store, *, to_stdout: bool = True) -> Iterator[None]:
         """Through the REST API, a bar of the task instances read while the block walks them (``list``,
-        ``export``, a clean): beside a table on the terminal, else on stderr when only stderr is one (a
-        result piped on); none where records stream to the terminal, nor off the API."""
-        console = self._walk_console() if store.api_mode else None
+        ``export``, a clean): beside a table on the terminal, else on stderr when stdout is not one (a result
+        piped on, or written to a file: ``to_stdout`` False); none where records stream to the terminal, nor
+        off the API."""
+        console = self._walk_console(to_stdout) if store.api_mode else None
         if console is None:
             yield
             return
@@ -158,10 +159,10 @@ class Writer:
                 self.walking = False
                 store.on_api_walk(None)
 
-    def _walk_console(self) -> Console | None:
+    def _walk_console(self, to_stdout: bool) -> Console | None:
         if self.shows_progress:
             return self.console
-        if sys.stderr.isatty() and not sys.stdout.isatty():
+        if sys.stderr.isatty() and not (to_stdout and sys.stdout.isatty()):
             return self.stderr
         return None
 
