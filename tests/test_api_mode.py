@@ -430,3 +430,23 @@ def test_a_token_from_a_command_in_the_config_file(airflow_api: ApiServer, tmp_p
         "is not shown, as it may hold a password: run the command yourself to see it\n"
     )
     assert token(airflow_api) not in failed.output
+
+
+def test_a_dag_or_run_the_server_does_not_know_lists_nothing_as_on_the_database(api: ApiServer) -> None:
+    for args, named in (
+        (["--dag-id", "no_such_dag"], "dag_id 'no_such_dag'"),
+        (["--dag-id", DAG_ID, "--run-id", "no_such_run"], f"dag run dag_id={DAG_ID} run_id=no_such_run"),
+    ):
+        through_api = over_api(api, "list", *args, "-o", "json")
+        from_db = on_db(api, "list", *args, "-o", "json")
+        assert (through_api.exit_code, json.loads(through_api.stdout)) == (0, []), through_api.output
+        assert (from_db.exit_code, json.loads(from_db.stdout)) == (0, []), from_db.output
+        assert f"note: the api-server has no {named}\n" in through_api.stderr, through_api.stderr
+
+
+def test_a_clear_of_nothing_says_so_as_on_the_database(api: ApiServer) -> None:
+    for scope in (["--asset-name", "no-such-asset"], task(api, "no_such_task"), task(api, "shard", 2)):
+        through_api = over_api(api, "clear", *scope, "--yes")
+        from_db = on_db(api, "clear", *scope, "--yes")
+        assert through_api.exit_code == from_db.exit_code == 0, (through_api.output, from_db.output)
+        assert through_api.stderr == from_db.stderr and through_api.stderr.startswith("nothing to clear: "), scope

@@ -45,6 +45,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         self.concurrency = concurrency  # requests in flight at once while walking task instances
         self._asset_ids: dict[AssetScope, tuple[int, str, str] | None] = {}
         self.on_walk: Callable[[int, int], None] | None = None  # hears (task instances read, of how many)
+        self.unknown: list[str] = []  # the dags and dag runs a walk found the API does not know, as notes
 
     # -- one key -------------------------------------------------------------------------------------
     def get(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:
@@ -106,19 +107,27 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         return 1
 
     # -- a scope -------------------------------------------------------------------------------------
+    def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
+        """The scope's keys, in one request (0 for a task instance or asset the API does not know, as a
+        database has no keys for it); None across map indices: no route counts them."""
+        if all_map_indices:
+            return None
+        path, query = self._scope_route(scope)
+        try:
+            return 0 if path is None else self._total(path, query)
+        except NotFoundError:
+            return 0
+
     def clear(self, scope: StoreScope, *, all_map_indices: bool = False, session: Any = None) -> int | None:
-        """Remove the scope's keys; how many went, counted first (None across map indices: no route counts them)."""
+        """Remove the scope's keys in one request; None: the API does not say how many went (``count`` first)."""
         path, query = self._scope_route(scope)
         if path is None:
-            return 0
-        count = None if all_map_indices else self._total(path, query)
-        if count == 0:
             return 0
         if all_map_indices:
             query = {"all_map_indices": "true"}
         role = ROLE_WRITE if isinstance(scope, TaskScope) else ROLE_ASSET_WRITE
         self.client.call("DELETE", path, query=query, role=role, missing=_no_scope(scope))
-        return count
+        return None
 
     def scope_rows(self, scope: StoreScope) -> Iterator[dict[str, Any]]:
         """Every key of ``scope`` as the API answers it (``key``, ``value``, timestamps), in key order, a page
@@ -207,9 +216,13 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
                 query["task_id"] = filt.task_id
             if filt.map_index is not None:
                 query["map_index"] = filt.map_index
-            for row in self._pages(path, query, "task_instances", missing=f"no dag run dag_id={dag_id} run_id={run}"):
-                scope = TaskScope(row["dag_id"], row["dag_run_id"], row["task_id"], int(row.get("map_index", -1)))
-                found[scope] = row.get("state")
+            try:
+                for row in self._pages(path, query, "task_instances"):
+                    scope = TaskScope(row["dag_id"], row["dag_run_id"], row["task_id"], int(row.get("map_index", -1)))
+                    found[scope] = row.get("state")
+            except NotFoundError:  # as on a database, no such dag or run holds no keys: a note says why
+                named = f"dag_id {dag_id!r}" if run == "~" else f"dag run dag_id={dag_id} run_id={run}"
+                self.unknown.append(f"the api-server has no {named}")
         return sorted(
             found.items(), key=lambda item: (item[0].dag_id, item[0].run_id, item[0].task_id, item[0].map_index)
         )

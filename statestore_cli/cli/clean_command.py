@@ -259,9 +259,7 @@ def _clean_dry_run(
     )
     with out.walk_progress(store):
         out.clean_plan(plan, limit=None if show_all else 100, total=total)
-    requests = store.api_requests()
-    if requests is not None:
-        out.note(f"through the REST API: {requests:,} requests")
+    out.api_requests(store.api_requests())
     return None
 
 

@@ -266,6 +266,7 @@ def clear(
         question = f"Delete {'all keys' if count is None else key_count(count)} of {where}?"
         confirm_delete(yes, "clear deletes keys", question)
         removed = commands.clear_scope(store, scope, all_map_indices=all_map_indices, backup=saved)
+        removed = count if removed is None else removed  # the REST API deletes without a count: the one before
         Output.choose().line(f"deleted {'keys' if removed is None else key_count(removed)} of {where}")
         _said_backup(store, saved)
     finally:
@@ -353,9 +354,7 @@ def list_(
     opened = store_of(ctx, writes=False)
     with out.walk_progress(opened):
         shown = out.entries(commands.list_entries(opened, filt, limit=limit, offset=offset), filt)
-    requests = opened.api_requests()
-    if requests is not None:
-        out.note(f"through the REST API: {requests:,} requests")
+    out.api_requests(opened.api_requests())
     if shown == 0 and offset == 0:
         _near_misses(opened, filt)
 

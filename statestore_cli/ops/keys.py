@@ -191,6 +191,9 @@ def _clear_backed_up(store: Store, scope: StoreScope, backup: BackupFile, *, all
 
 
 def count_keys(store: Store, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:
+    """The keys of ``scope``; None where the backend cannot count them."""
+    if store.api_mode:
+        return store.api_backend().count(scope, all_map_indices=all_map_indices)
     backend = store.backend
     return backend.count(scope, all_map_indices=all_map_indices) if is_metastore(backend) else None
 

@@ -28,6 +28,8 @@ def near_misses(store: Store, filt: KeyFilter) -> list[str]:
     """For a ``list`` or ``stats`` that found nothing: for each of ``filt``'s dag id, task id and asset name
     that no key (no asset) has, the closest existing one, as "no dag_id 'etl_order_daily' has keys; did you
     mean 'etl_orders_daily'?". Reads the distinct ids, so call it only when the result is empty."""
+    if store.api_mode:
+        return list(store.api_backend().unknown)
     backend = store.backend
     if not is_metastore(backend):
         return []

@@ -12,7 +12,7 @@ from json.encoder import encode_basestring as _quote  # the C encoder json.dumps
 from typing import TYPE_CHECKING, Any
 
 from statestore_cli.cli.failure import FLAGS
-from statestore_cli.cli.output.clean_sentences import expired_keys, spared_sentence
+from statestore_cli.cli.output.clean_sentences import expired_keys, plural, spared_sentence
 from statestore_cli.cli.output.documents import iso
 from statestore_cli.cli.output.safe_text import safe_json, safe_json_text
 from statestore_cli.errors import InterruptedByUser, StopReason
@@ -174,7 +174,7 @@ def show_report(out: Writer, report: CleanReport, backup: BackupFile | None = No
         else "in one statement"
     )
     if report.api_requests is not None:
-        batches = f"through the REST API ({report.api_requests:,} requests)"
+        batches = f"through the REST API ({plural(report.api_requests, 'request')})"
     out.line(
         f"deleted {expired_keys(report.deleted, report.deleted_by_store.get('dag_run', 0))} {batches} "
         f"({expired_before(report.cutoff, report.older_than)}) in {report.elapsed:.1f}s, "

@@ -98,6 +98,11 @@ class Output(Writer):
 
         show(self, stats)
 
+    def api_requests(self, requests: int | None) -> None:
+        """After a command through the REST API, the note of the requests it made; nothing off the API (None)."""
+        if requests is not None:
+            self.note(f"through the REST API: {_count(requests, 'request')}")
+
     # -- clean (cli.output.clean_view) ---------------------------------------------------------------
     def clean_plan(self, plan: CleanPlan, *, limit: int | None, total: int | None = None) -> int:
         from statestore_cli.cli.output.clean_view import show_plan  # its own module: tables, plain lines, JSON
