@@ -131,9 +131,6 @@ def test_asset_keys_by_name_uri_or_id(api: ApiServer) -> None:
     through_api = over_api(api, "list", "--asset-name", ASSET_NAME, "-o", "json")
     from_db = on_db(api, "list", "--asset-name", ASSET_NAME, "-o", "json")
     assert json.loads(through_api.stdout) == json.loads(from_db.stdout)
-    unknown = over_api(api, "set", "--asset-name", "no-such-asset", "k", "1")
-    assert unknown.exit_code == 1, unknown.output
-    assert "no such asset" in unknown.stderr
 
 
 def test_a_username_and_password_are_exchanged_for_a_token(airflow_api: ApiServer, monkeypatch) -> None:
@@ -180,10 +177,19 @@ def test_commands_the_api_cannot_serve_name_the_database_way(api: ApiServer) -> 
         assert "--conn" in refused.stderr and refused.stdout == "", (args, refused.output)
 
 
-def test_a_missing_task_instance_is_named(api: ApiServer) -> None:
+def test_a_write_for_a_task_instance_or_run_airflow_has_not_is_refused_and_named(api: ApiServer) -> None:
     refused = over_api(api, "set", *task(api, "no_such_task"), "k", "1")
-    assert refused.exit_code == 1, refused.output
-    assert "no task instance" in refused.stderr and "task_id=no_such_task" in refused.stderr
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr == (
+        f"statestore: error: no task instance dag_id={DAG_ID} run_id={api.run_id} task_id=no_such_task "
+        "map_index=-1 on this api-server; task keys can only be written for task instances Airflow created\n"
+    )
+    no_run = ["--dag-id", DAG_ID, "--run-id", "manual__2026-12-01T00:00:00+00:00", "--task-id", "load"]
+    for args in (["set", *no_run, "k", "1"], ["get", *no_run, "k"], ["get", "--raw", *no_run, "k"]):
+        through_api, from_db = over_api(api, *args), on_db(api, *args)
+        assert (through_api.exit_code, through_api.stdout) == (from_db.exit_code, from_db.stdout), args
+        assert through_api.stderr == from_db.stderr.replace("in this Airflow database", "on this api-server"), args
+        assert "manual__2026-12-01T00:00:00+00:00 does not exist" in through_api.stderr or args[0] == "set"
 
 
 @pytest.fixture
@@ -441,7 +447,7 @@ def test_a_dag_or_run_the_server_does_not_know_lists_nothing_as_on_the_database(
         from_db = on_db(api, "list", *args, "-o", "json")
         assert (through_api.exit_code, json.loads(through_api.stdout)) == (0, []), through_api.output
         assert (from_db.exit_code, json.loads(from_db.stdout)) == (0, []), from_db.output
-        assert f"note: the api-server has no {named}\n" in through_api.stderr, through_api.stderr
+        assert f"statestore: note: the api-server has no {named}\n" in through_api.stderr, through_api.stderr
 
 
 def test_a_clear_of_nothing_says_so_as_on_the_database(api: ApiServer) -> None:
@@ -450,3 +456,23 @@ def test_a_clear_of_nothing_says_so_as_on_the_database(api: ApiServer) -> None:
         from_db = on_db(api, "clear", *scope, "--yes")
         assert through_api.exit_code == from_db.exit_code == 0, (through_api.output, from_db.output)
         assert through_api.stderr == from_db.stderr and through_api.stderr.startswith("nothing to clear: "), scope
+
+
+def test_the_keys_of_an_asset_nobody_has_answer_as_on_the_database(api: ApiServer) -> None:
+    for args in (
+        ["get", "--asset-name", "no-such-asset", "k"],
+        ["get", "--asset-name", ASSET_NAME + "x", "k"],
+        ["get", "--asset-id", "987654", "k"],
+        ["get", "--asset-uri", "s3://no/such/asset", "k"],
+        ["delete", "--asset-name", "no-such-asset", "k"],
+        ["set", "--keep-expiry", "--asset-name", "no-such-asset", "k", "1"],
+        ["set", "--asset-name", "no-such-asset", "k", "1"],
+        ["set", "--asset-id", "987654", "k", "1"],
+        ["list", "--asset-name", "no-such-asset", "-o", "json"],
+    ):
+        through_api, from_db = over_api(api, *args), on_db(api, *args)
+        assert (through_api.exit_code, through_api.stdout) == (from_db.exit_code, from_db.stdout), args
+        said = through_api.stderr.replace("statestore: note: through the REST API: 1 request\n", "")
+        assert said == from_db.stderr.replace("in this Airflow database", "on this api-server"), args
+    hint = over_api(api, "get", "--asset-name", ASSET_NAME + "x", "k")
+    assert hint.stderr.endswith(f"; did you mean {ASSET_NAME!r}?\n"), hint.stderr

@@ -566,7 +566,10 @@ def test_a_custom_backend_skips_the_clean_and_writes_no_backup(db_url, tmp_path,
     backup = tmp_path / "clean.jsonl"
     result = run_cli("clean", "--backup", str(backup), conn=db_url)
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines()[-1] == f"note: --backup {backup} was not written: the clean deleted nothing"
+    assert (
+        result.stderr.splitlines()[-1]
+        == f"statestore: note: --backup {backup} was not written: the clean deleted nothing"
+    )
     assert not backup.exists()
 
 

@@ -217,7 +217,10 @@ def _check_time_zone_independence(write_url: str, read_url: str) -> datetime:
 def test_statement_timeout_that_sqlite_cannot_apply_is_said(cli, db_url):
     result = cli("clean", "--statement-timeout", "5s")
     assert result.exit_code == 0, result.output
-    assert result.stderr.splitlines()[0] == "note: SQLite has no statement timeout; --statement-timeout was not applied"
+    assert (
+        result.stderr.splitlines()[0]
+        == "statestore: note: SQLite has no statement timeout; --statement-timeout was not applied"
+    )
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,7 @@ def test_a_timeout_the_engine_lacks_is_a_note_in_each_ones_terms(cli, db_url):
     ]
     result = cli("clean", "--statement-timeout", "5s")
     note = result.stderr.splitlines()[0]  # then the summary, on stderr too (stdout is not a terminal)
-    assert note == "note: SQLite has no statement timeout; --statement-timeout was not applied"
+    assert note == "statestore: note: SQLite has no statement timeout; --statement-timeout was not applied"
 
 
 def test_another_exclusive_clean(cli, db_url):

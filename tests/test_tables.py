@@ -258,7 +258,9 @@ def test_get_on_a_terminal_says_the_key_expired(db_url, fast):
 
     table = get("--map-index", "0", key, "-o", "table")
     assert table.exit_code == 0 and table.stdout == "1764460800\n"
-    assert table.stderr == f"note: key {key} expired at 2026-11-01 03:00:00 UTC; the next clean deletes it\n"
+    assert (
+        table.stderr == f"statestore: note: key {key} expired at 2026-11-01 03:00:00 UTC; the next clean deletes it\n"
+    )
     for mode in ("json", "plain"):  # what scripts read: stdout as before, nothing on stderr
         result = get("--map-index", "0", key, "-o", mode)
         assert result.exit_code == 0 and result.stderr == ""

@@ -25,7 +25,7 @@ from statestore_cli.backends.base import BaseStoreBackend, ThreadOffloadMixin
 from statestore_cli.errors import InvalidInputError, NotFoundError
 from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.retention import BACKEND_DEFAULT
-from statestore_cli.model.scopes import AssetScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
 from statestore_cli.model.timestamps import utc_instant
 
 NO_DAG_RUN_ROUTE = (
@@ -72,7 +72,20 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         if isinstance(scope, TaskScope):
             body["expires_at"] = _expiry(expires_at)
         role = ROLE_WRITE if isinstance(scope, TaskScope) else ROLE_ASSET_WRITE
-        self.client.call("PUT", path, query=query, body=body, role=role, missing=_no_scope(scope))
+        try:
+            self.client.call("PUT", path, query=query, body=body, role=role)
+        except NotFoundError:  # refused as a write into an Airflow database is: nothing there to hold it
+            raise InvalidInputError(self._no_target(scope)) from None
+
+    def _no_target(self, scope: StoreScope) -> str:
+        if isinstance(scope, TaskScope) and not self.has_run(scope):
+            return (
+                f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} on this api-server; "
+                "task keys can only be written for runs Airflow created"
+            )
+        return (
+            f"{_no_scope(scope)} on this api-server; task keys can only be written for task instances Airflow created"
+        )
 
     def replace(self, scope: StoreScope, key: str, value: str, *, session: Any = None) -> int:
         """Replace an existing key's value, keeping its expiry; 0 when the key is not there."""
@@ -270,9 +283,13 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
 
     def _key_route(self, scope: StoreScope, key: str, *, create: bool) -> tuple[str | None, dict[str, Any]]:
         path, query = self._scope_route(scope)
-        if path is None and create:
+        if path is None and create:  # as a write into an Airflow database is refused
             assert isinstance(scope, AssetScope)
-            raise NotFoundError(_no_scope(scope))
+            if scope.asset_id is not None:
+                raise InvalidInputError(f"no asset with asset_id={scope.asset_id}; give an existing asset")
+            raise InvalidInputError(
+                f"no active asset {scope.describe()} on this api-server; assets are created by Airflow"
+            )
         return (None, query) if path is None else (f"{path}/{segment(key)}", query)
 
     def _asset(self, scope: AssetScope) -> tuple[int, str, str] | None:
@@ -289,6 +306,19 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             chosen = [r for r in rows if _names(r, scope.asset_id, scope.name, scope.uri)]
             self._asset_ids[scope] = (int(chosen[0]["id"]), chosen[0]["name"], chosen[0]["uri"]) if chosen else None
         return self._asset_ids[scope]
+
+    def has_run(self, scope: TaskScope | DagRunScope) -> bool:
+        try:
+            self.client.call("GET", f"/api/v2/dags/{segment(scope.dag_id)}/dagRuns/{segment(scope.run_id)}")
+        except NotFoundError:
+            return False
+        return True
+
+    def has_asset(self, scope: AssetScope) -> bool:
+        return self._asset(scope) is not None
+
+    def asset_names(self) -> list[str]:
+        return [row["name"] for row in self._pages("/api/v2/assets", {}, "assets")]
 
     def _asset_names(self, scope: StoreScope) -> tuple[int, str, str] | None:
         return self._asset(scope) if isinstance(scope, AssetScope) else None
@@ -311,7 +341,7 @@ def _no_scope(scope: StoreScope) -> str:
     if isinstance(scope, TaskScope):
         return (
             f"no task instance dag_id={scope.dag_id} run_id={scope.run_id} task_id={scope.task_id} "
-            f"map_index={scope.map_index}: keys belong to a task instance that exists"
+            f"map_index={scope.map_index}"
         )
     return f"no such asset {scope.describe()}"
 

@@ -91,6 +91,19 @@ class BaseStoreBackend(ABC):
         Only where ``can_replace``."""
         raise NotImplementedError(f"{type(self).__qualname__} cannot replace a value and keep its expiry")
 
+    def has_asset(self, scope: AssetScope) -> bool:
+        """Whether the asset scope names an asset that exists; a backend that keeps no assets of its own
+        (every asset scope is only a name to it) says yes."""
+        return True
+
+    def has_run(self, scope: TaskScope | DagRunScope) -> bool:
+        """Whether the scope's dag run exists; a backend that knows no dag runs says yes."""
+        return True
+
+    def asset_names(self) -> list[str]:
+        """The names of the assets there are: the candidates of a "did you mean" (none where unknown)."""
+        return []
+
     def get_value(self, scope: StoreScope, key: str, *, session: Any = None) -> JsonValue | None:
         """The decoded value, or None when missing; a backend storing values natively may override it."""
         stored = self.get(scope, key, session=session)

@@ -413,6 +413,9 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
                 return conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).first() is not None
             return self.find_asset_id(conn, scope, create=False) is not None
 
+    def asset_names(self) -> list[str]:
+        return self.known_ids("name")
+
     def known_ids(self, field: str, dag_id: str | None = None, limit: int = 100_000) -> list[str]:
         """The distinct values of ``field`` ("dag_id" or "task_id", within ``dag_id`` when given) among task
         keys, or the names of assets ("name"): the candidates of a "did you mean". Task ids are read from

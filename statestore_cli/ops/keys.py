@@ -44,25 +44,22 @@ def get_entry(store: Store, scope: StoreScope, key: str, *, raw: bool = False) -
 
 
 def _lookup(backend: BaseStoreBackend, scope: StoreScope, key: str, decode: Callable[[str], JsonValue]) -> Entry:
-    if is_metastore(backend):
-        entry = backend.describe(scope, key)
-        if entry is not None:
-            return entry._replace(value=decode(entry.value))
-        if isinstance(scope, TaskScope):  # more queries, on the not-found path only
-            elsewhere = backend.other_map_indices(scope, key)
-            raise missing_key(scope, key, run_exists=bool(elsewhere) or backend.has_run(scope), elsewhere=elsewhere)
-        if isinstance(scope, DagRunScope):  # one more query, on the not-found path only
-            raise missing_key(scope, key, run_exists=backend.has_run(scope))
-        if isinstance(scope, AssetScope) and not backend.has_asset(scope):
-            raise missing_asset(backend, scope)
-    else:
-        found = backend.describe(scope, key)
-        if found is not None:
-            return found._replace(value=decode(found.value))
-    raise missing_key(scope, key)
+    entry = backend.describe(scope, key)
+    if entry is not None:
+        return entry._replace(value=decode(entry.value))
+    raise _not_found(backend, scope, key)
 
 
-def missing_asset(backend: MetastoreBackend, scope: AssetScope) -> NotFoundError:
+def _not_found(backend: BaseStoreBackend, scope: StoreScope, key: str) -> NotFoundError:
+    """Why ``key`` is not there, asked on this path only: no such asset, no such dag run, or the key is
+    under other map indices."""
+    if isinstance(scope, AssetScope):
+        return missing_key(scope, key) if backend.has_asset(scope) else missing_asset(backend, scope)
+    elsewhere = backend.other_map_indices(scope, key) if isinstance(scope, TaskScope) and is_metastore(backend) else []
+    return missing_key(scope, key, run_exists=bool(elsewhere) or backend.has_run(scope), elsewhere=elsewhere)
+
+
+def missing_asset(backend: BaseStoreBackend, scope: AssetScope) -> NotFoundError:
     """The error of an asset scope that names no asset, with the closest asset name when there is one."""
     if scope.asset_id is not None:
         return NotFoundError(f"no such asset: no asset has asset_id={scope.asset_id}")
@@ -70,7 +67,7 @@ def missing_asset(backend: MetastoreBackend, scope: AssetScope) -> NotFoundError
     if scope.name:
         import difflib
 
-        close = difflib.get_close_matches(scope.name, backend.known_ids("name"), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(scope.name, backend.asset_names(), n=1, cutoff=0.6)
         message += f"; did you mean {close[0]!r}?" if close else ""
     return NotFoundError(message)
 

@@ -45,7 +45,7 @@ def expired_notice(entry: Entry, now: datetime) -> str | None:
     if entry.expires_at is None or not expired(entry, now):
         return None
     stamp = entry.expires_at.strftime("%Y-%m-%d %H:%M:%S")
-    return f"note: key {safe_text(entry.key)} expired at {stamp} UTC; the next clean deletes it\n"
+    return f"statestore: note: key {safe_text(entry.key)} expired at {stamp} UTC; the next clean deletes it\n"
 
 
 def get_output(entry: Entry, mode: str) -> str:

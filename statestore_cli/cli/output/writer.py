@@ -89,7 +89,7 @@ class Writer:
 
     def note(self, text: str) -> None:
         """Something the user should know that is not the result: on stderr, in every mode."""
-        self.message(f"note: {text}", stderr=True)
+        self.message(f"statestore: note: {text}", stderr=True)
 
     def write_json(self, document: Any) -> None:
         sys.stdout.write(safe_json(document) + "\n")
