@@ -57,6 +57,9 @@ class StandIn(BaseHTTPRequestHandler):
         if "/taskInstances/" in self.path:
             self._task_keys()
             return
+        if self.path == "/api/v2/assets/8":  # a body with no end, as /dev/zero served would be
+            self._endless()
+            return
         if self.refusals:
             self.send_response(self.refusals.pop(0))
             self.send_header("Retry-After", "0")
@@ -84,6 +87,18 @@ class StandIn(BaseHTTPRequestHandler):
                 return
             time.sleep(1)
         self._answer(200, {"task_state_store": [], "total_entries": 0})
+
+    def _endless(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(1 << 40))
+        self.end_headers()
+        chunk = b" " * (1 << 20)
+        try:
+            while True:
+                self.wfile.write(chunk)
+        except OSError:  # the client stopped reading and closed
+            self.close_connection = True
 
     def do_POST(self) -> None:
         """``/auth/token``: a new token each time, taken from then on."""
@@ -255,6 +270,15 @@ def test_a_page_that_is_not_json_is_one_line_naming_the_url(stand_in) -> None:
     assert refused.stderr == (
         f"statestore: error: the API at {stand_in[0]} answered /api/v2/assets/7 with a page that is not JSON: is "
         "--api-url the api-server's root, where /api/v2 is served?\n"
+    )
+
+
+def test_an_answer_with_no_end_is_refused_not_read_into_memory(stand_in) -> None:
+    refused = run_cli("--api-url", stand_in[0], "get", "--asset-id", "8", "watermark")
+    assert refused.exit_code == 3, refused.output
+    assert refused.stderr == (
+        f"statestore: error: the API at {stand_in[0]} sent an answer larger than 256 MiB, more than any page of "
+        "Airflow's API holds; statestore stopped reading: is --api-url an Airflow api-server's root?\n"
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
-from statestore_cli.backends.api_connections import Connections
+from statestore_cli.backends.api_connections import AnswerTooLarge, Connections
 from statestore_cli.errors import BackendError, ConfigError, InvalidInputError, NotFoundError, first_line
 from statestore_cli.masking import register_secret
 
@@ -230,6 +230,11 @@ class ApiClient:
             return BackendError(
                 f"the API at {self.base_url} did not answer within {self.timeout:g}s: check that it is up, or "
                 "raise --connect-timeout"
+            )
+        if isinstance(reason, AnswerTooLarge):
+            return BackendError(
+                f"the API at {self.base_url} sent {reason}, more than any page of Airflow's API holds; statestore "
+                "stopped reading: is --api-url an Airflow api-server's root?"
             )
         if isinstance(reason, ConnectionRefusedError):
             return BackendError(f"nothing answers at {self.base_url} (connection refused): is the api-server up?")

@@ -16,6 +16,16 @@ if TYPE_CHECKING:
     from email.message import Message
 
 
+# The most one answer may hold. A page of the API is at most 100 keys, each value at most the server's
+# max_value_storage_bytes (64 KiB unless raised): a few MB. Past this the URL is no api-server (or a hostile
+# one) and reading on would only fill memory.
+ANSWER_LIMIT = 256 * 1024 * 1024
+
+
+class AnswerTooLarge(OSError):
+    """An answer longer than ``ANSWER_LIMIT``: read no further."""
+
+
 class Answer(NamedTuple):
     status: int
     text: str
@@ -49,7 +59,7 @@ class Connections:
             try:
                 conn.request(method, self.prefix + path, body=body, headers=headers)
                 answer = conn.getresponse()
-                return Answer(answer.status, answer.read().decode("utf-8", "replace"), answer.headers)
+                return Answer(answer.status, _text(answer), answer.headers)
             except (ConnectionResetError, BrokenPipeError):  # RemoteDisconnected is one
                 self._drop(conn)
                 if retry or not kept:
@@ -106,9 +116,9 @@ class Connections:
         request = urllib.request.Request(url, data=body, method=method, headers=headers)
         try:
             with self._through.open(request, timeout=self.timeout) as answer:
-                return Answer(answer.status, answer.read().decode("utf-8", "replace"), answer.headers)
+                return Answer(answer.status, _text(answer), answer.headers)
         except urllib.error.HTTPError as refused:
-            return Answer(refused.code, refused.read().decode("utf-8", "replace"), refused.headers)
+            return Answer(refused.code, _text(refused), refused.headers)
         except urllib.error.URLError as exc:
             reason = exc.reason
             raise reason if isinstance(reason, OSError) else OSError(str(reason)) from None
@@ -128,3 +138,11 @@ def _unredirected() -> Any:
             return None
 
     return Unredirected()
+
+
+def _text(answer: Any) -> str:
+    """The answer's body as text, refused past ``ANSWER_LIMIT`` without reading the rest."""
+    body: bytes = answer.read(ANSWER_LIMIT + 1)
+    if len(body) > ANSWER_LIMIT:
+        raise AnswerTooLarge(f"an answer larger than {ANSWER_LIMIT >> 20} MiB")
+    return body.decode("utf-8", "replace")
