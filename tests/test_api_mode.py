@@ -253,12 +253,14 @@ def test_clean_walks_the_api_and_deletes_what_a_clean_on_the_database_would(api:
         ("shard", "cursor"),
         ("shard", "spark_job"),
     ]
-    refused = over_api(api, "clean", "--backup", str(tmp_path / "b.jsonl"))
-    assert refused.exit_code == 2 and "--backup needs the metadata database" in refused.stderr, refused.output
-    assert not (tmp_path / "b.jsonl").exists()
-    metrics = tmp_path / "statestore_clean.prom"
-    done = over_api(api, "clean", "-o", "json", "--metrics-file", str(metrics))
+    exported = on_db(api, "export", "--dag-id", DAG_ID)
+    expired = [line for line in exported.stdout.splitlines() if '"2026-01-01T00:00:00+00:00"' in line]
+    metrics, backup = tmp_path / "statestore_clean.prom", tmp_path / "b.jsonl"
+    done = over_api(api, "clean", "-o", "json", "--metrics-file", str(metrics), "--backup", str(backup))
     assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["backup"] == {"file": str(backup), "lines": 3}
+    assert backup.read_text().splitlines() == expired and len(expired) == 3  # what went, as an export has it
+    assert oct(backup.stat().st_mode & 0o777) == "0o600"
     port = api.url.rsplit(":", 1)[1]
     samples = read_samples(metrics)  # labelled with the API's address, not a database's
     assert {dict(labels)["database"] for found in samples.values() for labels in found} == {f"127.0.0.1:{port}"}
@@ -476,3 +478,54 @@ def test_the_keys_of_an_asset_nobody_has_answer_as_on_the_database(api: ApiServe
         assert said == from_db.stderr.replace("in this Airflow database", "on this api-server"), args
     hint = over_api(api, "get", "--asset-name", ASSET_NAME + "x", "k")
     assert hint.stderr.endswith(f"; did you mean {ASSET_NAME!r}?\n"), hint.stderr
+
+
+def test_an_import_through_the_api_restores_what_a_clean_backed_up(api: ApiServer, tmp_path) -> None:
+    past = ["--expires-at", "2026-01-01T00:00:00+00:00", "--force"]
+    for scope, key in ((task(api, "shard", 1), "offset"), (task(api), "spark_job")):
+        assert over_api(api, "set", *scope, key, '{"n": 1}', *past).exit_code == 0
+    assert over_api(api, "set", "--asset-name", ASSET_NAME, "watermark", '"2026-11-30"').exit_code == 0
+    before = on_db(api, "export", "--dag-id", DAG_ID)
+    backup = tmp_path / "b.jsonl"
+    assert over_api(api, "clean", "--backup", str(backup)).exit_code == 0
+    gone = len(backup.read_text().splitlines())  # these two, and any other test's expired keys
+    assert gone >= 2 and on_db(api, "get", *task(api), "spark_job").exit_code == 1
+    asset_line = on_db(api, "export", "--asset-name", ASSET_NAME).stdout
+    backup.write_text(backup.read_text() + asset_line)
+    rehearsed = over_api(api, "import", "--dry-run", str(backup), "-o", "json")
+    assert rehearsed.exit_code == 0, rehearsed.output
+    assert json.loads(rehearsed.stdout)["task"] == {"inserted": gone, "updated": 0}
+    restored = over_api(api, "import", str(backup), "-o", "json")
+    assert restored.exit_code == 0, restored.output
+    summary = json.loads(restored.stdout)
+    assert (summary["task"], summary["asset"]) == ({"inserted": gone, "updated": 0}, {"inserted": 0, "updated": 1})
+    assert summary["api_requests"] == 2 * (gone + 1) + 1  # each key read, then written; the asset looked up once
+
+    def without_updated_at(text: str) -> list[dict[str, object]]:
+        return [{k: v for k, v in json.loads(line).items() if k != "updated_at"} for line in text.splitlines()]
+
+    after = on_db(api, "export", "--dag-id", DAG_ID)
+    assert without_updated_at(after.stdout) == without_updated_at(before.stdout)
+
+
+def test_an_import_through_the_api_stops_at_a_line_it_cannot_write(api: ApiServer, tmp_path) -> None:
+    good = {"store": "task", "dag_id": DAG_ID, "run_id": api.run_id, "task_id": "load", "map_index": -1}
+    good |= {"key": "imported", "updated_at": "2026-11-30T00:00:00+00:00", "expires_at": None, "value": 1}
+    lines = tmp_path / "keys.jsonl"
+    lines.write_text(json.dumps(good) + "\n" + json.dumps({**good, "task_id": "shard", "map_index": 7}) + "\n")
+    refused = over_api(api, "import", "--dry-run", str(lines))
+    assert refused.exit_code == 2, refused.output
+    missing = f"no task instance dag_id={DAG_ID} run_id={api.run_id} task_id=shard map_index=7 on this api-server"
+    assert refused.stderr == (
+        f"statestore: error: line 2: {missing}; task keys can only be written for task instances Airflow "
+        "created; nothing was written (dry run)\n"
+    )
+    assert on_db(api, "get", *task(api), "imported").exit_code == 1
+    partly = over_api(api, "import", str(lines))
+    assert partly.exit_code == 2, partly.output
+    assert partly.stderr.endswith("created; line 1 was imported, nothing after\n"), partly.stderr
+    assert json.loads(on_db(api, "get", *task(api), "imported", "-o", "json").stdout)["expires_at"] is None
+    dag_run_key = {k: good[k] for k in ("dag_id", "run_id", "key", "updated_at", "expires_at", "value")}
+    lines.write_text(json.dumps({"store": "dag_run", **dag_run_key}) + "\n")
+    no_route = over_api(api, "import", str(lines))
+    assert no_route.exit_code == 2 and "line 1: a dag-run key" in no_route.stderr, no_route.output

@@ -376,3 +376,19 @@ def test_get_goes_to_the_api_not_to_the_local_sqlite_file(clean_environment, tmp
     done = run_statestore_process("get", *scope, "job_id", env=env)
     assert done.exit_code == 3, done.output
     assert "connection refused" in done.stderr
+
+
+def test_conn_on_the_command_line_wins_over_an_api_url_from_the_environment(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("STATESTORE_API_URL", PROXIED)  # nothing listens there: a request would fail
+    conn = f"sqlite:///{tmp_path / 'state.db'}"
+    assert run_cli("db", "init", conn=conn).exit_code == 0
+    scope = ("--dag-id", "etl", "--run-id", "manual__1", "--task-id", "extract")
+    done = run_cli("set", *scope, "job_id", "42", conn=conn)
+    assert done.exit_code == 0, done.output
+    read = run_cli("get", *scope, "job_id", conn=conn)
+    assert (read.exit_code, read.stdout) == (0, "42\n"), read.output
+    both = run_cli("--api-url", PROXIED, "get", *scope, "job_id", conn=conn)
+    assert (both.exit_code, both.stdout) == (2, ""), both.output
+    assert (
+        both.stderr == "statestore: error: --conn names a database and --api-url Airflow's REST API: give one of them\n"
+    )

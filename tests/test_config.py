@@ -757,7 +757,7 @@ def test_config_show_json_structure_and_sources(monkeypatch, tmp_path, clean_env
                 "connect_timeout": {"value": "10s", "source": "default"},
                 "lock_timeout": {"value": "30s", "source": "default"},
                 "command_timeout": {"value": "30s", "source": "default"},
-                "api_url": {"value": "", "source": "default"},
+                "api_url": {"value": "", "source": "--conn"},
                 "api_token": {"value": "", "source": "default"},
                 "api_username": {"value": "", "source": "default"},
                 "api_password": {"value": "", "source": "default"},

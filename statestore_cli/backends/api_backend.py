@@ -75,9 +75,26 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         try:
             self.client.call("PUT", path, query=query, body=body, role=role)
         except NotFoundError:  # refused as a write into an Airflow database is: nothing there to hold it
-            raise InvalidInputError(self._no_target(scope)) from None
+            raise InvalidInputError(self.no_target(scope)) from None
 
-    def _no_target(self, scope: StoreScope) -> str:
+    def has_target(self, scope: StoreScope) -> bool:
+        """Whether the task instance or asset exists, that a write of its keys needs."""
+        if not isinstance(scope, TaskScope):
+            return self.has_asset(scope) if isinstance(scope, AssetScope) else False
+        path = f"/api/v2/dags/{segment(scope.dag_id)}/dagRuns/{segment(scope.run_id)}/taskInstances/"
+        path += segment(scope.task_id) + ("" if scope.map_index < 0 else f"/{scope.map_index}")
+        try:
+            self.client.call("GET", path)
+        except NotFoundError:
+            return False
+        return True
+
+    def no_target(self, scope: StoreScope) -> str:
+        """Why a write of the scope's keys is refused: the dag run, task instance or asset it needs is not there."""
+        if isinstance(scope, AssetScope):
+            if scope.asset_id is not None:
+                return f"no asset with asset_id={scope.asset_id}; give an existing asset"
+            return f"no active asset {scope.describe()} on this api-server; assets are created by Airflow"
         if isinstance(scope, TaskScope) and not self.has_run(scope):
             return (
                 f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} on this api-server; "
@@ -284,12 +301,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
     def _key_route(self, scope: StoreScope, key: str, *, create: bool) -> tuple[str | None, dict[str, Any]]:
         path, query = self._scope_route(scope)
         if path is None and create:  # as a write into an Airflow database is refused
-            assert isinstance(scope, AssetScope)
-            if scope.asset_id is not None:
-                raise InvalidInputError(f"no asset with asset_id={scope.asset_id}; give an existing asset")
-            raise InvalidInputError(
-                f"no active asset {scope.describe()} on this api-server; assets are created by Airflow"
-            )
+            raise InvalidInputError(self.no_target(scope))
         return (None, query) if path is None else (f"{path}/{segment(key)}", query)
 
     def _asset(self, scope: AssetScope) -> tuple[int, str, str] | None:

@@ -18,6 +18,7 @@ from statestore_cli import __version__
 from statestore_cli.cli.command_groups import ALL_APPS, app
 from statestore_cli.cli.context import CliState
 from statestore_cli.cli.help_text import reflow, section
+from statestore_cli.errors import InvalidInputError
 
 # The command modules register their commands on the apps when imported; typer lists the commands in
 # registration order, so this order is the order --help shows.
@@ -84,7 +85,20 @@ def main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
+    if conn is not None:  # the command line names a database: no API URL from the environment or a file applies
+        _only_one(ctx, api_url)
+        api_url = None
     ctx.obj = CliState(config_path=config, conn=conn, debug=debug, connect_timeout=connect_timeout, api_url=api_url)
+
+
+def _only_one(ctx: typer.Context, api_url: Optional[str]) -> None:
+    """--conn and --api-url both on the command line contradict each other; with --conn alone, an API URL
+    from $STATESTORE_API_URL or a file does not apply (``load_settings``)."""
+    source = ctx.get_parameter_source("api_url")
+    if api_url is not None and source is not None and source.name == "COMMANDLINE":
+        raise InvalidInputError(
+            "--conn names a database and --api-url Airflow's REST API: give one of them",
+        )
 
 
 for _typer in ALL_APPS:

@@ -4,7 +4,9 @@ Lookup order, first match wins, for every option (Airflow's order, with the call
 
 1. ``conn_override`` (``sql_alchemy_conn`` only; the CLI's ``--conn``), ``connect_timeout_override``
    (``connect_timeout`` only; the CLI's ``--connect-timeout``) and ``lock_timeout_override``
-   (``lock_timeout`` only; the ``--lock-timeout`` of the CLI's writing commands);
+   (``lock_timeout`` only; the ``--lock-timeout`` of the CLI's writing commands), ``api_url_override``
+   (``api_url`` only; the CLI's ``--api-url``); a ``conn_override`` without one sets ``api_url`` to ""
+   (a database named: no API URL found elsewhere applies);
 2. the environment variable ``AIRFLOW__{SECTION}__{OPTION}``;
 3. for a sensitive option only (``sensitive`` in options.toml: ``[database] sql_alchemy_conn`` and
    ``sql_alchemy_engine_args``, the options Airflow marks sensitive): ``AIRFLOW__{SECTION}__{OPTION}_CMD``,
@@ -331,6 +333,8 @@ def load_settings(
     overrides["connect_timeout"] = (connect_timeout_override, CONNECT_TIMEOUT_OVERRIDE)
     overrides["lock_timeout"] = (lock_timeout_override, LOCK_TIMEOUT_OVERRIDE)
     overrides["api_url"] = (api_url_override, API_URL_OVERRIDE)
+    if conn_override is not None and api_url_override is None:  # a database named: no API URL found elsewhere applies
+        overrides["api_url"] = ("", CONN_OVERRIDE)
     resolved: dict[tuple[str, str], Setting] = {}
     indirect: list[tuple[OptionSpec, _Found]] = []
     for spec in specs:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from itertools import groupby
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.backends.api_backend import ApiBackend, moment, wants_assets, wants_tasks
 from statestore_cli.db.layout import FINISHED_STATES
@@ -20,12 +21,22 @@ from statestore_cli.model.scopes import TaskScope
 from statestore_cli.model.timestamps import iso_utc
 from statestore_cli.ops.clean_selection import ExpiredRow, by_count
 from statestore_cli.ops.cleanup import CleanControl, CleanReport
-from statestore_cli.ops.records import UPDATED_BY_FIELDS, asset_record, task_record
+from statestore_cli.ops.records import UPDATED_BY_FIELDS, asset_record, encode_line, task_record
+
+if TYPE_CHECKING:
+    from statestore_cli.ops.backup_file import BackupFile
 
 
-def expired_keys(
-    backend: ApiBackend, cutoff: datetime, spared: dict[str, int] | None
-) -> Iterator[tuple[TaskScope, ExpiredRow]]:
+class Expired(NamedTuple):
+    """A task key a clean deletes: its task instance, its row as the clean reports it, and as the API
+    answered it (its value, for a backup)."""
+
+    scope: TaskScope
+    row: ExpiredRow
+    answered: dict[str, Any]
+
+
+def expired_keys(backend: ApiBackend, cutoff: datetime, spared: dict[str, int] | None) -> Iterator[Expired]:
     """Each task key that expired before ``cutoff``, with its task instance, in ``list``'s order. With
     ``spared`` (a dict), the keys of unfinished task instances are counted there by state instead."""
     for scope, state, row in backend.task_rows(KeyFilter()):
@@ -36,43 +47,52 @@ def expired_keys(
             name = "no_status" if state is None else str(state)
             spared[name] = spared.get(name, 0) + 1
             continue
-        yield (
-            scope,
-            ExpiredRow(scope.dag_id, scope.run_id, scope.task_id, scope.map_index, row["key"], expires.isoformat()),
-        )
+        where = (scope.dag_id, scope.run_id, scope.task_id, scope.map_index)
+        yield Expired(scope, ExpiredRow(*where, row["key"], expires.isoformat()), row)
 
 
 def planned_rows(backend: ApiBackend, cutoff: datetime, spared: dict[str, int] | None) -> Iterator[ExpiredRow]:
     """What a clean at ``cutoff`` would delete, streamed as the walk finds it."""
-    for _scope, row in expired_keys(backend, cutoff, spared):
-        yield row
+    for found in expired_keys(backend, cutoff, spared):
+        yield found.row
     if spared is not None:
         ordered = by_count(spared)
         spared.clear()
         spared.update(ordered)
 
 
-def clean_over_api(backend: ApiBackend, cutoff: datetime, control: CleanControl | None, spare: bool) -> CleanReport:
-    """Delete the expired task keys one request each, asking ``control`` before each task instance's keys
-    whether to stop; the report counts task instances as batches."""
+def clean_over_api(
+    backend: ApiBackend,
+    cutoff: datetime,
+    control: CleanControl | None,
+    spare: bool,
+    backup: BackupFile | None = None,
+) -> CleanReport:
+    """Delete the expired task keys one request each, a task instance's keys at a time (its ``batch``), asking
+    ``control`` before each whether to stop. With ``backup`` a task instance's keys are written to it and
+    synced to disk before the first of them is deleted."""
     control = control or CleanControl()
     if control.on_connected is not None:
         control.on_connected()
     started = time.monotonic()
     spared: dict[str, int] | None = {} if spare else None
-    deleted, instances, last, stopped = 0, 0, None, None
+    deleted, instances, stopped = 0, 0, None
     if control.on_store is not None:
         control.on_store("task")
-    for scope, row in expired_keys(backend, cutoff, spared):
-        if scope != last:
-            if last is not None:
-                stopped = control.stop_reason()
-                if stopped is not None:
-                    break
-            instances, last = instances + 1, scope
-        deleted += backend.drop(scope, row.key)  # the expired key alone: a key written meanwhile stays
-        if control.on_progress is not None:
-            control.on_progress(deleted)
+    for _scope, keys in groupby(expired_keys(backend, cutoff, spared), key=lambda found: found.scope):
+        batch = list(keys)
+        stopped = control.stop_reason() if instances else None
+        if stopped is not None:
+            break
+        instances += 1
+        if backup is not None:
+            backup.start()
+            backup.add_many([encode_line(_record(found.scope, found.answered)) for found in batch])
+            backup.sync()
+        for found in batch:
+            deleted += backend.drop(found.scope, found.row.key)  # the expired key alone: one written meanwhile stays
+            if control.on_progress is not None:
+                control.on_progress(deleted)
     return CleanReport(
         deleted,
         instances,
@@ -87,15 +107,20 @@ def clean_over_api(backend: ApiBackend, cutoff: datetime, control: CleanControl 
     )
 
 
+def _record(scope: TaskScope, row: dict[str, Any]) -> dict[str, Any]:
+    """A task key the API answered as an export record."""
+    expiry = row.get("expires_at")
+    where = (scope.dag_id, scope.run_id, scope.task_id, None, scope.map_index)
+    updated, expires = iso_utc(row["updated_at"]), None if expiry is None else iso_utc(expiry)
+    return task_record(*where, row["key"], updated, expires, row["value"])
+
+
 def export_records(backend: ApiBackend, filt: KeyFilter) -> Iterator[dict[str, Any]]:
     """The keys ``filt`` selects as export records, in ``list``'s order, as ``ops.exporting`` writes them
     from a database (dag-run keys have no route: none)."""
     if wants_tasks(filt):
         for scope, _state, row in backend.task_rows(filt):
-            expiry = row.get("expires_at")
-            where = (scope.dag_id, scope.run_id, scope.task_id, None, scope.map_index)
-            updated, expires = iso_utc(row["updated_at"]), None if expiry is None else iso_utc(expiry)
-            yield task_record(*where, row["key"], updated, expires, row["value"])
+            yield _record(scope, row)
     if wants_assets(filt):
         for (_id, name, uri), row in backend.asset_rows(filt):
             by = row.get("last_updated_by") or {}

@@ -117,17 +117,16 @@ def _clean_over_api(
     backup: BackupFile | None,
     include_unfinished: bool,
 ) -> CleanReport:
-    """``clean`` through Airflow's REST API (``ops.api_walks``), which takes no lock and writes no backup."""
-    for given, flag in ((backup is not None, "backup"), (control is not None and control.exclusive, "exclusive")):
-        if given:
-            raise InvalidInputError(
-                f"{PARAMETER} needs the metadata database; through Airflow's REST API (--api-url) run the clean "
-                f"without it, or with --conn where the database can be reached",
-                parameter=flag,
-            )
+    """``clean`` through Airflow's REST API (``ops.api_walks``), which has no lock to take."""
+    if control is not None and control.exclusive:
+        raise InvalidInputError(
+            f"{PARAMETER} needs the metadata database; through Airflow's REST API (--api-url) run the clean "
+            f"without it, or with --conn where the database can be reached",
+            parameter="exclusive",
+        )
     from statestore_cli.ops.api_walks import clean_over_api
 
-    report = clean_over_api(store.api_backend(), cutoff, control, spare=not include_unfinished)
+    report = clean_over_api(store.api_backend(), cutoff, control, spare=not include_unfinished, backup=backup)
     return replace(report, older_than=grace)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from statestore_cli.config import describe_source
-from statestore_cli.config.sources import CONN_OVERRIDE
+from statestore_cli.config.sources import OVERRIDES
 
 if TYPE_CHECKING:
     from statestore_cli.backends.store import Store
@@ -17,7 +17,7 @@ class ConfigRow(NamedTuple):
     value: Any
     source: str
     description: str
-    parameter: str | None = None  # the source is this parameter of load_settings (conn_override)
+    parameter: str | None = None  # the source is this parameter of load_settings (conn_override, ...)
 
 
 def config_rows(store: Store) -> list[ConfigRow]:
@@ -29,7 +29,7 @@ def config_rows(store: Store) -> list[ConfigRow]:
         value = setting.value
         if setting.spec.secret and isinstance(value, str) and value:
             value = mask_url(parse_url(value)) if setting.spec.type == "url" else "***"
-        parameter = CONN_OVERRIDE if setting.source == CONN_OVERRIDE else None
+        parameter = setting.source if setting.source in OVERRIDES else None
         spec = setting.spec
         rows.append(ConfigRow(spec.section, spec.option, value, describe_source(setting), spec.description, parameter))
     return rows

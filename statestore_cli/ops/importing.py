@@ -24,6 +24,7 @@ from statestore_cli.db.layout import Layout, layout_of
 from statestore_cli.db.schema import asset, asset_active, dag_run
 from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION
+from statestore_cli.ops.import_summary import ImportSummary, StoreCounts
 from statestore_cli.ops.import_twins import (
     casefold_identity,
     describe_asset,
@@ -52,28 +53,6 @@ MAX_BATCH_SIZE = 100_000
 DEFAULT_BATCH_SIZE = 1000
 
 
-class StoreCounts(NamedTuple):
-    inserted: int = 0
-    updated: int = 0
-
-
-class ImportSummary(NamedTuple):
-    dry_run: bool
-    lines: int
-    batches: int
-    batch_size: int
-    task: StoreCounts
-    asset: StoreCounts
-    dag_runs_created: int
-    assets_created: int
-    elapsed: float
-    dag_run: StoreCounts = StoreCounts()  # dag-run keys (Airflow 3.4)
-
-    @property
-    def keys(self) -> int:
-        return sum(self.task) + sum(self.dag_run) + sum(self.asset)
-
-
 class _Batch(NamedTuple):
     """What one batch did (or, in a dry run, would do)."""
 
@@ -97,6 +76,11 @@ def import_records(
     ``on_progress`` is called after each batch with the number of lines read so far."""
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise InvalidInputError(f"batch_size must be 1 to {MAX_BATCH_SIZE:,}, got {batch_size}", parameter="batch_size")
+    if store.api_mode:
+        from statestore_cli.ops.api_import import import_over_api
+
+        max_bytes = store.settings.max_value_storage_bytes
+        return import_over_api(store.api_backend(), lines, max_bytes, dry_run, on_progress)
     metastore = store.metastore_backend("`import`")
     importer = _Importer(metastore, store.settings.max_value_storage_bytes, dry_run)
     importer.on_progress = on_progress

@@ -10,13 +10,8 @@ from statestore_cli.ops.exporting import (
     export_records,
     write_export,
 )
-from statestore_cli.ops.importing import (
-    DEFAULT_BATCH_SIZE,
-    MAX_BATCH_SIZE,
-    ImportSummary,
-    StoreCounts,
-    import_records,
-)
+from statestore_cli.ops.import_summary import ImportSummary, StoreCounts
+from statestore_cli.ops.importing import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, import_records
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

@@ -161,19 +161,25 @@ class Output(Writer):
                     "asset": summary.asset._asdict(),
                     "created": {"dag_runs": summary.dag_runs_created, "assets": summary.assets_created},
                     "elapsed_seconds": round(summary.elapsed, 3),
+                    **({} if summary.api_requests is None else {"api_requests": summary.api_requests}),
                 }
             )
             return
-        batches = f"{_count(summary.batches, 'batch')} of up to {summary.batch_size:,}"
+        keys = f"{_count(summary.keys, 'key')} from {safe_text(source)}"
+        if summary.api_requests is None:
+            how = f"in {_count(summary.batches, 'batch')} of up to {summary.batch_size:,}"
+            done = f"{how} ({summary.elapsed:.1f}s)"
+        else:  # each key its own write
+            requests = _count(summary.api_requests, "request")
+            how, done = (
+                f"through the REST API ({requests})",
+                f"through the REST API ({requests}, {summary.elapsed:.1f}s)",
+            )
         if summary.dry_run:
-            lines = [
-                f"dry run: {_count(summary.keys, 'key')} from {safe_text(source)} checked in {batches}; nothing written"
-            ]
+            lines = [f"dry run: {keys} checked {how}; nothing written"]
             verbs, made = ("to insert", "to update"), "would create"
         else:
-            lines = [
-                f"imported {_count(summary.keys, 'key')} from {safe_text(source)} in {batches} ({summary.elapsed:.1f}s)"
-            ]
+            lines = [f"imported {keys} {done}"]
             verbs, made = ("inserted", "updated"), "created"
         stores = (("task", summary.task), ("dag-run", summary.dag_run), ("asset", summary.asset))
         for store, counts in stores:
