@@ -34,6 +34,9 @@ class StandIn(BaseHTTPRequestHandler):
     hang_up = False  # close each connection after its answer, without saying so (as an idle timeout does)
     walked: ClassVar[list[str]] = []  # the task instances whose keys were asked for (``task_keys``)
     refuse_first = False  # the walk: t00's keys refused at once, each other's answered after a second
+    # A clean: each task instance holds two expired keys, whose deletes are heard; t05's are refused.
+    expired = False
+    deleted: ClassVar[list[str]] = []
     # The walk's tokens: after ``expire_after`` task instances every token so far expires (401), and
     # ``token_file`` holds a new one; /auth/token hands out new ones. ``accepted`` None: any token goes.
     expire_after = 0
@@ -86,7 +89,21 @@ class StandIn(BaseHTTPRequestHandler):
                 self._answer(403, {"detail": "Forbidden"})
                 return
             time.sleep(1)
-        self._answer(200, {"task_state_store": [], "total_entries": 0})
+        keys = [
+            {"key": f"k{n}", "value": n, "updated_at": "2026-11-01T00:00:00Z", "expires_at": "2026-11-02T00:00:00Z"}
+            for n in range(2 if self.expired else 0)
+        ]
+        self._answer(200, {"task_state_store": keys, "total_entries": len(keys)})
+
+    def do_DELETE(self) -> None:
+        task_id, key = self.path.split("/taskInstances/")[1].split("?")[0].split("/state-store/")
+        if task_id == "t05":
+            self._answer(403, {"detail": "Forbidden"})
+            return
+        time.sleep(0.05)
+        self.deleted.append(f"{task_id}/{key}")
+        self.send_response(204)
+        self.end_headers()
 
     def _endless(self) -> None:
         self.send_response(200)
@@ -170,6 +187,7 @@ def stand_in(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[s
     StandIn.refusals, StandIn.seen, StandIn.served, StandIn.ports, StandIn.hang_up = [], [], {}, [], False
     StandIn.walked, StandIn.issued, StandIn.accepted = [], [], None
     StandIn.refuse_first, StandIn.expire_after = False, 0
+    StandIn.expired, StandIn.deleted = False, []
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     ca = None
     if getattr(request, "param", "http") == "https":
@@ -320,6 +338,27 @@ def test_a_walk_sends_no_request_queued_behind_a_failed_one(stand_in) -> None:
     assert refused.exit_code == 2, refused.output
     assert "VIEWER role" in refused.stderr, refused.stderr
     assert 8 <= len(StandIn.walked) <= 12, StandIn.walked  # 16 had been handed to the threads
+
+
+def test_a_clean_stops_at_a_refused_delete_and_its_backup_holds_every_key_deleted(stand_in, tmp_path) -> None:
+    """Batches of 32 keys (8 requests at once, 4 each): the first batch, t00-t15, is written to the backup and
+    synced before its deletes are sent; t05's is refused, the deletes still queued are never sent, and the
+    backup is cut back to the keys that went."""
+    _forty_task_instances()
+    StandIn.served["/api/v2/dags?limit=100&offset=0"] = {"dags": [{"dag_id": "etl"}], "total_entries": 1}
+    StandIn.expired = True
+    backup = tmp_path / "clean.jsonl"
+    refused = run_cli("--api-url", stand_in[0], "clean", "--backup", str(backup))
+    assert refused.exit_code == 2, refused.output
+    assert "USER role" in refused.stderr, refused.stderr
+    first_batch = [f"t{n:02}/k{k}" for n in range(16) for k in (0, 1)]
+    assert 6 <= len(StandIn.deleted) <= 24, StandIn.deleted  # those in flight finished; none queued was sent
+    assert set(StandIn.deleted) < set(first_batch) - {"t05/k0", "t05/k1"}
+    backed_up = [json.loads(line) for line in backup.read_text().splitlines()]  # cut back to what went
+    assert [f"{r['task_id']}/{r['key']}" for r in backed_up] == [k for k in first_batch if k in StandIn.deleted]
+    gone = len(StandIn.deleted)
+    assert f"(the clean had deleted {gone} expired keys in 1 committed batch;" in refused.stderr, refused.stderr
+    assert f"{backup} holds the {gone} deleted keys: `statestore import {backup}` restores them\n" in refused.stderr
 
 
 def test_a_token_that_expires_during_a_walk_is_printed_again_by_its_command(stand_in, tmp_path) -> None:

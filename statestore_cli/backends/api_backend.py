@@ -14,6 +14,7 @@ run of ``~`` for all of a dag's runs) and reads each one's keys.
 from __future__ import annotations
 
 import json
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
@@ -46,6 +47,8 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         self._asset_ids: dict[AssetScope, tuple[int, str, str] | None] = {}
         self.on_walk: Callable[[int, int], None] | None = None  # hears (task instances read, of how many)
         self.unknown: list[str] = []  # the dags and dag runs a walk found the API does not know, as notes
+        self._pool: Any = None  # drop_all's threads (a ThreadPoolExecutor), made when first needed
+        self._lock = threading.Lock()
 
     # -- one key -------------------------------------------------------------------------------------
     def get(self, scope: StoreScope, key: str, *, session: Any = None) -> str | None:
@@ -135,6 +138,57 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         assert path is not None
         self.client.call("DELETE", path, query=query, role=ROLE_WRITE)
         return 1
+
+    def drop_all(self, keys: Sequence[tuple[TaskScope, str]], on_deleted: Callable[[int], None]) -> None:
+        """Delete keys known to be there, ``concurrency`` requests at a time; ``on_deleted`` hears each one gone
+        (its index in ``keys``), in the calling thread. A failure (or a Ctrl-C) sends none of the requests not
+        yet sent; a failure is raised once those already sent have ended, each key they deleted heard."""
+        if self.concurrency <= 1 or len(keys) <= 1:
+            for index, (scope, key) in enumerate(keys):
+                self.drop(scope, key)
+                on_deleted(index)
+            return
+        from concurrent.futures import as_completed
+
+        self.client.authorize()  # before the threads: one token exchange, not one per thread
+        pool = self._workers()
+        futures = [pool.submit(self.drop, scope, key) for scope, key in keys]
+        index_of = {future: index for index, future in enumerate(futures)}
+        failure: BaseException | None = None
+        try:
+            for future in as_completed(futures):
+                if future.cancelled():
+                    continue
+                if future.exception() is None:
+                    on_deleted(index_of[future])
+                    continue
+                failure = failure or future.exception()
+                for queued in futures:
+                    queued.cancel()
+        except BaseException:
+            for queued in futures:
+                queued.cancel()
+            raise
+        if failure is not None:
+            raise failure
+
+    def _workers(self) -> Any:
+        """The threads that send the requests of ``drop_all``, kept for the command so that each keeps its
+        connection open from one request to the next."""
+        with self._lock:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="statestore-api")
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the worker threads (after their requests) and close the connections."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        self.client.close()
 
     # -- a scope -------------------------------------------------------------------------------------
     def count(self, scope: StoreScope, *, all_map_indices: bool = False) -> int | None:

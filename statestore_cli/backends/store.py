@@ -192,7 +192,7 @@ class Store:
         """Dispose of the engine (its pooled connections close), or close the REST API's connections; a later
         operation would make new ones."""
         if self.api_mode and self._backend is not None:
-            self.api_backend().client.close()
+            self.api_backend().close()
         if self._database is not None:
             self._database.dispose()
         self._database = None

@@ -12,19 +12,22 @@ import time
 from collections.abc import Iterator
 from datetime import datetime
 from itertools import groupby
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from statestore_cli.backends.api_backend import ApiBackend, moment, wants_assets, wants_tasks
 from statestore_cli.db.layout import FINISHED_STATES
+from statestore_cli.errors import StateStoreError, failed_midway
 from statestore_cli.model.entries import KeyFilter
 from statestore_cli.model.scopes import TaskScope
 from statestore_cli.model.timestamps import iso_utc
+from statestore_cli.ops.backup_file import BackupFile, with_backup
 from statestore_cli.ops.clean_selection import ExpiredRow, by_count
 from statestore_cli.ops.cleanup import CleanControl, CleanReport
 from statestore_cli.ops.records import UPDATED_BY_FIELDS, asset_record, encode_line, task_record
 
-if TYPE_CHECKING:
-    from statestore_cli.ops.backup_file import BackupFile
+# The keys a clean's batch deletes, per request in flight: a batch is written to the backup and synced, then
+# its deletes sent ``[state_store] api_concurrency`` at a time; a stop is heard between batches.
+BATCH_PER_REQUEST = 4
 
 
 class Expired(NamedTuple):
@@ -68,29 +71,36 @@ def clean_over_api(
     spare: bool,
     backup: BackupFile | None = None,
 ) -> CleanReport:
-    """Delete the expired task keys one request each, a task instance's keys at a time (its ``batch``), asking
-    ``control`` before each whether to stop. With ``backup`` a task instance's keys are written to it and
-    synced to disk before the first of them is deleted."""
+    """Delete the expired task keys one request each, in batches of whole task instances' keys (their deletes
+    ``concurrency`` at a time), asking ``control`` before each batch whether to stop. With ``backup`` a batch's
+    keys are written to it and synced to disk before the first of them is deleted."""
     control = control or CleanControl()
     if control.on_connected is not None:
         control.on_connected()
     started = time.monotonic()
     spared: dict[str, int] | None = {} if spare else None
-    deleted, instances, stopped = 0, 0, None
+    instances, stopped, deleted, sent = 0, None, 0, 0
     if control.on_store is not None:
         control.on_store("task")
-    for _scope, keys in groupby(expired_keys(backend, cutoff, spared), key=lambda found: found.scope):
-        batch = list(keys)
-        stopped = control.stop_reason() if instances else None
+    walked = groupby(expired_keys(backend, cutoff, spared), key=lambda found: found.scope)
+    for batch in _batches((list(keys) for _scope, keys in walked), backend.concurrency * BATCH_PER_REQUEST):
+        stopped = control.stop_reason() if sent else None
         if stopped is not None:
             break
-        instances += 1
-        if backup is not None:
-            backup.start()
-            backup.add_many([encode_line(_record(found.scope, found.answered)) for found in batch])
-            backup.sync()
-        for found in batch:
-            deleted += backend.drop(found.scope, found.row.key)  # the expired key alone: one written meanwhile stays
+        instances, sent = instances + len({found.scope for found in batch}), sent + 1
+        lines = [encode_line(_record(found.scope, found.answered)) for found in batch] if backup else []
+        mark = _backed_up(backup, lines)
+        gone: list[int] = []
+        try:  # each expired key alone: a key written meanwhile stays
+            backend.drop_all([(found.scope, found.row.key) for found in batch], gone.append)
+        except StateStoreError as exc:
+            if backup is not None and mark is not None:  # the file holds exactly the keys deleted
+                backup.cut(mark)
+                _backed_up(backup, [lines[index] for index in sorted(gone)])
+            midway = failed_midway(exc, "clean", deleted + len(gone), sent, kind="expired ")
+            raise with_backup(midway, backup) from None
+        finally:
+            deleted += len(gone)
             if control.on_progress is not None:
                 control.on_progress(deleted)
     return CleanReport(
@@ -105,6 +115,29 @@ def clean_over_api(
         spared=None if spared is None or stopped is not None else by_count(spared),
         api_requests=backend.client.requests,
     )
+
+
+def _backed_up(backup: BackupFile | None, lines: list[str]) -> tuple[int, int] | None:
+    """``lines`` written to ``backup`` and synced to disk; where the file ended before them (None: no backup)."""
+    if backup is None:
+        return None
+    backup.start()
+    mark = backup.mark()
+    backup.add_many(lines)
+    backup.sync()
+    return mark
+
+
+def _batches(instances: Iterator[list[Expired]], size: int) -> Iterator[list[Expired]]:
+    """The expired keys of whole task instances, at least ``size`` keys a batch (but the last)."""
+    batch: list[Expired] = []
+    for keys in instances:
+        batch.extend(keys)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _record(scope: TaskScope, row: dict[str, Any]) -> dict[str, Any]:
