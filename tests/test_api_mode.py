@@ -523,7 +523,7 @@ def test_an_import_through_the_api_stops_at_a_line_it_cannot_write(api: ApiServe
     assert on_db(api, "get", *task(api), "imported").exit_code == 1
     partly = over_api(api, "import", str(lines))
     assert partly.exit_code == 2, partly.output
-    assert partly.stderr.endswith("created; line 1 was imported, nothing after\n"), partly.stderr
+    assert partly.stderr.endswith("created; line 1 was imported, nothing else\n"), partly.stderr
     assert json.loads(on_db(api, "get", *task(api), "imported", "-o", "json").stdout)["expires_at"] is None
     dag_run_key = {k: good[k] for k in ("dag_id", "run_id", "key", "updated_at", "expires_at", "value")}
     lines.write_text(json.dumps({"store": "dag_run", **dag_run_key}) + "\n")

@@ -89,11 +89,26 @@ class StandIn(BaseHTTPRequestHandler):
                 self._answer(403, {"detail": "Forbidden"})
                 return
             time.sleep(1)
+        if "/state-store/" in self.path:  # one key, read before an import writes it: none is there
+            self._answer(404, {"detail": "Not Found"})
+            return
         keys = [
             {"key": f"k{n}", "value": n, "updated_at": "2026-11-01T00:00:00Z", "expires_at": "2026-11-02T00:00:00Z"}
             for n in range(2 if self.expired else 0)
         ]
         self._answer(200, {"task_state_store": keys, "total_entries": len(keys)})
+
+    def do_PUT(self) -> None:
+        """An import's write: heard, but k5's refused after a pause (the writes sent with it end first)."""
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        key = self.path.split("/state-store/")[1].split("?")[0]
+        if key == "k5":
+            time.sleep(0.5)
+            self._answer(403, {"detail": "Forbidden"})
+            return
+        self.deleted.append(f"put {key}")
+        self.send_response(204)
+        self.end_headers()
 
     def do_DELETE(self) -> None:
         task_id, key = self.path.split("/taskInstances/")[1].split("?")[0].split("/state-store/")
@@ -359,6 +374,19 @@ def test_a_clean_stops_at_a_refused_delete_and_its_backup_holds_every_key_delete
     gone = len(StandIn.deleted)
     assert f"(the clean had deleted {gone} expired keys in 1 committed batch;" in refused.stderr, refused.stderr
     assert f"{backup} holds the {gone} deleted keys: `statestore import {backup}` restores them\n" in refused.stderr
+
+
+def test_an_import_stopped_by_a_refused_write_names_every_line_it_wrote(stand_in, tmp_path) -> None:
+    """Ten lines in one batch, eight at once: line 6 (k5) is refused after the others were written."""
+    lines = tmp_path / "keys.jsonl"
+    where = {"store": "task", "dag_id": "etl", "run_id": "r", "task_id": "t00", "map_index": -1}
+    when = {"updated_at": "2026-11-01T00:00:00Z", "expires_at": None}
+    lines.write_text("".join(json.dumps({**where, "key": f"k{n}", **when, "value": n}) + "\n" for n in range(10)))
+    refused = run_cli("--api-url", stand_in[0], "import", str(lines))
+    assert refused.exit_code == 2, refused.output
+    assert sorted(StandIn.deleted) == sorted(f"put k{n}" for n in range(10) if n != 5)
+    assert refused.stderr.startswith("statestore: error: line 6: the API at "), refused.stderr
+    assert refused.stderr.endswith("; lines 1-5, 7-10 were imported, nothing else\n"), refused.stderr
 
 
 def test_a_token_that_expires_during_a_walk_is_printed_again_by_its_command(stand_in, tmp_path) -> None:

@@ -18,6 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
+from functools import partial
 from itertools import islice
 from typing import Any
 
@@ -47,7 +48,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         self._asset_ids: dict[AssetScope, tuple[int, str, str] | None] = {}
         self.on_walk: Callable[[int, int], None] | None = None  # hears (task instances read, of how many)
         self.unknown: list[str] = []  # the dags and dag runs a walk found the API does not know, as notes
-        self._pool: Any = None  # drop_all's threads (a ThreadPoolExecutor), made when first needed
+        self._pool: Any = None  # run_all's threads (a ThreadPoolExecutor), made when first needed
         self._lock = threading.Lock()
 
     # -- one key -------------------------------------------------------------------------------------
@@ -140,19 +141,23 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         return 1
 
     def drop_all(self, keys: Sequence[tuple[TaskScope, str]], on_deleted: Callable[[int], None]) -> None:
-        """Delete keys known to be there, ``concurrency`` requests at a time; ``on_deleted`` hears each one gone
-        (its index in ``keys``), in the calling thread. A failure (or a Ctrl-C) sends none of the requests not
-        yet sent; a failure is raised once those already sent have ended, each key they deleted heard."""
-        if self.concurrency <= 1 or len(keys) <= 1:
-            for index, (scope, key) in enumerate(keys):
-                self.drop(scope, key)
-                on_deleted(index)
+        """Delete keys known to be there, ``concurrency`` requests at a time (``run_all``); ``on_deleted`` hears
+        each one gone, by its index in ``keys``."""
+        self.run_all([partial(self.drop, scope, key) for scope, key in keys], lambda index, _: on_deleted(index))
+
+    def run_all(self, calls: Sequence[Callable[[], Any]], on_done: Callable[[int, Any], None]) -> None:
+        """Make ``calls`` (each a request or two) ``concurrency`` at a time; ``on_done`` hears each that returned
+        (its index in ``calls`` and what it returned), in the calling thread. A failure (or a Ctrl-C) makes none
+        of the calls not yet begun; a failure is raised once those begun have ended, each that returned heard."""
+        if self.concurrency <= 1 or len(calls) <= 1:
+            for index, call in enumerate(calls):
+                on_done(index, call())
             return
         from concurrent.futures import as_completed
 
         self.client.authorize()  # before the threads: one token exchange, not one per thread
         pool = self._workers()
-        futures = [pool.submit(self.drop, scope, key) for scope, key in keys]
+        futures = [pool.submit(call) for call in calls]
         index_of = {future: index for index, future in enumerate(futures)}
         failure: BaseException | None = None
         try:
@@ -160,7 +165,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
                 if future.cancelled():
                     continue
                 if future.exception() is None:
-                    on_deleted(index_of[future])
+                    on_done(index_of[future], future.result())
                     continue
                 failure = failure or future.exception()
                 for queued in futures:
@@ -173,7 +178,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             raise failure
 
     def _workers(self) -> Any:
-        """The threads that send the requests of ``drop_all``, kept for the command so that each keeps its
+        """The threads that make the calls of ``run_all``, kept for the command so that each keeps its
         connection open from one request to the next."""
         with self._lock:
             if self._pool is None:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 
 from statestore_cli.backends.api_backend import ApiBackend
 from statestore_cli.errors import InterruptedByUser, InvalidInputError, StateStoreError
-from statestore_cli.model.scopes import NIL_REGION, AssetScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import NIL_REGION, AssetScope, StoreScope, TaskScope, index_ranges
 from statestore_cli.ops.import_summary import ImportSummary, StoreCounts
 from statestore_cli.ops.records import AssetRow, BadRecord, DagRunRow, TaskRow, parse_line, read_lines
 
-PROGRESS_EVERY = 100  # lines between progress calls: each key is a round trip, so the bar moves often enough
+# Lines a batch writes, per request in flight: a batch's lines are all parsed and checked before any of them
+# is written, then written ``[state_store] api_concurrency`` at a time.
+BATCH_PER_REQUEST = 4
 
 
 def import_over_api(
@@ -28,31 +31,43 @@ def import_over_api(
     dry_run: bool = False,
     on_progress: Callable[[int], None] | None = None,
 ) -> ImportSummary:
-    """Write the keys of ``lines`` one request each, in the file's order; a bad line or a refused write stops
-    the import there, the keys before it written (the error says which lines)."""
+    """Write the keys of ``lines``, a batch at a time; a bad line stops the import before its batch is written,
+    a refused write once the writes already sent have ended (the error says which lines were written)."""
     importer = _ApiImporter(backend, dry_run)
     start = time.monotonic()
+    size = max(backend.concurrency, 1) * BATCH_PER_REQUEST
+    batch: list[tuple[TaskRow | AssetRow, StoreScope, str]] = []
     number = 0
     try:
         for number, text in enumerate(read_lines(lines, max_value_bytes), 1):
             row = parse_line(number, text, max_value_bytes)
-            if row is not None:
-                importer.write(row)
-            if on_progress is not None and number % PROGRESS_EVERY == 0:
-                on_progress(number)
+            if row is None:
+                continue
+            key = _writable(row)
+            if any((key[1], row.key) == (other, held.key) for held, other, _ in batch):  # a later line wins
+                importer.write(batch, number - 1)
+                batch = []
+            batch.append(key)
+            if len(batch) >= size:
+                importer.write(batch, number)
+                batch = []
+                if on_progress is not None:
+                    on_progress(number)
+        importer.write(batch, number)
     except BadRecord as exc:
         raise InvalidInputError(f"{exc}; {importer.done()}") from None
     except StateStoreError as exc:
-        raise type(exc)(f"line {number}: {exc.template}; {importer.done()}", parameter=exc.parameter) from None
+        raise type(exc)(f"{exc.template}; {importer.done()}", parameter=exc.parameter) from None
     except KeyboardInterrupt:
         raise InterruptedByUser(f"interrupted; {importer.done()}") from None
     if on_progress is not None:
         on_progress(number)
     task, asset = importer.counts["task"], importer.counts["asset"]
-    keys = sum(task) + sum(asset)
     elapsed = time.monotonic() - start
     counts = (StoreCounts(*task), StoreCounts(*asset))
-    return ImportSummary(dry_run, number, keys, 1, *counts, 0, 0, elapsed, api_requests=backend.client.requests)
+    return ImportSummary(
+        dry_run, number, importer.batches, size, *counts, 0, 0, elapsed, api_requests=backend.client.requests
+    )
 
 
 class _ApiImporter:
@@ -60,43 +75,68 @@ class _ApiImporter:
         self.backend = backend
         self.dry_run = dry_run
         self.counts = {"task": [0, 0], "asset": [0, 0]}  # inserted, updated
-        self.written_through = 0  # the last line written
+        self.batches = 0
+        self.through = 0  # every line up to this one is written
+        self.also: list[int] = []  # lines after it written too, by a batch that failed
         self.present: dict[StoreScope, bool] = {}  # dry run: whether each task instance or asset exists
 
     def done(self) -> str:
         """What the API holds after a failure: for the error message."""
         if self.dry_run:
             return "nothing was written (dry run)"
-        last = self.written_through
-        if last == 0:
+        parts = [f"1-{self.through}" if self.through > 1 else "1"] if self.through else []
+        parts += [index_ranges(sorted(self.also))] if self.also else []
+        count = self.through + len(self.also)
+        if not count:
             return "nothing was imported"
-        return f"{'line 1 was' if last == 1 else f'lines 1-{last} were'} imported, nothing after"
+        return (
+            f"line{'s' if count > 1 else ''} {', '.join(parts)} {'were' if count > 1 else 'was'} imported, nothing else"
+        )
 
-    def write(self, row: TaskRow | DagRunRow | AssetRow) -> None:
-        scope, store = _scope(row)
-        if self.dry_run:
-            self._check(scope)
-        updated = self.backend.describe(scope, row.key) is not None
-        if not self.dry_run:
-            expires = row.expires_at if isinstance(row, TaskRow) else None  # None: never, as the line says
-            self.backend.set(scope, row.key, row.value, expires_at=expires)
-            self.written_through = row.line
-        self.counts[store][updated] += 1
+    def write(self, batch: list[tuple[TaskRow | AssetRow, StoreScope, str]], through: int) -> None:
+        """Write (a dry run: check) the batch's keys; ``through``: the last line it covers."""
+        if not batch:
+            return
+        self.batches += 1
+        written: list[int] = []
 
-    def _check(self, scope: StoreScope) -> None:
-        """Dry run: refuse the line whose task instance or asset the api-server does not have, as the write
-        would be refused."""
-        if scope not in self.present:
-            self.present[scope] = self.backend.has_target(scope)
-        if not self.present[scope]:
-            raise InvalidInputError(self.backend.no_target(scope))
+        def heard(index: int, updated: bool) -> None:
+            row, _scope, store = batch[index]
+            self.counts[store][updated] += 1
+            written.append(row.line)
+
+        if self.dry_run:  # each task instance or asset asked about once, before its lines are checked
+            unknown = list(dict.fromkeys(scope for _row, scope, _store in batch if scope not in self.present))
+            found = [partial(self.backend.has_target, scope) for scope in unknown]
+            self.backend.run_all(found, lambda index, there: self.present.__setitem__(unknown[index], there))
+        calls = [partial(self._one, row, scope) for row, scope, _store in batch]
+        try:
+            self.backend.run_all(calls, heard)
+        except BaseException:
+            self.also = written
+            raise
+        self.through = through
+
+    def _one(self, row: TaskRow | AssetRow, scope: StoreScope) -> bool:
+        """One line's key written (a dry run: its target checked); whether it was there already."""
+        try:
+            if self.dry_run and not self.present[scope]:
+                raise InvalidInputError(self.backend.no_target(scope))
+            updated = self.backend.describe(scope, row.key) is not None
+            if not self.dry_run:
+                expires = row.expires_at if isinstance(row, TaskRow) else None  # None: never, as the line says
+                self.backend.set(scope, row.key, row.value, expires_at=expires)
+        except StateStoreError as exc:
+            raise type(exc)(f"line {row.line}: {exc.template}", parameter=exc.parameter) from None
+        return updated
 
 
-def _scope(row: TaskRow | DagRunRow | AssetRow) -> tuple[StoreScope, str]:
+def _writable(row: TaskRow | DagRunRow | AssetRow) -> tuple[TaskRow | AssetRow, StoreScope, str]:
+    """The line's key with its scope and store; a line the API has no route for is a bad line."""
     if isinstance(row, DagRunRow):
         raise BadRecord(row.line, "a dag-run key, which Airflow's REST API has no route for: import it with --conn")
     if isinstance(row, AssetRow):
-        return AssetScope(name=row.name, uri=row.uri), "asset"
+        return row, AssetScope(name=row.name, uri=row.uri), "asset"
     if row.region_id != NIL_REGION:
         raise BadRecord(row.line, "a key in a region, which Airflow's REST API has no route for: import it with --conn")
-    return TaskScope(row.dag_id, row.run_id, row.task_id, row.map_index), "task"
+    return row, TaskScope(row.dag_id, row.run_id, row.task_id, row.map_index), "task"
