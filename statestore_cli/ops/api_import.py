@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from functools import partial
 
 from statestore_cli.backends.api_backend import ApiBackend
-from statestore_cli.errors import InterruptedByUser, InvalidInputError, StateStoreError
+from statestore_cli.errors import InvalidInputError, StateStoreError
 from statestore_cli.model.scopes import NIL_REGION, AssetScope, StoreScope, TaskScope, index_ranges
-from statestore_cli.ops.import_summary import ImportSummary, StoreCounts
+from statestore_cli.ops.import_summary import ImportSummary, StoreCounts, saying_how_far
 from statestore_cli.ops.records import AssetRow, BadRecord, DagRunRow, TaskRow, parse_line, read_lines
 
 # Lines a batch writes, per request in flight: a batch's lines are all parsed and checked before any of them
@@ -38,7 +38,7 @@ def import_over_api(
     size = max(backend.concurrency, 1) * BATCH_PER_REQUEST
     batch: list[tuple[TaskRow | AssetRow, StoreScope, str]] = []
     number = 0
-    try:
+    with saying_how_far(importer.done):
         for number, text in enumerate(read_lines(lines, max_value_bytes), 1):
             row = parse_line(number, text, max_value_bytes)
             if row is None:
@@ -54,12 +54,6 @@ def import_over_api(
                 if on_progress is not None:
                     on_progress(number)
         importer.write(batch, number)
-    except BadRecord as exc:
-        raise InvalidInputError(f"{exc}; {importer.done()}") from None
-    except StateStoreError as exc:
-        raise type(exc)(f"{exc.template}; {importer.done()}", parameter=exc.parameter) from None
-    except KeyboardInterrupt:
-        raise InterruptedByUser(f"interrupted; {importer.done()}") from None
     if on_progress is not None:
         on_progress(number)
     task, asset = importer.counts["task"], importer.counts["asset"]

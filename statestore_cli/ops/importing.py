@@ -22,9 +22,9 @@ from statestore_cli.db.database import retry_deadlocks, translate_errors
 from statestore_cli.db.engines import impl_of
 from statestore_cli.db.layout import Layout, layout_of
 from statestore_cli.db.schema import asset, asset_active, dag_run
-from statestore_cli.errors import BackendError, InterruptedByUser, InvalidInputError, StateStoreError
+from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.model.scopes import NIL_REGION
-from statestore_cli.ops.import_summary import ImportSummary, StoreCounts
+from statestore_cli.ops.import_summary import ImportSummary, StoreCounts, saying_how_far
 from statestore_cli.ops.import_twins import (
     casefold_identity,
     describe_asset,
@@ -84,14 +84,8 @@ def import_records(
     metastore = store.metastore_backend("`import`")
     importer = _Importer(metastore, store.settings.max_value_storage_bytes, dry_run)
     importer.on_progress = on_progress
-    try:
+    with saying_how_far(importer.done):
         return importer.run(lines, batch_size)
-    except BadRecord as exc:
-        raise InvalidInputError(f"{exc}; {importer.done()}") from None
-    except StateStoreError as exc:
-        raise type(exc)(f"{exc.template}; {importer.done()}", parameter=exc.parameter) from None
-    except KeyboardInterrupt:
-        raise InterruptedByUser(f"interrupted; {importer.done()}") from None
 
 
 class _Importer:
