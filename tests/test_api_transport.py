@@ -34,9 +34,12 @@ class StandIn(BaseHTTPRequestHandler):
     hang_up = False  # close each connection after its answer, without saying so (as an idle timeout does)
     walked: ClassVar[list[str]] = []  # the task instances whose keys were asked for (``task_keys``)
     refuse_first = False  # the walk: t00's keys refused at once, each other's answered after a second
-    # A clean: each task instance holds two expired keys, whose deletes are heard; t05's are refused.
+    # A clean: each task instance holds two expired keys, whose deletes are heard; those of ``refused`` are
+    # refused (403), those of ``vanished`` are not found (404: the task instance went meanwhile).
     expired = False
     deleted: ClassVar[list[str]] = []
+    refused: str | None = None
+    vanished: str | None = None
     # The walk's tokens: after ``expire_after`` task instances every token so far expires (401), and
     # ``token_file`` holds a new one; /auth/token hands out new ones. ``accepted`` None: any token goes.
     expire_after = 0
@@ -112,8 +115,8 @@ class StandIn(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         task_id, key = self.path.split("/taskInstances/")[1].split("?")[0].split("/state-store/")
-        if task_id == "t05":
-            self._answer(403, {"detail": "Forbidden"})
+        if task_id in (self.refused, self.vanished):
+            self._answer(403 if task_id == self.refused else 404, {"detail": "Forbidden or not found"})
             return
         time.sleep(0.05)
         self.deleted.append(f"{task_id}/{key}")
@@ -202,7 +205,7 @@ def stand_in(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[s
     StandIn.refusals, StandIn.seen, StandIn.served, StandIn.ports, StandIn.hang_up = [], [], {}, [], False
     StandIn.walked, StandIn.issued, StandIn.accepted = [], [], None
     StandIn.refuse_first, StandIn.expire_after = False, 0
-    StandIn.expired, StandIn.deleted = False, []
+    StandIn.expired, StandIn.deleted, StandIn.refused, StandIn.vanished = False, [], None, None
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     ca = None
     if getattr(request, "param", "http") == "https":
@@ -361,7 +364,7 @@ def test_a_clean_stops_at_a_refused_delete_and_its_backup_holds_every_key_delete
     backup is cut back to the keys that went."""
     _forty_task_instances()
     StandIn.served["/api/v2/dags?limit=100&offset=0"] = {"dags": [{"dag_id": "etl"}], "total_entries": 1}
-    StandIn.expired = True
+    StandIn.expired, StandIn.refused = True, "t05"
     backup = tmp_path / "clean.jsonl"
     refused = run_cli("--api-url", stand_in[0], "clean", "--backup", str(backup))
     assert refused.exit_code == 2, refused.output
@@ -374,6 +377,15 @@ def test_a_clean_stops_at_a_refused_delete_and_its_backup_holds_every_key_delete
     gone = len(StandIn.deleted)
     assert f"(the clean had deleted {gone} expired keys in 1 committed batch;" in refused.stderr, refused.stderr
     assert f"{backup} holds the {gone} deleted keys: `statestore import {backup}` restores them\n" in refused.stderr
+
+
+def test_a_clean_counts_no_key_of_a_task_instance_that_went_meanwhile(stand_in) -> None:
+    _forty_task_instances()
+    StandIn.served["/api/v2/dags?limit=100&offset=0"] = {"dags": [{"dag_id": "etl"}], "total_entries": 1}
+    StandIn.expired, StandIn.vanished = True, "t07"
+    done = run_cli("--api-url", stand_in[0], "clean", "-o", "json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["deleted"] == 78 == len(StandIn.deleted)
 
 
 def test_an_import_stopped_by_a_refused_write_names_every_line_it_wrote(stand_in, tmp_path) -> None:

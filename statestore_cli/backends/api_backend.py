@@ -134,16 +134,21 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         return 1
 
     def drop(self, scope: TaskScope, key: str) -> int:
-        """Delete a key known to be there (one request; the API says nothing of one that went meanwhile)."""
+        """Delete a key known to be there, in one request: 1, or 0 when its task instance went meanwhile (its
+        run deleted: its keys went with it). The API answers a key that went meanwhile as one it deleted."""
         path, query = self._key_route(scope, key, create=False)
         assert path is not None
-        self.client.call("DELETE", path, query=query, role=ROLE_WRITE)
+        try:
+            self.client.call("DELETE", path, query=query, role=ROLE_WRITE)
+        except NotFoundError:
+            return 0
         return 1
 
     def drop_all(self, keys: Sequence[tuple[TaskScope, str]], on_deleted: Callable[[int], None]) -> None:
         """Delete keys known to be there, ``concurrency`` requests at a time (``run_all``); ``on_deleted`` hears
-        each one gone, by its index in ``keys``."""
-        self.run_all([partial(self.drop, scope, key) for scope, key in keys], lambda index, _: on_deleted(index))
+        each one deleted (``drop``), by its index in ``keys``."""
+        calls = [partial(self.drop, scope, key) for scope, key in keys]
+        self.run_all(calls, lambda index, dropped: on_deleted(index) if dropped else None)
 
     def run_all(self, calls: Sequence[Callable[[], Any]], on_done: Callable[[int, Any], None]) -> None:
         """Make ``calls`` (each a request or two) ``concurrency`` at a time; ``on_done`` hears each that returned
