@@ -170,7 +170,6 @@ def test_commands_the_api_cannot_serve_name_the_database_way(api: ApiServer) -> 
         ["stats"],
         ["db", "init"],
         ["runs", "delete", "--dag-id", DAG_ID, "--run-id", "r"],
-        ["clear", "--dag-id", DAG_ID, "--yes"],
     ):
         refused = over_api(api, *args)
         assert refused.exit_code == 2, (args, refused.output)
@@ -529,3 +528,26 @@ def test_an_import_through_the_api_stops_at_a_line_it_cannot_write(api: ApiServe
     lines.write_text(json.dumps({"store": "dag_run", **dag_run_key}) + "\n")
     no_route = over_api(api, "import", str(lines))
     assert no_route.exit_code == 2 and "line 1: a dag-run key" in no_route.stderr, no_route.output
+
+
+def test_a_clear_of_a_run_walks_it_and_deletes_what_a_clear_on_the_database_would(api: ApiServer, tmp_path) -> None:
+    for scope, key in ((task(api), "job"), (task(api, "shard", 0), "a"), (task(api, "shard", 2), "b")):
+        assert over_api(api, "set", *scope, key, '{"n": 1}').exit_code == 0
+    run = ["--dag-id", DAG_ID, "--run-id", api.run_id]
+    before = on_db(api, "export", *run).stdout.splitlines()
+    asked = over_api(api, "clear", *run)  # not a terminal: the count, then no answer
+    assert asked.exit_code == 2 and "pass --yes" in asked.stderr, asked.output
+    backup = tmp_path / "run.jsonl"
+    done = over_api(api, "clear", *run, "--yes", "--backup", str(backup))
+    assert done.exit_code == 0, done.output
+    where = f"dag_id={DAG_ID} run_id={api.run_id} (every task of the run)"
+    assert done.stderr.startswith(f"deleted {len(before)} keys of {where} in "), done.stderr
+    assert "statestore: note: through the REST API: " in done.stderr
+    assert backup.read_text().splitlines() == before and len(before) >= 3
+    assert json.loads(on_db(api, "list", *run, "-o", "json").stdout) == []
+    again = over_api(api, "clear", *run, "--yes")
+    from_db = on_db(api, "clear", *run, "--yes")
+    assert again.exit_code == from_db.exit_code == 0, again.output
+    assert again.stderr.startswith(from_db.stderr) and from_db.stderr.startswith("nothing to clear: "), again.stderr
+    assert over_api(api, "import", str(backup)).exit_code == 0
+    assert len(on_db(api, "export", *run).stdout.splitlines()) == len(before)

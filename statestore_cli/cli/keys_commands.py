@@ -316,15 +316,19 @@ def _clear_run_or_dag(
 
     where = safe_text(lifecycle.describe_run_or_dag(dag_id, run_id))
     whole = "every task of the run" if run_id is not None else "every run and task of the dag"
-    count = lifecycle.count_task_keys(store, dag_id, run_id)
+    out = Output.choose()
+    with out.walk_progress(store):  # through the REST API, the count walks the task instances
+        count = lifecycle.count_task_keys(store, dag_id, run_id)
     if count == 0:
-        Output.choose().line(f"nothing to clear: no task keys for {where}")
+        out.line(f"nothing to clear: no task keys for {where}")
+        out.api_requests(store.api_requests())
         _empty_backup(saved)
         return
     confirm_delete(yes, "clear deletes keys", f"Delete {key_count(count)} of {where} ({whole})?")
     removed, batches = lifecycle.clear_task_keys(store, dag_id, run_id, batch_size, backup=saved)
     plural = "es" if batches != 1 else ""
-    Output.choose().line(f"deleted {key_count(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
+    out.line(f"deleted {key_count(removed)} of {where} ({whole}) in {batches:,} batch{plural}")
+    out.api_requests(store.api_requests())
     _said_backup(store, saved)
 
 

@@ -9,14 +9,14 @@ state instead. The dry run and the real run walk the same way (``expired_keys``)
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from itertools import groupby
 from typing import Any, NamedTuple
 
 from statestore_cli.backends.api_backend import ApiBackend, moment, wants_assets, wants_tasks
 from statestore_cli.db.layout import FINISHED_STATES
-from statestore_cli.errors import StateStoreError, failed_midway
+from statestore_cli.errors import StateStoreError, StopReason, failed_midway
 from statestore_cli.model.entries import KeyFilter
 from statestore_cli.model.scopes import TaskScope
 from statestore_cli.model.timestamps import iso_utc
@@ -79,30 +79,11 @@ def clean_over_api(
         control.on_connected()
     started = time.monotonic()
     spared: dict[str, int] | None = {} if spare else None
-    instances, stopped, deleted, sent = 0, None, 0, 0
     if control.on_store is not None:
         control.on_store("task")
-    walked = groupby(expired_keys(backend, cutoff, spared), key=lambda found: found.scope)
-    for batch in _batches((list(keys) for _scope, keys in walked), backend.concurrency * BATCH_PER_REQUEST):
-        stopped = control.stop_reason() if sent else None
-        if stopped is not None:
-            break
-        instances, sent = instances + len({found.scope for found in batch}), sent + 1
-        lines = [encode_line(_record(found.scope, found.answered)) for found in batch] if backup else []
-        mark = _backed_up(backup, lines)
-        gone: list[int] = []
-        try:  # each expired key alone: a key written meanwhile stays
-            backend.drop_all([(found.scope, found.row.key) for found in batch], gone.append)
-        except StateStoreError as exc:
-            if backup is not None and mark is not None:  # the file holds exactly the keys deleted
-                backup.cut(mark)
-                _backed_up(backup, [lines[index] for index in sorted(gone)])
-            midway = failed_midway(exc, "clean", deleted + len(gone), sent, kind="expired ")
-            raise with_backup(midway, backup) from None
-        finally:
-            deleted += len(gone)
-            if control.on_progress is not None:
-                control.on_progress(deleted)
+    found = ((expired.scope, expired.answered) for expired in expired_keys(backend, cutoff, spared))
+    done = delete_walked(backend, found, backup, "clean", stop=control.stop_reason, progress=control.on_progress)
+    deleted, instances, stopped = done.deleted, done.instances, done.stopped
     return CleanReport(
         deleted,
         instances,
@@ -117,6 +98,52 @@ def clean_over_api(
     )
 
 
+class Deleted(NamedTuple):
+    deleted: int
+    instances: int  # the task instances whose keys were sent to be deleted
+    batches: int
+    stopped: StopReason | None  # what stopped it early (None: it finished)
+
+
+def delete_walked(
+    backend: ApiBackend,
+    found: Iterator[tuple[TaskScope, dict[str, Any]]],
+    backup: BackupFile | None,
+    command: str,
+    *,
+    stop: Callable[[], StopReason | None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Deleted:
+    """Delete the keys a walk ``found`` (each with its task instance, as the API answered it; a task instance's
+    keys together), one request each, ``concurrency`` at a time, in batches of whole task instances' keys,
+    asking ``stop`` before each batch but the first whether to stop, telling ``progress`` the keys deleted
+    after each. With ``backup`` a batch's keys are written to it and synced before the first of them is
+    deleted; after a failure the file is cut back to the keys that went, and the error (``command``'s) says."""
+    instances, stopped, deleted, sent = 0, None, 0, 0
+    walked = groupby(found, key=lambda pair: pair[0])
+    for batch in _batches((list(keys) for _scope, keys in walked), backend.concurrency * BATCH_PER_REQUEST):
+        stopped = stop() if stop is not None and sent else None
+        if stopped is not None:
+            break
+        instances, sent = instances + len({scope for scope, _row in batch}), sent + 1
+        lines = [encode_line(_record(scope, row)) for scope, row in batch] if backup else []
+        mark = _backed_up(backup, lines)
+        gone: list[int] = []
+        try:  # each key alone: a key written meanwhile stays
+            backend.drop_all([(scope, row["key"]) for scope, row in batch], gone.append)
+        except StateStoreError as exc:
+            if backup is not None and mark is not None:  # the file holds exactly the keys deleted
+                backup.cut(mark)
+                _backed_up(backup, [lines[index] for index in sorted(gone)])
+            kind = "expired " if command == "clean" else ""
+            raise with_backup(failed_midway(exc, command, deleted + len(gone), sent, kind=kind), backup) from None
+        finally:
+            deleted += len(gone)
+            if progress is not None:
+                progress(deleted)
+    return Deleted(deleted, instances, sent, stopped)
+
+
 def _backed_up(backup: BackupFile | None, lines: list[str]) -> tuple[int, int] | None:
     """``lines`` written to ``backup`` and synced to disk; where the file ended before them (None: no backup)."""
     if backup is None:
@@ -128,9 +155,11 @@ def _backed_up(backup: BackupFile | None, lines: list[str]) -> tuple[int, int] |
     return mark
 
 
-def _batches(instances: Iterator[list[Expired]], size: int) -> Iterator[list[Expired]]:
-    """The expired keys of whole task instances, at least ``size`` keys a batch (but the last)."""
-    batch: list[Expired] = []
+def _batches(
+    instances: Iterator[list[tuple[TaskScope, dict[str, Any]]]], size: int
+) -> Iterator[list[tuple[TaskScope, dict[str, Any]]]]:
+    """The keys of whole task instances, at least ``size`` keys a batch (but the last)."""
+    batch: list[tuple[TaskScope, dict[str, Any]]] = []
     for keys in instances:
         batch.extend(keys)
         if len(batch) >= size:
@@ -146,6 +175,29 @@ def _record(scope: TaskScope, row: dict[str, Any]) -> dict[str, Any]:
     where = (scope.dag_id, scope.run_id, scope.task_id, None, scope.map_index)
     updated, expires = iso_utc(row["updated_at"]), None if expiry is None else iso_utc(expiry)
     return task_record(*where, row["key"], updated, expires, row["value"])
+
+
+def keys_of_run(backend: ApiBackend, dag_id: str, run_id: str | None) -> list[tuple[TaskScope, dict[str, Any]]]:
+    """Every task key of a dag (or one of its runs), with its task instance, as the API answers it; walked
+    once a command (``ApiBackend.walked``): the clear that follows a count deletes what the count found."""
+    name = (dag_id, run_id)
+    if name not in backend.walked:
+        found = backend.task_rows(KeyFilter(dag_id=dag_id, run_id=run_id))
+        backend.walked[name] = [(scope, row) for scope, _state, row in found]
+    keys: list[tuple[TaskScope, dict[str, Any]]] = backend.walked[name]
+    return keys
+
+
+def clear_over_api(
+    backend: ApiBackend, dag_id: str, run_id: str | None, backup: BackupFile | None
+) -> tuple[list[TaskScope], int, int]:
+    """Delete the task keys of a dag (or one of its runs) ``keys_of_run`` found (a key written since stays);
+    returns the task instances that held them, the keys deleted and the batches."""
+    keys = keys_of_run(backend, dag_id, run_id)
+    if backup is not None:
+        backup.start()
+    done = delete_walked(backend, iter(keys), backup, "clear")
+    return list(dict.fromkeys(scope for scope, _row in keys)), done.deleted, done.batches
 
 
 def export_records(backend: ApiBackend, filt: KeyFilter) -> Iterator[dict[str, Any]]:

@@ -52,7 +52,12 @@ def _run_tables(conn: Connection) -> tuple[Table, ...]:
 
 
 def count_task_keys(store: Store, dag_id: str, run_id: str | None = None) -> int:
-    """How many keys a dag (or one of its runs) holds: its task keys, and its dag-run keys (Airflow 3.4)."""
+    """How many keys a dag (or one of its runs) holds: its task keys, and its dag-run keys (Airflow 3.4).
+    Through the REST API a walk of its task instances, whose keys the clear that follows deletes."""
+    if store.api_mode:
+        from statestore_cli.ops.api_walks import keys_of_run
+
+        return len(keys_of_run(store.api_backend(), dag_id, run_id))
     with store.metastore_backend("counting the keys of a run or dag").connection() as conn:
         counts = [select(func.count()).select_from(t).where(run_keys(t, dag_id, run_id)) for t in _run_tables(conn)]
         return sum(int(conn.execute(count).scalar_one()) for count in counts)
@@ -84,6 +89,8 @@ def clear_task_keys(
     3.4), ``batch_size`` per commit (default ``state_cleanup_batch_size``; 0: one statement); returns
     (keys deleted, batches). With ``backup`` every key is written to it first, each batch synced before it
     commits, and a worker-side backend's objects are kept (the backup's references point at them)."""
+    if store.api_mode:
+        return _clear_over_api(store, dag_id, run_id, backup)
     metastore = store.metastore_backend("clearing a whole run or dag")
     size = checked_batch_size(store.settings.state_cleanup_batch_size if batch_size is None else batch_size)
     engine = metastore.engine
@@ -105,6 +112,18 @@ def clear_task_keys(
     except BackendError as exc:
         raise failed_midway(exc, "clear", tally.deleted, tally.batches) from None
     clear_worker_tasks(worker, tasks)
+    return deleted, batches
+
+
+def _clear_over_api(store: Store, dag_id: str, run_id: str | None, backup: BackupFile | None) -> tuple[int, int]:
+    """The clear through Airflow's REST API, each key its own delete (``ops.api_walks``); without a backup a
+    worker-side backend's objects are removed after, as on a database."""
+    from statestore_cli.ops.api_walks import clear_over_api
+
+    instances, deleted, batches = clear_over_api(store.api_backend(), dag_id, run_id, backup)
+    if backup is None and store.worker_backend is not None:
+        tasks = dict.fromkeys(TaskScope(scope.dag_id, scope.run_id, scope.task_id) for scope in instances)
+        clear_worker_tasks(store.worker_backend, list(tasks))
     return deleted, batches
 
 
