@@ -551,3 +551,33 @@ def test_a_clear_of_a_run_walks_it_and_deletes_what_a_clear_on_the_database_woul
     assert again.stderr.startswith(from_db.stderr) and from_db.stderr.startswith("nothing to clear: "), again.stderr
     assert over_api(api, "import", str(backup)).exit_code == 0
     assert len(on_db(api, "export", *run).stdout.splitlines()) == len(before)
+
+
+def test_copy_and_move_through_the_api_write_what_they_write_on_the_database(api: ApiServer) -> None:
+    source, target = task(api, "shard", 0), task(api, "shard", 1)
+    to = ["--to-map-index", "1"]
+    for scope in (source, target, task(api, "shard", 2)):
+        assert over_api(api, "clear", *scope, "--yes").exit_code == 0
+    assert over_api(api, "set", *source, "job", '{"id": 7}', "--retention", "3d").exit_code == 0
+    assert (
+        over_api(api, "set", *source, "cursor", "41", "--expires-at", "2026-01-01T00:00:00Z", "--force").exit_code == 0
+    )
+    assert over_api(api, "set", *target, "cursor", "0").exit_code == 0
+
+    def held(scope: list[str]) -> list[tuple[object, ...]]:
+        rows = [json.loads(line) for line in on_db(api, "export", *scope).stdout.splitlines()]
+        return [(r["key"], r["value"], r["expires_at"]) for r in rows]
+
+    clash_api, clash_db = over_api(api, "copy", *source, *to), on_db(api, "copy", *source, *to)
+    assert (clash_api.exit_code, clash_api.stderr) == (clash_db.exit_code, clash_db.stderr) == (2, clash_db.stderr)
+    assert "already has 1 of the keys ('cursor')" in clash_api.stderr
+    done = over_api(api, "copy", *source, *to, "--overwrite", "--yes", "-o", "json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert (report["copied"], report["overwritten"], report["moved"]) == (2, 1, False)
+    assert held(target) == held(source) and len(held(source)) == 2
+    moved = over_api(api, "copy", *source, "--to-map-index", "2", "--move", "--yes")
+    assert moved.exit_code == 0, moved.output
+    assert held(source) == [] and held(task(api, "shard", 2)) == held(target)
+    missing = over_api(api, "copy", *target, "--to-map-index", "9")
+    assert missing.exit_code == 2 and "nothing to copy to: no task instance" in missing.stderr, missing.output

@@ -328,7 +328,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
     def assets(self, filt: KeyFilter) -> list[tuple[int, str, str]]:
         """The assets ``filt`` names (exactly), as (id, name, uri), ordered by name and uri."""
         if filt.asset_id is not None:
-            found = self._asset(AssetScope(asset_id=filt.asset_id))
+            found = self.asset_of(AssetScope(asset_id=filt.asset_id))
             chosen = [found] if found is not None and _names(_row(found), None, filt.name, filt.uri) else []
         else:
             query = _asset_query(AssetScope(name=filt.name, uri=filt.uri)) if filt.has_asset_fields else {}
@@ -359,7 +359,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             )
             return path, {"map_index": scope.map_index}
         if isinstance(scope, AssetScope):
-            found = self._asset(scope)
+            found = self.asset_of(scope)
             return (None, {}) if found is None else (f"/api/v2/assets/{found[0]}/state-store", {})
         raise InvalidInputError(NO_DAG_RUN_ROUTE)
 
@@ -369,7 +369,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
             raise InvalidInputError(self.no_target(scope))
         return (None, query) if path is None else (f"{path}/{segment(key)}", query)
 
-    def _asset(self, scope: AssetScope) -> tuple[int, str, str] | None:
+    def asset_of(self, scope: AssetScope) -> tuple[int, str, str] | None:
         """The asset's id, name and uri (None: no asset is so named), looked up once."""
         if scope not in self._asset_ids:
             if scope.asset_id is not None:
@@ -392,13 +392,13 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         return True
 
     def has_asset(self, scope: AssetScope) -> bool:
-        return self._asset(scope) is not None
+        return self.asset_of(scope) is not None
 
     def asset_names(self) -> list[str]:
         return [row["name"] for row in self._pages("/api/v2/assets", {}, "assets")]
 
     def _asset_names(self, scope: StoreScope) -> tuple[int, str, str] | None:
-        return self._asset(scope) if isinstance(scope, AssetScope) else None
+        return self.asset_of(scope) if isinstance(scope, AssetScope) else None
 
 
 def _nobody(done: int, total: int) -> None:

@@ -118,6 +118,7 @@ def copy(
     verb = "moved" if report.moved else "copied"
     replaced = f" ({key_count(report.overwritten)} replaced)" if report.overwritten else ""
     _said(out, report, f"{verb} {key_count(report.copied)} {where}{replaced}")
+    out.api_requests(store.api_requests())
 
 
 def _said(out: "Output", report: "CopyReport", line: str) -> None:
