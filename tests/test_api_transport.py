@@ -40,6 +40,7 @@ class StandIn(BaseHTTPRequestHandler):
     deleted: ClassVar[list[str]] = []
     refused: str | None = None
     vanished: str | None = None
+    refused_put: str | None = None  # "task_id/key": a write refused (403)
     # The walk's tokens: after ``expire_after`` task instances every token so far expires (401), and
     # ``token_file`` holds a new one; /auth/token hands out new ones. ``accepted`` None: any token goes.
     expire_after = 0
@@ -102,10 +103,10 @@ class StandIn(BaseHTTPRequestHandler):
         self._answer(200, {"task_state_store": keys, "total_entries": len(keys)})
 
     def do_PUT(self) -> None:
-        """An import's write: heard, but k5's refused after a pause (the writes sent with it end first)."""
+        """A write: heard, but k5's and ``refused_put``'s refused after a pause (those sent with it end first)."""
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         key = self.path.split("/state-store/")[1].split("?")[0]
-        if key == "k5":
+        if key == "k5" or f"/taskInstances/{self.refused_put}?" in self.path.replace("/state-store/", "/"):
             time.sleep(0.5)
             self._answer(403, {"detail": "Forbidden"})
             return
@@ -206,6 +207,7 @@ def stand_in(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[s
     StandIn.walked, StandIn.issued, StandIn.accepted = [], [], None
     StandIn.refuse_first, StandIn.expire_after = False, 0
     StandIn.expired, StandIn.deleted, StandIn.refused, StandIn.vanished = False, [], None, None
+    StandIn.refused_put = None
     server = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     ca = None
     if getattr(request, "param", "http") == "https":
@@ -386,6 +388,17 @@ def test_a_clean_counts_no_key_of_a_task_instance_that_went_meanwhile(stand_in) 
     done = run_cli("--api-url", stand_in[0], "clean", "-o", "json")
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["deleted"] == 78 == len(StandIn.deleted)
+
+
+def test_a_copy_stopped_midway_says_how_many_keys_went_and_how_to_finish(stand_in) -> None:
+    StandIn.expired, StandIn.refused_put = True, "t01/k1"  # each task instance holds k0 and k1
+    scope = ["--dag-id", "etl", "--run-id", "r", "--task-id", "t00"]
+    refused = run_cli("--api-url", stand_in[0], "copy", *scope, "--to-task-id", "t01", "--overwrite", "--yes")
+    assert refused.exit_code == 2, refused.output
+    assert StandIn.deleted == ["put k0"]
+    assert refused.stderr.endswith(
+        "(1 of the 2 keys were written to the target: run the same command with --overwrite to finish)\n"
+    ), refused.stderr
 
 
 def test_an_import_stopped_by_a_refused_write_names_every_line_it_wrote(stand_in, tmp_path) -> None:
