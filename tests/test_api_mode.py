@@ -581,3 +581,25 @@ def test_copy_and_move_through_the_api_write_what_they_write_on_the_database(api
     assert held(source) == [] and held(task(api, "shard", 2)) == held(target)
     missing = over_api(api, "copy", *target, "--to-map-index", "9")
     assert missing.exit_code == 2 and "nothing to copy to: no task instance" in missing.stderr, missing.output
+
+
+def test_diff_through_the_api_finds_what_a_diff_of_the_database_finds(api: ApiServer, tmp_path) -> None:
+    scope = task(api, "shard", 1)
+    assert over_api(api, "clear", *scope, "--yes").exit_code == 0
+    for key, value in (("kept", "1"), ("changed", "2"), ("gone", "3")):
+        assert over_api(api, "set", *scope, key, value).exit_code == 0
+    exported = tmp_path / "before.jsonl"
+    exported.write_text(on_db(api, "export", "--dag-id", DAG_ID).stdout)
+    assert over_api(api, "diff", str(exported), "--dag-id", DAG_ID).exit_code == 0
+    assert over_api(api, "set", *scope, "changed", "20", "--keep-expiry").exit_code == 0
+    assert over_api(api, "delete", *scope, "gone").exit_code == 0
+    assert over_api(api, "set", *scope, "new", "4").exit_code == 0
+    through_api = over_api(api, "diff", str(exported), "--dag-id", DAG_ID, "-o", "json")
+    from_db = on_db(api, "diff", str(exported), "--dag-id", DAG_ID, "-o", "json")
+    assert (through_api.exit_code, from_db.exit_code) == (1, 1), through_api.output
+    assert json.loads(through_api.stdout) == json.loads(from_db.stdout)
+    assert sorted((d["change"], d["key"]) for d in json.loads(through_api.stdout)) == [
+        ("added", "new"),
+        ("changed", "changed"),
+        ("removed", "gone"),
+    ]

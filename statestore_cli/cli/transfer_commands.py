@@ -160,8 +160,11 @@ def diff(
 
     out = choose_output(output, header)
     filt = as_filter(scope_args, store, key)
-    run = DiffRun(store_of(ctx, writes=False), filt, source, sys.stdin.buffer if source == "-" else None)
-    out.diff(run.differences())
+    opened = store_of(ctx, writes=False)
+    run = DiffRun(opened, filt, source, sys.stdin.buffer if source == "-" else None)
+    with out.walk_progress(opened):  # through the REST API, the store's side walks the task instances
+        out.diff(run.differences())
     summary = run.summary()
     out.diff_summary(summary)
+    out.api_requests(opened.api_requests())
     return summary

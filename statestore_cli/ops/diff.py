@@ -18,6 +18,9 @@ key): such a file is sorted outside memory and merged again, from the start: run
 either way; standard input is copied to that folder first, since it may have to be read twice.
 
 A key given twice in the file counts as its later line says, as ``import`` would leave it.
+
+Through the REST API (``--api-url``) the store's side is what ``export`` walks, read back as a file's lines are
+and sorted in memory once: the API has no order to stream it in.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import IO, Any, NamedTuple
 from sqlalchemy import String, select, type_coerce
 from sqlalchemy.engine import Connection
 
+from statestore_cli.backends.api_backend import ApiBackend
 from statestore_cli.backends.key_conditions import dag_run_store, run_filters, stores_selected, task_filters
 from statestore_cli.backends.store import Store
 from statestore_cli.db.database import translate_errors
@@ -43,10 +47,19 @@ from statestore_cli.db.layout import Layout, layout_of
 from statestore_cli.db.schema import asset, asset_state_store
 from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.model.entries import KeyFilter
-from statestore_cli.model.scopes import NIL_REGION
+from statestore_cli.model.scopes import NIL_REGION, AssetScope
 from statestore_cli.model.timestamps import iso_utc
 from statestore_cli.ops.external_sort import external_sort
-from statestore_cli.ops.records import AssetRow, BadRecord, DagRunRow, TaskRow, load_strict, parse_line, read_lines
+from statestore_cli.ops.records import (
+    AssetRow,
+    BadRecord,
+    DagRunRow,
+    TaskRow,
+    encode_line,
+    load_strict,
+    parse_line,
+    read_lines,
+)
 
 FETCH = 1000  # rows per fetch from the store, as export reads them
 RUN_LINES = 20_000  # lines of an unsorted file sorted in memory at a time
@@ -104,8 +117,11 @@ class DiffRun:
     """One diff: ``differences()`` yields them in key order; ``summary()`` after it is exhausted."""
 
     def __init__(self, store: Store, filt: KeyFilter, source: str, stdin: IO[bytes] | None = None) -> None:
-        self.engine = store.metastore_backend("`diff`").engine
-        impl_of(self.engine).check_asset_text(filt.name, filt.uri)
+        self.api = store.api_backend() if store.api_mode else None
+        self.engine = None if self.api is not None else store.metastore_backend("`diff`").engine
+        if self.engine is not None:
+            impl_of(self.engine).check_asset_text(filt.name, filt.uri)
+        self.walked: list[Side] | None = None  # through the REST API: the store's keys, walked once, sorted
         self.filt = filt
         self.source = source
         self.stdin = stdin
@@ -118,15 +134,15 @@ class DiffRun:
         return DiffSummary(c.added, c.removed, c.changed, c.same, c.sorted_file, time.monotonic() - self.start)
 
     def differences(self) -> Iterator[Difference]:
-        with tempfile.TemporaryDirectory(prefix="statestore-diff-") as name, translate_errors(self.engine):
+        errors = translate_errors(self.engine) if self.engine is not None else contextlib.nullcontext()
+        with tempfile.TemporaryDirectory(prefix="statestore-diff-") as name, errors:
             folder = Path(name)
             stream = self._open(folder)
             try:
                 wanted = _file_wanted(self._file_filter())
                 held = _Held(folder)
                 try:
-                    with self._connect() as conn:
-                        stored = _checked_order(_store_sides(conn, self.filt))
+                    with self._stored() as stored:
                         for difference in self._merge(stored, _last_of_each(self._in_order(stream, wanted))):
                             held.add(difference)
                 except _OutOfOrder:
@@ -140,14 +156,24 @@ class DiffRun:
                 filed = _last_of_each(
                     external_sort(self._numbered(stream, wanted), folder, self._reread, RUN_LINES, RUN_BYTES)
                 )
-                with self._connect() as conn:
-                    yield from self._merge(_checked_order(_store_sides(conn, self.filt)), filed)
+                with self._stored() as stored:
+                    yield from self._merge(stored, filed)
             finally:
                 stream.close()
 
-    def _connect(self) -> Any:
+    @contextlib.contextmanager
+    def _stored(self) -> Iterator[Iterator[Side]]:
+        """The store's keys in the diff's order: read from one snapshot of the database, or through the REST
+        API walked once (as ``export`` walks it) and sorted in memory."""
+        if self.api is not None:
+            if self.walked is None:
+                self.walked = sorted(_api_sides(self.api, self.filt), key=lambda side: side.sort)
+            yield iter(self.walked)
+            return
+        assert self.engine is not None
         conn = self.engine.connect()
-        return impl_of(conn).read_one_snapshot(conn)  # every store from one snapshot
+        with impl_of(conn).read_one_snapshot(conn) as snapshot:  # every store from one snapshot
+            yield _checked_order(_store_sides(snapshot, self.filt))
 
     # -- the file ---------------------------------------------------------------------------------------
     def _open(self, folder: Path) -> IO[bytes]:
@@ -171,8 +197,13 @@ class DiffRun:
         filt = self.filt
         if filt.asset_id is None:
             return filt
-        with self.engine.connect() as conn:
-            found = conn.execute(select(asset.c.name, asset.c.uri).where(asset.c.id == filt.asset_id)).first()
+        if self.api is not None:
+            named = self.api.asset_of(AssetScope(asset_id=filt.asset_id))
+            found = None if named is None else named[1:]
+        else:
+            assert self.engine is not None
+            with self.engine.connect() as conn:
+                found = conn.execute(select(asset.c.name, asset.c.uri).where(asset.c.id == filt.asset_id)).first()
         if found is None:  # no such asset: no key of the file is its
             return filt._replace(name="", uri="")
         name, uri = found
@@ -313,6 +344,17 @@ def _file_side(row: TaskRow | DagRunRow | AssetRow) -> Side:
         identity = {"store": "asset", "name": row.name, "uri": row.uri, "key": row.key}
     expires = getattr(row, "expires_at", None)
     return Side(sort_key(row), identity, row.value, None if expires is None else iso_utc(expires))
+
+
+def _api_sides(backend: ApiBackend, filt: KeyFilter) -> Iterator[Side]:
+    """The keys ``filt`` selects through the REST API, as an export writes them, each read back as a file's
+    line is: the two sides of a diff through the API are made alike."""
+    from statestore_cli.ops.api_walks import export_records
+
+    for record in export_records(backend, filt):
+        row = parse_line(0, encode_line(record), 0)
+        assert row is not None
+        yield _file_side(row)
 
 
 def _file_wanted(filt: KeyFilter) -> Callable[[TaskRow | DagRunRow | AssetRow], bool]:
