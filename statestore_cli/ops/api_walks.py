@@ -1,9 +1,11 @@
-"""What Airflow's REST API (``--api-url``) has no route for, done by walking it: ``clean`` and ``export``. The keys
-are found by reading every selected task instance's keys (``ApiBackend.task_rows``: the task instances a page of
-them at a time, their keys ``[state_store] api_concurrency`` at once). A clean deletes each expired key on its own
-(a key written meanwhile stays), by the same rule as on a database: keys that expired before the cutoff go,
-except those of a task instance that has not finished (its state none of Airflow's finished ones), counted by
-state instead. The dry run and the real run walk the same way (``expired_keys``).
+"""What Airflow's REST API (``--api-url``) has no route for, done by walking it: ``clean``, the ``clear`` of a run or
+dag, and ``export``. The keys are found by reading every selected task instance's keys (``ApiBackend.task_rows``:
+the task instances a page of them at a time, their keys ``[state_store] api_concurrency`` at once). A clean deletes
+each expired key on its own (a key written meanwhile stays), by the same rule as on a database: keys that expired
+before the cutoff go, except those of a task instance that has not finished (its state none of Airflow's finished
+ones), counted by state instead. The dry run and the real run walk the same way (``expired_keys``). The deletes
+of a clean and a clear go in batches of whole task instances' keys (``delete_walked``), each written to the
+backup first when there is one.
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ def clean_over_api(
     if control.on_store is not None:
         control.on_store("task")
     found = ((expired.scope, expired.answered) for expired in expired_keys(backend, cutoff, spared))
-    done = delete_walked(backend, found, backup, "clean", stop=control.stop_reason, progress=control.on_progress)
+    stop, progress = control.stop_reason, control.on_progress
+    done = delete_walked(backend, found, backup, "clean", kind="expired ", stop=stop, progress=progress)
     deleted, instances, stopped = done.deleted, done.instances, done.stopped
     return CleanReport(
         deleted,
@@ -111,6 +114,7 @@ def delete_walked(
     backup: BackupFile | None,
     command: str,
     *,
+    kind: str = "",
     stop: Callable[[], StopReason | None] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Deleted:
@@ -118,7 +122,8 @@ def delete_walked(
     keys together), one request each, ``concurrency`` at a time, in batches of whole task instances' keys,
     asking ``stop`` before each batch but the first whether to stop, telling ``progress`` the keys deleted
     after each. With ``backup`` a batch's keys are written to it and synced before the first of them is
-    deleted; after a failure the file is cut back to the keys that went, and the error (``command``'s) says."""
+    deleted; after a failure the file is cut back to the keys that went, and the error says how far ``command``
+    got (its keys called ``kind`` keys: "expired ")."""
     instances, stopped, deleted, sent = 0, None, 0, 0
     walked = groupby(found, key=lambda pair: pair[0])
     for batch in _batches((list(keys) for _scope, keys in walked), backend.concurrency * BATCH_PER_REQUEST):
@@ -135,7 +140,6 @@ def delete_walked(
             if backup is not None and mark is not None:  # the file holds exactly the keys deleted
                 backup.cut(mark)
                 _backed_up(backup, [lines[index] for index in sorted(gone)])
-            kind = "expired " if command == "clean" else ""
             raise with_backup(failed_midway(exc, command, deleted + len(gone), sent, kind=kind), backup) from None
         finally:
             deleted += len(gone)
