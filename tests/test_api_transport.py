@@ -107,7 +107,7 @@ class StandIn(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         key = self.path.split("/state-store/")[1].split("?")[0]
         if key == "k5" or f"/taskInstances/{self.refused_put}?" in self.path.replace("/state-store/", "/"):
-            time.sleep(0.5)
+            time.sleep(1.0)
             self._answer(403, {"detail": "Forbidden"})
             return
         self.deleted.append(f"put {key}")
@@ -119,7 +119,7 @@ class StandIn(BaseHTTPRequestHandler):
         if task_id in (self.refused, self.vanished):
             self._answer(403 if task_id == self.refused else 404, {"detail": "Forbidden or not found"})
             return
-        time.sleep(0.05)
+        time.sleep(0.2)
         self.deleted.append(f"{task_id}/{key}")
         self.send_response(204)
         self.end_headers()
