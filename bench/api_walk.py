@@ -1,5 +1,6 @@
-"""What a walk through Airflow's REST API costs (``--api-url``): ``list --dag-id`` and ``clean --dry-run`` of a dag
-with --runs x --tasks task instances, beside the same commands on the database behind the api-server.
+"""What a walk through Airflow's REST API costs (``--api-url``): ``list --dag-id``, ``clean --dry-run``, ``clean``
+and ``import`` (of the dag's keys) with --runs x --tasks task instances, beside the same commands on the database
+behind the api-server.
 
     .venv/bin/python bench/api_walk.py                      # 100 runs x 100 tasks: 10,000 task instances
     .venv/bin/python bench/api_walk.py --quick              # 5 x 20
@@ -216,16 +217,29 @@ def _measure(
     for level in args.concurrency.split(","):
         concurrency = {"AIRFLOW__STATE_STORE__API_CONCURRENCY": level}
         ways.append((f"REST API, {level} at once", ["--api-url", url], concurrency))
-    commands = {"list --dag-id": ["list", "--dag-id", DAG_ID], "clean --dry-run": ["clean", "--dry-run"]}
+    # Each command, and what puts the keys back as they were before each of its runs (a clean deletes the
+    # expired ones, an import writes what a clear of the database deleted first); the set-up is not timed.
+    on_db = [statestore, "--conn", f"sqlite:///{database}"]
+    restore = [*on_db, "import", str(folder / "keys.jsonl")]
+    commands: dict[str, tuple[list[str], list[str] | None]] = {
+        "list --dag-id": (["list", "--dag-id", DAG_ID], None),
+        "clean --dry-run": (["clean", "--dry-run"], None),
+        "clean": (["clean"], restore),
+        "import": (["import", str(folder / "keys.jsonl")], [*on_db, "clear", "--dag-id", DAG_ID, "--yes"]),
+    }
     rows = []
     scratch = folder / "scratch"
-    for name, words in commands.items():
+    for name, (words, setup) in commands.items():
         for way, root, extra in ways:
             cmd = [statestore, *root, *words, "-o", "json"]
-            samples = [run_process(cmd, env={**env, **extra}, scratch=scratch) for _ in range(args.repeat)]
+            samples = []
+            for _ in range(args.repeat):
+                if setup is not None:
+                    subprocess.run(setup, env=env, check=True, capture_output=True)
+                samples.append(run_process(cmd, env={**env, **extra}, scratch=scratch))
             seconds = median([s.seconds for s in samples])
             keys = _keys_shown(samples[-1].stdout)
-            requests = _requests((scratch / "stderr.txt").read_text(encoding="utf-8"))
+            requests = _requests((scratch / "stderr.txt").read_text(encoding="utf-8"), samples[-1].stdout)
             peak = max(s.peak_rss_kb for s in samples) / 1024
             rows.append([name, way, f"{seconds:.2f}", f"{keys / seconds:,.0f}", requests, f"{peak:.0f}"])
             print(f"{name} through {way}: {seconds:.2f} s, {keys:,} keys, {requests} requests", file=sys.stderr)
@@ -233,15 +247,22 @@ def _measure(
 
 
 def _keys_shown(stdout: str) -> int:
+    """The keys a command listed, would delete, deleted or imported, as its JSON says."""
     document = json.loads(stdout)
-    return len(document["rows"]) if isinstance(document, dict) else len(document)
+    if isinstance(document, list):
+        return len(document)
+    if "rows" in document:
+        return len(document["rows"])
+    return int(document["deleted"] if "deleted" in document else document["keys"])
 
 
-def _requests(stderr: str) -> str:
+def _requests(stderr: str, stdout: str) -> str:
     for line in stderr.splitlines():
         if "through the REST API:" in line:
             return line.rsplit(":", 1)[1].split()[0]
-    return "-"
+    document = json.loads(stdout)
+    found = document.get("api_requests") if isinstance(document, dict) else None
+    return "-" if found is None else f"{found:,}"
 
 
 if __name__ == "__main__":
