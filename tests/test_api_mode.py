@@ -581,6 +581,9 @@ def test_copy_and_move_through_the_api_write_what_they_write_on_the_database(api
     assert held(source) == [] and held(task(api, "shard", 2)) == held(target)
     missing = over_api(api, "copy", *target, "--to-map-index", "9")
     assert missing.exit_code == 2 and "nothing to copy to: no task instance" in missing.stderr, missing.output
+    of_a_run = over_api(api, "copy", "--dag-id", DAG_ID, "--run-id", api.run_id, "--to-run-id", "manual__2")
+    assert of_a_run.exit_code == 2, of_a_run.output
+    assert of_a_run.stderr.startswith("statestore: error: dag-run keys (Airflow 3.4) have no route"), of_a_run.stderr
 
 
 def test_diff_through_the_api_finds_what_a_diff_of_the_database_finds(api: ApiServer, tmp_path) -> None:

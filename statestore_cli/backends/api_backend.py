@@ -84,8 +84,10 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
 
     def has_target(self, scope: StoreScope) -> bool:
         """Whether the task instance or asset exists, that a write of its keys needs."""
-        if not isinstance(scope, TaskScope):
-            return self.has_asset(scope) if isinstance(scope, AssetScope) else False
+        if isinstance(scope, DagRunScope):
+            raise InvalidInputError(NO_DAG_RUN_ROUTE)
+        if isinstance(scope, AssetScope):
+            return self.has_asset(scope)
         path = f"/api/v2/dags/{segment(scope.dag_id)}/dagRuns/{segment(scope.run_id)}/taskInstances/"
         path += segment(scope.task_id) + ("" if scope.map_index < 0 else f"/{scope.map_index}")
         try:
