@@ -606,3 +606,23 @@ def test_diff_through_the_api_finds_what_a_diff_of_the_database_finds(api: ApiSe
         ("changed", "changed"),
         ("removed", "gone"),
     ]
+
+
+def test_a_clean_through_the_api_walks_only_the_dags_it_is_given(api: ApiServer) -> None:
+    past = ["--expires-at", "2026-01-01T00:00:00+00:00", "--force"]
+    assert over_api(api, "set", *task(api), "old_job", '"x"', *past).exit_code == 0
+
+    def requests(result: Result) -> int:
+        return int(result.stderr.split("through the REST API: ")[1].split()[0])
+
+    everything = over_api(api, "clean", "--dry-run", "-o", "json")
+    only = over_api(api, "clean", "--dry-run", "--dag-id", DAG_ID, "-o", "json")
+    assert (everything.exit_code, only.exit_code) == (0, 0), only.output
+    assert json.loads(only.stdout)["rows"] == json.loads(everything.stdout)["rows"] != []
+    assert requests(only) < requests(everything)  # no page of dags, no other dag's task instances
+    unknown = over_api(api, "clean", "--dry-run", "--dag-id", "no_such_dag", "-o", "json")
+    assert (unknown.exit_code, json.loads(unknown.stdout)["rows"], requests(unknown)) == (0, [], 1)
+    assert "statestore: note: the api-server has no dag_id 'no_such_dag'\n" in unknown.stderr
+    refused = on_db(api, "clean", "--dry-run", "--dag-id", DAG_ID)
+    assert (refused.exit_code, refused.stdout) == (2, ""), refused.output
+    assert refused.stderr.startswith("statestore: error: --dag-id narrows a clean through the REST API")

@@ -48,6 +48,7 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         self._asset_ids: dict[AssetScope, tuple[int, str, str] | None] = {}
         self.on_walk: Callable[[int, int], None] | None = None  # hears (task instances read, of how many)
         self.unknown: list[str] = []  # the dags and dag runs a walk found the API does not know, as notes
+        self.dags: list[str] | None = None  # the dags a walk of every dag visits (None: all the api-server has)
         self.walked: dict[Any, Any] = {}  # a command's walks, by what they read (``ops.api_walks.keys_of_run``)
         self._pool: Any = None  # run_all's threads (a ThreadPoolExecutor), made when first needed
         self._lock = threading.Lock()
@@ -325,6 +326,8 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         )
 
     def _dag_ids(self) -> list[str]:
+        if self.dags is not None:
+            return self.dags
         return sorted(row["dag_id"] for row in self._pages("/api/v2/dags", {}, "dags"))
 
     def assets(self, filt: KeyFilter) -> list[tuple[int, str, str]]:

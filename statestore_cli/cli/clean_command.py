@@ -116,6 +116,15 @@ def clean(
     ] = None,
     metrics_label: MetricsLabelOpt = None,
     backup: BackupOpt = None,
+    dag_ids: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--dag-id",
+            metavar="DAG_ID",
+            help="Through the REST API (--api-url): walk only this dag's task instances (repeatable). A clean of "
+            "the database takes every dag at once.",
+        ),
+    ] = None,
     fail_on_skip: Annotated[
         bool,
         typer.Option("--fail-on-skip", help=f"With a custom {section('state_store')} backend, exit 5 instead of 0."),
@@ -154,6 +163,8 @@ def clean(
         _backend_cleanup(ctx, out, dry_run, older_than, metrics_file, backup, include_unfinished)
         return None
     refuse_with_dry_run(backup, dry_run, "a clean")
+    if dag_ids:
+        _walk_only(store_of(ctx), dag_ids)
     if dry_run:
         if metrics_file is not None:
             raise InvalidInputError(
@@ -190,10 +201,21 @@ def clean(
     else:
         decided(ctx, result)  # the deletion is done: a reader closing the pipe does not change its exit code
         out.clean_report(result, saved)
+        _unknown_dags(store_of(ctx), out)
     if run.unwritten is not None:
         raise run.unwritten  # the clean is done; exit 3 tells the scheduler its monitoring is stale
     # a clean stopped early exits with its reason's code; a skip with 5 under --fail-on-skip
     return _skipped(result.reason, fail_on_skip) if isinstance(result, CleanSkipped) else result
+
+
+def _walk_only(store: "Store", dag_ids: list[str]) -> None:
+    """--dag-id: a clean through the REST API walks these dags alone; a database has no walk to narrow."""
+    if not store.api_mode:
+        raise InvalidInputError(
+            "--dag-id narrows a clean through the REST API (--api-url), which walks each dag's task instances; "
+            "a clean of the database takes every dag at once: drop --dag-id"
+        )
+    store.api_backend().dags = sorted(set(dag_ids))
 
 
 # PostgreSQL takes a statement timeout in milliseconds, a 32-bit integer; the lock timeout has the same bound.
@@ -260,7 +282,17 @@ def _clean_dry_run(
     with out.walk_progress(store):
         out.clean_plan(plan, limit=None if show_all else 100, total=total)
     out.api_requests(store.api_requests())
+    _unknown_dags(store, out)
     return None
+
+
+def _unknown_dags(store: "Store", out: Output) -> None:
+    """A --dag-id the api-server does not know, said: a clean of it found nothing to delete."""
+    from statestore_cli.model.entries import KeyFilter
+    from statestore_cli.ops import commands
+
+    for note in commands.near_misses(store, KeyFilter()):
+        out.note(note)
 
 
 def _clean_run(
