@@ -27,12 +27,20 @@ from statestore_cli.backends.base import BaseStoreBackend, ThreadOffloadMixin
 from statestore_cli.errors import InvalidInputError, NotFoundError
 from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.retention import BACKEND_DEFAULT
-from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import (
+    AssetScope,
+    DagRunScope,
+    StoreScope,
+    TaskScope,
+    no_asset_to_write,
+    no_run_to_write,
+)
 from statestore_cli.model.timestamps import utc_instant
 
 NO_DAG_RUN_ROUTE = (
     "dag-run keys (Airflow 3.4) have no route in Airflow's REST API: run this with --conn on the metadata database"
 )
+ON_API = "on this api-server"  # where a refused write's target is missing (a database says "in this ...")
 PAGE = 100  # rows per page: Airflow's default [api] maximum_page_limit
 
 
@@ -100,17 +108,10 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
     def no_target(self, scope: StoreScope) -> str:
         """Why a write of the scope's keys is refused: the dag run, task instance or asset it needs is not there."""
         if isinstance(scope, AssetScope):
-            if scope.asset_id is not None:
-                return f"no asset with asset_id={scope.asset_id}; give an existing asset"
-            return f"no active asset {scope.describe()} on this api-server; assets are created by Airflow"
+            return no_asset_to_write(scope, ON_API)
         if isinstance(scope, TaskScope) and not self.has_run(scope):
-            return (
-                f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} on this api-server; "
-                "task keys can only be written for runs Airflow created"
-            )
-        return (
-            f"{_no_scope(scope)} on this api-server; task keys can only be written for task instances Airflow created"
-        )
+            return no_run_to_write(scope, ON_API)
+        return f"{_no_scope(scope)} {ON_API}; task keys can only be written for task instances Airflow created"
 
     def replace(self, scope: StoreScope, key: str, value: str, *, session: Any = None) -> int:
         """Replace an existing key's value, keeping its expiry; 0 when the key is not there."""

@@ -32,7 +32,16 @@ from statestore_cli.db.schema_state import alembic_version_table
 from statestore_cli.errors import BackendError, InvalidInputError
 from statestore_cli.model.entries import Entry, KeyFilter
 from statestore_cli.model.retention import utcnow
-from statestore_cli.model.scopes import AssetScope, DagRunScope, StoreScope, TaskScope
+from statestore_cli.model.scopes import (
+    AssetScope,
+    DagRunScope,
+    StoreScope,
+    TaskScope,
+    no_asset_to_write,
+    no_run_to_write,
+)
+
+IN_AIRFLOW_DB = "in this Airflow database"  # where a refused write's target is missing (the API: "on this ...")
 
 # The key conditions lived here first: callers may still import them from this module.
 __all__ = [
@@ -96,10 +105,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         found = conn.execute(query).scalar()
         if found is None:
             if self.is_airflow_db(conn):
-                raise InvalidInputError(
-                    f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} in this Airflow database; "
-                    "task keys can only be written for runs Airflow created"
-                )
+                raise InvalidInputError(no_run_to_write(scope, IN_AIRFLOW_DB))
             what = f"dag run dag_id={scope.dag_id!r} run_id={scope.run_id!r}"
             impl_of(conn).refuse_twin_row(conn, what, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
             impl_of(conn).insert_if_missing(conn, dag_run, {"dag_id": scope.dag_id, "run_id": scope.run_id})
@@ -110,7 +116,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if scope.asset_id is not None:
             exists = conn.execute(select(asset.c.id).where(asset.c.id == scope.asset_id)).scalar()
             if exists is None and create:
-                raise InvalidInputError(f"no asset with asset_id={scope.asset_id}; give an existing asset")
+                raise InvalidInputError(no_asset_to_write(scope, IN_AIRFLOW_DB))
             return scope.asset_id
         impl_of(conn).check_asset_text(scope.name, scope.uri)
         conds = [asset.c.name == scope.name] if scope.name else []
@@ -127,9 +133,7 @@ class MetastoreBackend(ThreadOffloadMixin, BaseStoreBackend):
         if not create:
             return None
         if self.is_airflow_db(conn):
-            raise InvalidInputError(
-                f"no active asset {scope.describe()} in this Airflow database; assets are created by Airflow"
-            )
+            raise InvalidInputError(no_asset_to_write(scope, IN_AIRFLOW_DB))
         name, uri = scope.name or scope.uri, scope.uri or scope.name
         impl_of(conn).refuse_twin_row(conn, f"asset name={name!r} uri={uri!r}", asset, {"name": name, "uri": uri})
         # As the unique indexes compare (on MySQL without trailing spaces), since those are what refuse a row.

@@ -122,6 +122,22 @@ def describe_keys_of(scope: StoreScope, *, all_map_indices: bool = False) -> str
     return scope.describe()
 
 
+def no_run_to_write(scope: TaskScope | DagRunScope, where: str) -> str:
+    """Why a write of the scope's keys is refused on an Airflow ``where`` ("in this Airflow database", "on this
+    api-server"): its dag run is not there, and only Airflow makes runs."""
+    return (
+        f"no dag run dag_id={scope.dag_id} run_id={scope.run_id} {where}; "
+        "task keys can only be written for runs Airflow created"
+    )
+
+
+def no_asset_to_write(scope: AssetScope, where: str) -> str:
+    """Why a write of an asset's keys is refused on an Airflow ``where``: no such (active) asset."""
+    if scope.asset_id is not None:
+        return f"no asset with asset_id={scope.asset_id}; give an existing asset"
+    return f"no active asset {scope.describe()} {where}; assets are created by Airflow"
+
+
 def missing_key(
     scope: StoreScope, key: str, *, run_exists: bool = True, elsewhere: Sequence[tuple[int, int]] = ()
 ) -> NotFoundError:
