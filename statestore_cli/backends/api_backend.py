@@ -138,13 +138,15 @@ class ApiBackend(ThreadOffloadMixin, BaseStoreBackend):
         self.client.call("DELETE", path, query=query, role=role)
         return 1
 
-    def drop(self, scope: TaskScope, key: str) -> int:
-        """Delete a key known to be there, in one request: 1, or 0 when its task instance went meanwhile (its
-        run deleted: its keys went with it). The API answers a key that went meanwhile as one it deleted."""
+    def drop(self, scope: TaskScope | AssetScope, key: str) -> int:
+        """Delete a key known to be there, in one request: 1, or 0 when its task instance (or asset) went
+        meanwhile, its keys with it. The API answers a key that went meanwhile as one it deleted."""
         path, query = self._key_route(scope, key, create=False)
-        assert path is not None
+        if path is None:  # an asset that went since its keys were read
+            return 0
+        role = ROLE_WRITE if isinstance(scope, TaskScope) else ROLE_ASSET_WRITE
         try:
-            self.client.call("DELETE", path, query=query, role=ROLE_WRITE)
+            self.client.call("DELETE", path, query=query, role=role)
         except NotFoundError:
             return 0
         return 1

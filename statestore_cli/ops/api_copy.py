@@ -60,7 +60,7 @@ def copy_over_api(
     if move:
         assert isinstance(source, TaskScope | AssetScope)
         deleted: list[int] = []
-        drops = [partial(backend.delete, source, entry.key) for entry in entries]
+        drops = [partial(backend.drop, source, entry.key) for entry in entries]  # read by the plan: one request each
         try:
             backend.run_all(drops, lambda index, _: deleted.append(index))
         except StateStoreError as exc:
